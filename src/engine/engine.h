@@ -1,0 +1,69 @@
+// The engine thread: owns the model, the KV cache and every lane, and runs rounds.
+// Everything else talks to it through submit()/cancel() (a queue) and reads stats().
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "engine/request.h"
+
+namespace tf {
+
+class Model;
+class Tokenizer;
+
+struct EngineOptions {
+  int32_t n_parallel = 4;          // most lanes live at once
+  int64_t n_ctx = 4096;            // most positions (prompt + completion) of one lane
+  int32_t max_queue = 64;          // most requests waiting for a lane
+  int64_t prefill_chunk = 256;     // most prompt rows of one lane per round
+  int64_t max_rows_per_round = 512;
+};
+
+// Counters for /metrics; monotonic totals unless named otherwise.
+struct EngineStats {
+  int64_t requests = 0;
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  int64_t rounds = 0;
+  int64_t rows = 0;  // summed over rounds: rows / rounds = rows per round
+  int64_t drafted_tokens = 0;
+  int64_t accepted_tokens = 0;
+  int64_t queue_depth = 0;  // now
+  int64_t lanes_live = 0;   // now
+};
+
+enum class SubmitStatus { accepted, queue_full, too_long, invalid };
+
+struct SubmitResult {
+  SubmitStatus status;
+  uint64_t request_id = 0;
+  std::string message;  // for rejected requests, a sentence for the client
+};
+
+class Engine {
+ public:
+  Engine(const EngineOptions& options, std::shared_ptr<Model> model,
+         std::shared_ptr<const Tokenizer> tokenizer);
+  ~Engine();  // stops the thread; pending requests finish with `cancelled`
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates (prompt + max_tokens within n_ctx, tokens in vocab) and queues the request.
+  SubmitResult submit(GenerationRequest request, UpdateSink sink);
+  void cancel(uint64_t request_id);
+  EngineStats stats() const;
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  struct Impl;
+  EngineOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tf

@@ -1,0 +1,61 @@
+// What the engine is asked to do and what it reports back, in native types (no JSON here).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sampling/sampler.h"
+
+namespace tf {
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;    // token ids, non-empty
+  int64_t max_tokens = 16;        // completion budget, >= 1
+  SamplingParams sampling;        // seed already chosen (the server draws one when absent)
+  std::vector<std::string> stop;  // stop strings; text from a stop string on is never sent
+  bool ignore_eos = false;
+  bool use_draft = true;          // the "draft" extension: false turns speculation off
+  int32_t n_top_logprobs = -1;    // -1: no logprobs; 0..20: logprob of each token plus the n best
+};
+
+enum class FinishReason { stop, length, cancelled, error };
+const char* finish_reason_name(FinishReason reason);
+
+struct TokenLogprobs {
+  int32_t token;
+  float logprob;
+  std::vector<TokenLogprob> top;  // best first
+};
+
+// Per-reply figures (llama.cpp's `timings`, plus speculation counters).
+struct ReplyTimings {
+  int64_t prompt_n = 0;
+  double prompt_ms = 0;
+  int64_t predicted_n = 0;
+  double predicted_ms = 0;
+  int64_t rounds = 0;            // target forwards that produced tokens for this reply
+  int64_t draft_n = 0;           // drafted tokens verified
+  int64_t draft_accepted_n = 0;  // drafted tokens accepted
+  double tokens_per_round() const { return rounds ? double(predicted_n) / double(rounds) : 0.0; }
+};
+
+// One update for a request, in order. Completion tokens are every generated token except a final
+// EOS; `text` is what may be sent now (text that might begin a stop string is held back until it
+// is resolved; nothing from a stop string on is ever sent).
+struct GenerationUpdate {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::vector<TokenLogprobs> logprobs;  // one per token in `tokens` when requested
+  bool is_final = false;
+  FinishReason finish_reason = FinishReason::stop;  // meaningful when is_final
+  std::string error;                                // when finish_reason == error
+  ReplyTimings timings;                             // when is_final
+  std::string token_sha;  // when is_final: hex SHA-256 of all completion token ids (int32 LE)
+};
+
+// Called on the engine thread; must not block. Returning false cancels the request (client gone);
+// the lane is freed within a round.
+using UpdateSink = std::function<bool(const GenerationUpdate&)>;
+
+}  // namespace tf

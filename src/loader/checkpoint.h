@@ -1,0 +1,37 @@
+// All safetensors files of a model directory (single file or sharded with an index).
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loader/safetensors.h"
+
+namespace tf {
+
+// Called while loading with (bytes done, bytes total); the CLI draws a progress bar with it.
+using LoadProgress = std::function<void(size_t done, size_t total)>;
+
+class Checkpoint {
+ public:
+  // Opens DIR/model.safetensors, or every shard named by DIR/model.safetensors.index.json.
+  // Touches every page once (reporting progress) so the first forward does not stall on I/O.
+  static Checkpoint open(const std::string& model_dir, const LoadProgress& progress = {});
+
+  bool has(const std::string& name) const;
+  // Throws tf::Error naming the directory and the tensor when it is missing.
+  const TensorView& get(const std::string& name) const;
+  // get() plus a shape check; the error names the file, the tensor, and both shapes.
+  const TensorView& get(const std::string& name, const std::vector<int64_t>& shape) const;
+  // The file that holds a tensor (for messages).
+  const std::string& file_of(const std::string& name) const;
+  const std::string& dir() const { return dir_; }
+  std::vector<std::string> names() const;
+
+ private:
+  std::string dir_;
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::map<std::string, std::pair<const TensorView*, const SafetensorsFile*>> index_;
+};
+
+}  // namespace tf

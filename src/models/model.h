@@ -1,0 +1,34 @@
+// A target model on a backend: one forward call carries every row of a round.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/batch.h"
+#include "loader/checkpoint.h"
+#include "loader/model_config.h"
+
+namespace tf {
+
+class KvCache;
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  // Runs every row of the batch; each row's K/V is written to its kv_slot. For each row with
+  // wants_logits, writes n_vocab logits to `logits` in row order (logits rows are packed).
+  virtual void forward(const Batch& batch, KvCache& kv, float* logits) = 0;
+};
+
+struct ModelLoadOptions {
+  std::string device = "cpu";  // "cpu" or "cuda"
+  int n_threads = 0;           // CPU worker threads; 0 = one per core
+  LoadProgress progress;
+};
+
+// Loads config.json and the weights of a model directory for the chosen backend.
+std::shared_ptr<Model> load_model(const std::string& model_dir, const ModelLoadOptions& options);
+
+}  // namespace tf

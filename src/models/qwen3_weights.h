@@ -1,0 +1,37 @@
+// Qwen3 weights bound from a checkpoint (dense or MLX-quantized), with every shape checked.
+#pragma once
+#include <vector>
+
+#include "core/tensor.h"
+#include "loader/checkpoint.h"
+#include "loader/model_config.h"
+
+namespace tf {
+
+struct Qwen3LayerWeights {
+  WeightVector input_norm;          // [hidden]
+  WeightMatrix q_proj;              // [n_heads * head_dim][hidden]
+  WeightMatrix k_proj;              // [n_kv_heads * head_dim][hidden]
+  WeightMatrix v_proj;              // [n_kv_heads * head_dim][hidden]
+  WeightMatrix o_proj;              // [hidden][n_heads * head_dim]
+  WeightVector q_norm;              // [head_dim]
+  WeightVector k_norm;              // [head_dim]
+  WeightVector post_attention_norm; // [hidden]
+  WeightMatrix gate_proj;           // [intermediate][hidden]
+  WeightMatrix up_proj;             // [intermediate][hidden]
+  WeightMatrix down_proj;           // [hidden][intermediate]
+};
+
+struct Qwen3Weights {
+  WeightMatrix embed_tokens;  // [vocab][hidden], rows gathered (dense or quantized)
+  std::vector<Qwen3LayerWeights> layers;
+  WeightVector final_norm;    // [hidden]
+  WeightMatrix lm_head;       // [vocab][hidden]; the embedding itself when tied
+};
+
+// Binds tensor names "model.layers.{i}.self_attn.q_proj.weight" etc. A quantized linear layer has
+// ".weight" (u32), ".scales" and ".biases". Throws tf::Error naming the file and tensor on a
+// missing tensor, a wrong shape or dtype.
+Qwen3Weights bind_qwen3_weights(const Checkpoint& checkpoint, const ModelConfig& config);
+
+}  // namespace tf

@@ -1,0 +1,52 @@
+// Hugging Face tokenizer.json: NFC normalizer, Split pre-tokenizer regex, ByteLevel, BPE by
+// merge rank, and added/special tokens matched inside text. Equal to the reference library.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tf {
+
+class Tokenizer {
+ public:
+  // Throws tf::Error naming the file and the field when the file is missing or malformed.
+  static std::shared_ptr<const Tokenizer> from_file(const std::string& tokenizer_json_path);
+  virtual ~Tokenizer() = default;
+
+  // Added tokens found in the text become their ids (special or not); the rest is normalized,
+  // pre-tokenized and merged.
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // Concatenated bytes of the tokens (may end in an incomplete UTF-8 sequence).
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  // The raw bytes of one token; empty for an unknown id.
+  virtual std::string token_bytes(int32_t id) const = 0;
+  // The id of a token given by its content (a vocab entry or an added token), or -1.
+  virtual int32_t token_id(std::string_view content) const = 0;
+  virtual bool is_special(int32_t id) const = 0;
+  // One past the largest id.
+  virtual int64_t n_tokens() const = 0;
+};
+
+// Streaming decode: bytes of an incomplete UTF-8 sequence are held until it completes, so each
+// piece returned is valid UTF-8; invalid bytes become U+FFFD.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  std::string push(int32_t id);
+  std::string flush();  // whatever is held, with U+FFFD for an incomplete tail
+
+ private:
+  const Tokenizer& tokenizer_;
+  std::string pending_;
+};
+
+// True when s is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
+bool is_valid_utf8(std::string_view s);
+// Length of the longest prefix of s that ends on a complete UTF-8 sequence boundary.
+size_t complete_utf8_prefix(std::string_view s);
+// NFC normalization of valid UTF-8.
+std::string nfc(std::string_view s);
+
+}  // namespace tf
