@@ -20,6 +20,9 @@ class Model {
   // Runs every row of the batch; each row's K/V is written to its kv_slot. For each row with
   // wants_logits, writes n_vocab logits to `logits` in row order (logits rows are packed).
   virtual void forward(const Batch& batch, KvCache& kv, float* logits) = 0;
+  // Bytes of weights one decode step must read (every layer and the LM head; one embedding row),
+  // the numerator of achieved bandwidth.
+  virtual int64_t weight_bytes_per_step() const = 0;
 };
 
 struct ModelLoadOptions {

@@ -1,0 +1,184 @@
+// `tensorfold bench`: prefill and decode speed on the CPU, against the machine's read bandwidth.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/kv_cache.h"
+#include "models/model.h"
+#include "models/synthetic.h"
+#include "sampling/sampler.h"
+
+namespace tf::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchFlags {
+  std::string model_dir;
+  std::string synthetic;
+  int bits = 0;
+  int64_t prompt_len = 128;
+  int64_t n_decode = 32;
+  int repeats = 5;
+  int n_threads = 0;
+  std::string receipt;
+};
+
+struct Summary {
+  double median, low, high;
+};
+
+Summary summarize(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  double median = n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+  return {median, values.front(), values.back()};
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The ceiling for decode: how fast all threads can stream a buffer far larger than the caches.
+double measure_read_bandwidth(int n_threads) {
+  ThreadPool pool(n_threads);
+  std::vector<float> buffer(size_t(256) << 20 >> 2, 1.0f);  // 256 MiB
+  std::vector<double> rates;
+  std::vector<float> sinks(size_t(pool.n_threads()) * 16);
+  for (int rep = 0; rep < 5; ++rep) {
+    auto start = Clock::now();
+    pool.parallel_for(pool.n_threads(), [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        size_t lo = buffer.size() * size_t(t) / size_t(pool.n_threads());
+        size_t hi = buffer.size() * size_t(t + 1) / size_t(pool.n_threads());
+        float acc[16] = {};
+        for (size_t i = lo; i + 16 <= hi; i += 16)
+          for (int j = 0; j < 16; ++j) acc[j] += buffer[i + size_t(j)];
+        sinks[size_t(t) * 16] = std::accumulate(acc, acc + 16, 0.0f);
+      }
+    });
+    rates.push_back(double(buffer.size() * sizeof(float)) / seconds_since(start) / 1e9);
+  }
+  return summarize(rates).median;
+}
+
+std::string shell_line(const char* command) {
+  std::string out;
+  if (FILE* pipe = popen(command, "r")) {
+    char buffer[256];
+    while (fgets(buffer, sizeof(buffer), pipe)) out += buffer;
+    pclose(pipe);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out.empty() ? "unknown" : out;
+}
+
+void run_bench(const BenchFlags& flags, const std::string& command_line) {
+  if (flags.model_dir.empty() == flags.synthetic.empty()) fail("give exactly one of --model and --synthetic");
+  std::shared_ptr<Model> model = flags.synthetic.empty()
+                                     ? load_model_for_cli(flags.model_dir, flags.n_threads)
+                                     : make_synthetic_model(flags.synthetic, flags.bits, flags.n_threads);
+  const ModelConfig& config = model->config();
+  const int64_t n_vocab = config.vocab_size;
+  const int64_t n_positions = flags.prompt_len + flags.n_decode;
+  if (n_positions > config.max_position_embeddings) fail("--prompt-len plus --decode exceeds the model's context");
+  std::mt19937 random(7);
+  std::vector<int32_t> prompt(size_t(flags.prompt_len));
+  for (auto& id : prompt) id = int32_t(random() % uint32_t(std::min<int64_t>(n_vocab, 151643)));
+
+  std::vector<double> prefill_rates, decode_rates;
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  for (int rep = 0; rep <= flags.repeats; ++rep) {  // repetition 0 warms up and is discarded
+    KvCache kv(config.n_layers, config.kv_dim(), kv_blocks_for(n_positions));
+    int32_t lane = kv.lane_open();
+    kv.lane_reserve(lane, n_positions);
+    Batch prefill;
+    for (int64_t i = 0; i < flags.prompt_len; ++i)
+      prefill.rows.push_back({prompt[size_t(i)], int32_t(i), lane, int32_t(i) - 1,
+                              kv.slot(lane, i), i + 1 == flags.prompt_len});
+    auto start = Clock::now();
+    model->forward(prefill, kv, logits.data());
+    double prefill_s = seconds_since(start);
+    int32_t token = argmax(logits.data(), n_vocab);
+    start = Clock::now();
+    for (int64_t i = 0; i < flags.n_decode; ++i) {
+      int32_t pos = int32_t(flags.prompt_len + i);
+      Batch step;
+      step.rows.push_back({token, pos, lane, -1, kv.slot(lane, pos), true});
+      model->forward(step, kv, logits.data());
+      token = argmax(logits.data(), n_vocab);
+    }
+    double decode_s = seconds_since(start);
+    if (rep == 0) continue;
+    prefill_rates.push_back(double(flags.prompt_len) / prefill_s);
+    decode_rates.push_back(double(flags.n_decode) / decode_s);
+  }
+  double bytes_per_step = double(model->weight_bytes_per_step());
+  double ceiling = measure_read_bandwidth(flags.n_threads);
+  Summary prefill = summarize(prefill_rates), decode = summarize(decode_rates);
+  double gbs = decode.median * bytes_per_step / 1e9;
+
+  std::ostringstream report;
+  report << "# CPU bench: " << (flags.synthetic.empty() ? flags.model_dir : "synthetic " + flags.synthetic)
+         << (flags.bits ? " (" + std::to_string(flags.bits) + "-bit)" : std::string()) << "\n\n"
+         << "- command: `" << command_line << "`\n"
+         << "- commit: " << shell_line("git rev-parse --short HEAD 2>/dev/null") << "\n"
+         << "- machine: " << shell_line("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2") << ", "
+         << shell_line("nproc") << " cores, threads " << (flags.n_threads ? flags.n_threads : 0)
+         << " (0 = one per core)\n"
+         << "- model: " << config.n_layers << " layers, hidden " << config.hidden_size << ", vocab "
+         << n_vocab << ", " << bytes_per_step / 1e6 << " MB of weights read per decode step\n"
+         << "- runs: " << flags.repeats << " after one warm-up; prompt " << flags.prompt_len
+         << " tokens, " << flags.n_decode << " decode steps\n\n";
+  char line[512];
+  report << "| measure | median | range |\n|---|---|---|\n";
+  std::snprintf(line, sizeof(line), "| prefill tok/s | %.1f | %.1f – %.1f |\n", prefill.median, prefill.low, prefill.high);
+  report << line;
+  std::snprintf(line, sizeof(line), "| decode tok/s | %.2f | %.2f – %.2f |\n", decode.median, decode.low, decode.high);
+  report << line;
+  std::snprintf(line, sizeof(line), "| decode weight GB/s | %.2f | %.2f – %.2f |\n", gbs,
+                decode.low * bytes_per_step / 1e9, decode.high * bytes_per_step / 1e9);
+  report << line;
+  std::snprintf(line, sizeof(line), "| measured read ceiling GB/s | %.2f | |\n| decode / ceiling | %.0f%% | |\n",
+                ceiling, 100.0 * gbs / ceiling);
+  report << line;
+  std::fputs(report.str().c_str(), stdout);
+  if (!flags.receipt.empty()) {
+    std::ofstream out(flags.receipt);
+    if (!out) fail("cannot write the receipt to " + flags.receipt);
+    out << report.str();
+  }
+}
+
+}  // namespace
+
+void register_bench_command(CLI::App& app) {
+  auto flags = std::make_shared<BenchFlags>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed (prints a receipt)");
+  cmd->add_option("--model", flags->model_dir, "Model directory");
+  cmd->add_option("--synthetic", flags->synthetic, "Real shape with generated weights: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-32b");
+  cmd->add_option("--bits", flags->bits, "Synthetic weights: 0 (bf16), 4 or 8 (MLX affine)")
+      ->check(CLI::IsMember({0, 4, 8}))->capture_default_str();
+  cmd->add_option("--prompt-len", flags->prompt_len, "Prompt tokens prefilled in one forward")
+      ->check(CLI::Range(int64_t(1), int64_t(32768)))->capture_default_str();
+  cmd->add_option("--decode", flags->n_decode, "Decode steps")->check(CLI::Range(int64_t(1), int64_t(100000)))->capture_default_str();
+  cmd->add_option("--repeats", flags->repeats, "Timed runs (after one warm-up)")->check(CLI::Range(1, 1000))->capture_default_str();
+  cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")->envname("TF_THREADS");
+  cmd->add_option("--receipt", flags->receipt, "Also write the receipt to this file");
+  cmd->callback([flags] {
+    run_bench(*flags, "tensorfold bench" + std::string(flags->synthetic.empty() ? " --model " + flags->model_dir : " --synthetic " + flags->synthetic) +
+                          " --bits " + std::to_string(flags->bits) + " --prompt-len " + std::to_string(flags->prompt_len) +
+                          " --decode " + std::to_string(flags->n_decode) + " --repeats " + std::to_string(flags->repeats) +
+                          " --threads " + std::to_string(flags->n_threads));
+  });
+}
+
+}  // namespace tf::cli

@@ -1,0 +1,71 @@
+// `tensorfold eval`: logits of a prompt in one forward, for parity checks against transformers.
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "engine/kv_cache.h"
+#include "models/model.h"
+#include "sampling/sampler.h"
+
+namespace tf::cli {
+namespace {
+
+struct EvalFlags {
+  std::string model_dir = default_model_dir();
+  std::string prompt_ids;
+  bool json = false;
+  bool all_logits = false;
+  int n_threads = 0;
+};
+
+void run_eval(const EvalFlags& flags) {
+  std::vector<int32_t> ids = parse_id_list(flags.prompt_ids, "--prompt-ids");
+  auto model = load_model_for_cli(flags.model_dir, flags.n_threads);
+  const ModelConfig& config = model->config();
+  if (int64_t(ids.size()) > config.max_position_embeddings)
+    fail("the prompt has " + std::to_string(ids.size()) + " tokens; the model's limit is " +
+         std::to_string(config.max_position_embeddings));
+  for (int32_t id : ids)
+    if (id >= config.vocab_size) fail("token id " + std::to_string(id) + " is outside the vocabulary");
+  KvCache kv(config.n_layers, config.kv_dim(), kv_blocks_for(int64_t(ids.size())), kKvBlockSize);
+  int32_t lane = kv.lane_open();
+  kv.lane_reserve(lane, int64_t(ids.size()));
+  Batch batch;
+  for (size_t i = 0; i < ids.size(); ++i)
+    batch.rows.push_back({ids[i], int32_t(i), lane, int32_t(i) - 1, kv.slot(lane, int64_t(i)), true});
+  std::vector<float> logits(ids.size() * size_t(config.vocab_size));
+  model->forward(batch, kv, logits.data());
+
+  const int64_t n_vocab = config.vocab_size;
+  std::vector<int32_t> argmaxes;
+  for (size_t i = 0; i < ids.size(); ++i) argmaxes.push_back(argmax(logits.data() + i * n_vocab, n_vocab));
+  const float* last = logits.data() + (ids.size() - 1) * n_vocab;
+  nlohmann::json out = {{"last_logits", std::vector<float>(last, last + n_vocab)}, {"argmax", argmaxes}};
+  if (flags.all_logits) out["logits"] = logits;
+  if (!flags.json) {
+    std::cout << "argmax per position:";
+    for (int32_t a : argmaxes) std::cout << " " << a;
+    std::cout << "\n";
+    return;
+  }
+  std::cout << out.dump() << "\n";
+}
+
+}  // namespace
+
+void register_eval_command(CLI::App& app) {
+  auto flags = std::make_shared<EvalFlags>();
+  CLI::App* cmd = app.add_subcommand("eval", "Print the logits of a prompt (one forward pass)");
+  cmd->add_option("--model", flags->model_dir, "Model directory")->envname("TF_MODEL")->capture_default_str();
+  cmd->add_option("--prompt-ids", flags->prompt_ids, "Prompt as comma-separated token ids")->required();
+  cmd->add_flag("--json", flags->json, "Print {\"last_logits\": [...], \"argmax\": [...]}");
+  cmd->add_flag("--all-logits", flags->all_logits, "Also print the logits of every position");
+  cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")
+      ->envname("TF_THREADS")->check(CLI::NonNegativeNumber);
+  cmd->callback([flags] { run_eval(*flags); });
+}
+
+}  // namespace tf::cli

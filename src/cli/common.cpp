@@ -1,0 +1,74 @@
+#include "cli/common.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "models/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tf::cli {
+
+std::string default_model_dir() {
+#ifdef TF_DEFAULT_MODEL_DIR
+  return TF_DEFAULT_MODEL_DIR;
+#else
+  return "models/qwen3-tiny-chat";
+#endif
+}
+
+std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag) {
+  std::vector<int32_t> ids;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    while (used < item.size() && item[used] == ' ') ++used;
+    if (item.empty() || used != item.size() || value < 0 || value > INT32_MAX)
+      fail(flag + " expects comma-separated token ids, got '" + item + "'");
+    ids.push_back(int32_t(value));
+  }
+  if (ids.empty()) fail(flag + " is empty");
+  return ids;
+}
+
+LoadProgress stderr_progress(const std::string& label) {
+  if (!isatty(STDERR_FILENO)) return {};
+  return [label, last = -1](size_t done, size_t total) mutable {
+    if (total < (8u << 20)) return;
+    int percent = total ? int(done * 100 / total) : 100;
+    if (percent == last) return;
+    last = percent;
+    int filled = percent * 30 / 100;
+    std::fprintf(stderr, "\r%s [%s%s] %3d%% of %.1f MB", label.c_str(),
+                 std::string(size_t(filled), '#').c_str(), std::string(size_t(30 - filled), ' ').c_str(),
+                 percent, double(total) / 1e6);
+    if (done >= total) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  };
+}
+
+std::shared_ptr<Model> load_model_for_cli(const std::string& model_dir, int n_threads) {
+  ModelLoadOptions options;
+  options.n_threads = n_threads;
+  options.progress = stderr_progress("loading " + model_dir);
+  return load_model(model_dir, options);
+}
+
+std::shared_ptr<const Tokenizer> load_tokenizer_if_present(const std::string& model_dir) {
+  std::string path = (std::filesystem::path(model_dir) / "tokenizer.json").string();
+  if (!std::filesystem::exists(path)) return nullptr;
+  return Tokenizer::from_file(path);
+}
+
+}  // namespace tf::cli

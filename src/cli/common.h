@@ -1,0 +1,28 @@
+// Pieces shared by the subcommands: model and tokenizer loading, id lists, a progress bar.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loader/checkpoint.h"
+
+namespace tf {
+class Model;
+class Tokenizer;
+}  // namespace tf
+
+namespace tf::cli {
+
+// "1,2,3" -> {1,2,3}; throws tf::Error naming the flag on anything else.
+std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
+
+// A progress bar on stderr for loads of more than a few megabytes (only when stderr is a tty).
+LoadProgress stderr_progress(const std::string& label);
+
+std::shared_ptr<Model> load_model_for_cli(const std::string& model_dir, int n_threads);
+// DIR/tokenizer.json, or nullptr when the directory has none (models driven by ids only).
+std::shared_ptr<const Tokenizer> load_tokenizer_if_present(const std::string& model_dir);
+
+
+}  // namespace tf::cli

@@ -1,0 +1,160 @@
+#include "models/qwen3.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "engine/kv_cache.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/rope.h"
+
+namespace tf {
+
+Qwen3CpuModel::Qwen3CpuModel(ModelConfig config, Qwen3Weights weights,
+                             std::shared_ptr<const void> storage, int n_threads)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      storage_(std::move(storage)),
+      pool_(n_threads),
+      inverse_frequencies_(cpu::rope_inverse_frequencies(config_.head_dim, config_.rope_theta)) {}
+
+static int64_t matrix_bytes(const WeightMatrix& w) {
+  if (!w.is_quantized()) return w.n_rows * w.n_cols * int64_t(dtype_size(w.dtype));
+  int64_t groups = w.n_rows * w.n_groups_per_row();
+  return w.n_rows * w.n_cols * w.bits / 8 + 2 * groups * int64_t(dtype_size(w.scale_dtype));
+}
+
+int64_t Qwen3CpuModel::weight_bytes_per_step() const {
+  int64_t total = matrix_bytes(weights_.lm_head);
+  for (const auto& l : weights_.layers)
+    for (const WeightMatrix* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj,
+                                  &l.up_proj, &l.down_proj})
+      total += matrix_bytes(*w);
+  return total;
+}
+
+void Qwen3CpuModel::resolve_key_slots(const Batch& batch, const KvCache& kv) {
+  const auto& rows = batch.rows;
+  key_slots_.resize(rows.size());
+  key_slot_ptrs_.resize(rows.size());
+  n_keys_.resize(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    auto& slots = key_slots_[r];
+    slots.assign(size_t(rows[r].pos) + 1, -1);
+    int64_t chain = int64_t(r);
+    int64_t first = chain;
+    while (chain >= 0) {
+      const BatchRow& row = rows[size_t(chain)];
+      slots[size_t(row.pos)] = row.kv_slot;
+      first = chain;
+      int64_t parent = row.parent;
+      if (parent >= 0 && (parent >= chain || rows[size_t(parent)].pos != row.pos - 1 ||
+                          rows[size_t(parent)].lane != row.lane))
+        fail("internal: batch row " + std::to_string(chain) + " has an invalid parent");
+      chain = parent;
+    }
+    int32_t lane = rows[size_t(first)].lane;
+    for (int32_t p = 0; p < rows[size_t(first)].pos; ++p) slots[size_t(p)] = kv.slot(lane, p);
+    key_slot_ptrs_[r] = slots.data();
+    n_keys_[r] = rows[r].pos + 1;
+  }
+}
+
+void Qwen3CpuModel::attention_block(int64_t layer, const Batch& batch, KvCache& kv) {
+  const auto& w = weights_.layers[size_t(layer)];
+  const int64_t n_rows = int64_t(batch.rows.size());
+  const int64_t hidden = config_.hidden_size, head_dim = config_.head_dim;
+  const int64_t kv_dim = config_.kv_dim();
+  const float eps = config_.rms_norm_eps;
+
+  cpu::rms_norm(hidden_.data(), n_rows, hidden, w.input_norm, eps, normed_.data());
+  cpu::linear(normed_.data(), n_rows, w.q_proj, q_.data(), pool_);
+  cpu::linear(normed_.data(), n_rows, w.k_proj, k_.data(), pool_);
+  cpu::linear(normed_.data(), n_rows, w.v_proj, v_.data(), pool_);
+  cpu::rms_norm(q_.data(), n_rows * config_.n_heads, head_dim, w.q_norm, eps, q_.data());
+  cpu::rms_norm(k_.data(), n_rows * config_.n_kv_heads, head_dim, w.k_norm, eps, k_.data());
+  cpu::rope_apply(q_.data(), n_rows, config_.n_heads, head_dim, positions_.data(),
+                  inverse_frequencies_);
+  cpu::rope_apply(k_.data(), n_rows, config_.n_kv_heads, head_dim, positions_.data(),
+                  inverse_frequencies_);
+
+  // Keys and values go to the cache first; attention reads every key from there, including
+  // this round's own rows, so a row sees the same numbers whatever shares its round.
+  float* k_cache = kv.keys(layer);
+  float* v_cache = kv.values(layer);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    int64_t slot = batch.rows[size_t(r)].kv_slot;
+    std::memcpy(k_cache + slot * kv_dim, k_.data() + r * kv_dim, size_t(kv_dim) * sizeof(float));
+    std::memcpy(v_cache + slot * kv_dim, v_.data() + r * kv_dim, size_t(kv_dim) * sizeof(float));
+  }
+  cpu::AttentionShape shape{config_.n_heads, config_.n_kv_heads, head_dim,
+                            float(1.0 / std::sqrt(double(head_dim)))};
+  cpu::attention(q_.data(), n_rows, k_cache, v_cache, key_slot_ptrs_.data(), n_keys_.data(), shape,
+                 attn_out_.data(), pool_);
+  cpu::linear(attn_out_.data(), n_rows, w.o_proj, proj_.data(), pool_);
+  for (int64_t i = 0; i < n_rows * hidden; ++i) hidden_[size_t(i)] += proj_[size_t(i)];
+}
+
+void Qwen3CpuModel::mlp_block(int64_t layer, int64_t n_rows) {
+  const auto& w = weights_.layers[size_t(layer)];
+  const int64_t hidden = config_.hidden_size, inter = config_.intermediate_size;
+  cpu::rms_norm(hidden_.data(), n_rows, hidden, w.post_attention_norm, config_.rms_norm_eps,
+                normed_.data());
+  cpu::linear(normed_.data(), n_rows, w.gate_proj, gate_.data(), pool_);
+  cpu::linear(normed_.data(), n_rows, w.up_proj, up_.data(), pool_);
+  cpu::swiglu(gate_.data(), up_.data(), n_rows * inter, gate_.data());
+  cpu::linear(gate_.data(), n_rows, w.down_proj, proj_.data(), pool_);
+  for (int64_t i = 0; i < n_rows * hidden; ++i) hidden_[size_t(i)] += proj_[size_t(i)];
+}
+
+void Qwen3CpuModel::forward(const Batch& batch, KvCache& kv, float* logits) {
+  const int64_t n_rows = int64_t(batch.rows.size());
+  if (n_rows == 0) return;
+  const int64_t hidden = config_.hidden_size;
+  hidden_.resize(size_t(n_rows * hidden));
+  normed_.resize(size_t(n_rows * hidden));
+  proj_.resize(size_t(n_rows * hidden));
+  q_.resize(size_t(n_rows * config_.q_dim()));
+  attn_out_.resize(size_t(n_rows * config_.q_dim()));
+  k_.resize(size_t(n_rows * config_.kv_dim()));
+  v_.resize(size_t(n_rows * config_.kv_dim()));
+  gate_.resize(size_t(n_rows * config_.intermediate_size));
+  up_.resize(size_t(n_rows * config_.intermediate_size));
+
+  positions_.resize(size_t(n_rows));
+  std::vector<int32_t> tokens(static_cast<size_t>(n_rows));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const BatchRow& row = batch.rows[size_t(r)];
+    if (row.token < 0 || row.token >= config_.vocab_size)
+      fail("token id " + std::to_string(row.token) + " is outside the vocabulary of " +
+           std::to_string(config_.vocab_size));
+    tokens[size_t(r)] = row.token;
+    positions_[size_t(r)] = row.pos;
+  }
+  resolve_key_slots(batch, kv);
+  cpu::embedding_rows(weights_.embed_tokens, tokens.data(), n_rows, hidden_.data());
+
+  for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
+    attention_block(layer, batch, kv);
+    mlp_block(layer, n_rows);
+  }
+
+  // Only rows that asked for logits pay for the final norm and the LM head.
+  int64_t n_out = 0;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    if (!batch.rows[size_t(r)].wants_logits) continue;
+    if (n_out != r)
+      std::memcpy(hidden_.data() + n_out * hidden, hidden_.data() + r * hidden,
+                  size_t(hidden) * sizeof(float));
+    ++n_out;
+  }
+  if (n_out == 0) return;
+  cpu::rms_norm(hidden_.data(), n_out, hidden, weights_.final_norm, config_.rms_norm_eps,
+                normed_.data());
+  cpu::linear(normed_.data(), n_out, weights_.lm_head, logits, pool_);
+}
+
+}  // namespace tf

@@ -1,0 +1,50 @@
+// Qwen3 (dense decoder: RMSNorm, QK-norm, RoPE, GQA attention, SwiGLU) on the CPU backend.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "models/model.h"
+#include "models/qwen3_weights.h"
+
+namespace tf {
+
+class Qwen3CpuModel : public Model {
+ public:
+  // `storage` keeps whatever the weight views point into (mapped files or owned buffers) alive.
+  Qwen3CpuModel(ModelConfig config, Qwen3Weights weights, std::shared_ptr<const void> storage,
+                int n_threads);
+
+  const ModelConfig& config() const override { return config_; }
+  void forward(const Batch& batch, KvCache& kv, float* logits) override;
+  int64_t weight_bytes_per_step() const override;
+
+ private:
+  // For each row, the physical slot of every logical position 0..pos it attends to.
+  void resolve_key_slots(const Batch& batch, const KvCache& kv);
+  void attention_block(int64_t layer, const Batch& batch, KvCache& kv);
+  void mlp_block(int64_t layer, int64_t n_rows);
+
+  ModelConfig config_;
+  Qwen3Weights weights_;
+  std::shared_ptr<const void> storage_;
+  ThreadPool pool_;
+  std::vector<float> inverse_frequencies_;
+
+  // Scratch, resized per forward.
+  std::vector<float> hidden_;    // [n_rows][hidden]   residual stream
+  std::vector<float> normed_;    // [n_rows][hidden]
+  std::vector<float> q_;         // [n_rows][n_heads * head_dim]
+  std::vector<float> k_;         // [n_rows][n_kv_heads * head_dim]
+  std::vector<float> v_;         // [n_rows][n_kv_heads * head_dim]
+  std::vector<float> attn_out_;  // [n_rows][n_heads * head_dim]
+  std::vector<float> proj_;      // [n_rows][hidden]
+  std::vector<float> gate_;      // [n_rows][intermediate]
+  std::vector<float> up_;        // [n_rows][intermediate]
+  std::vector<int32_t> positions_;
+  std::vector<std::vector<int32_t>> key_slots_;
+  std::vector<const int32_t*> key_slot_ptrs_;
+  std::vector<int32_t> n_keys_;
+};
+
+}  // namespace tf

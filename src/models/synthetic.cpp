@@ -1,0 +1,141 @@
+#include "models/synthetic.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "models/qwen3.h"
+
+namespace tf {
+namespace {
+
+struct SyntheticShape {
+  const char* name;
+  int64_t hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim;
+  bool tied;
+};
+
+constexpr SyntheticShape kShapes[] = {
+    {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, true},
+    {"qwen3-1.7b", 2048, 6144, 28, 16, 8, 128, true},
+    {"qwen3-4b", 2560, 9728, 36, 32, 8, 128, true},
+    {"qwen3-8b", 4096, 12288, 36, 32, 8, 128, false},
+    {"qwen3-32b", 5120, 25600, 64, 64, 8, 128, false},
+};
+
+// xorshift: cheap, and the values only need to look like weights.
+struct FastRandom {
+  uint64_t state;
+  uint32_t next() {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return uint32_t(state >> 32);
+  }
+};
+
+// Owns every synthetic buffer; the weight views point into it.
+struct SyntheticStorage {
+  std::vector<std::vector<uint32_t>> buffers;
+  FastRandom random{0x9e3779b97f4a7c15ull};
+
+  // n elements of u16/u32 storage, filled with small random bf16 values (two per word).
+  void* random_words(size_t n_words) {
+    auto& b = buffers.emplace_back(n_words);
+    for (auto& word : b) {
+      uint32_t lo = f32_to_bf16((float(int32_t(random.next() % 2001) - 1000)) * 2e-5f);
+      uint32_t hi = f32_to_bf16((float(int32_t(random.next() % 2001) - 1000)) * 2e-5f);
+      word = lo | hi << 16;
+    }
+    return b.data();
+  }
+
+  WeightMatrix matrix(int64_t rows, int64_t cols, int bits) {
+    WeightMatrix w;
+    w.n_rows = rows;
+    w.n_cols = cols;
+    if (bits == 0) {
+      w.dtype = DType::bf16;
+      w.data = random_words(size_t(rows * cols + 1) / 2);
+      return w;
+    }
+    w.dtype = DType::u32;
+    w.bits = bits;
+    w.group_size = 64;
+    auto& packed = buffers.emplace_back(size_t(rows * cols * bits / 32));
+    for (auto& word : packed) word = random.next();
+    w.data = packed.data();
+    w.scale_dtype = DType::bf16;
+    w.scales = random_words(size_t(rows * (cols / 64) + 1) / 2);
+    w.biases = random_words(size_t(rows * (cols / 64) + 1) / 2);
+    return w;
+  }
+
+  WeightVector ones(int64_t n) {
+    auto& b = buffers.emplace_back(size_t(n + 1) / 2, 0x3f803f80u);  // bf16 1.0 twice
+    return WeightVector{n, DType::bf16, b.data()};
+  }
+};
+
+const SyntheticShape& find_shape(const std::string& name) {
+  for (const auto& s : kShapes)
+    if (name == s.name) return s;
+  std::string known;
+  for (const auto& s : kShapes) known += std::string(known.empty() ? "" : ", ") + s.name;
+  fail("unknown synthetic model '" + name + "'; known shapes: " + known);
+}
+
+}  // namespace
+
+std::vector<std::string> synthetic_model_names() {
+  std::vector<std::string> names;
+  for (const auto& s : kShapes) names.push_back(s.name);
+  return names;
+}
+
+ModelConfig synthetic_config(const std::string& name) {
+  const SyntheticShape& s = find_shape(name);
+  ModelConfig c;
+  c.architecture = "Qwen3ForCausalLM";
+  c.hidden_size = s.hidden;
+  c.intermediate_size = s.intermediate;
+  c.n_layers = s.n_layers;
+  c.n_heads = s.n_heads;
+  c.n_kv_heads = s.n_kv_heads;
+  c.head_dim = s.head_dim;
+  c.vocab_size = 151936;
+  c.max_position_embeddings = 40960;
+  c.rope_theta = 1000000.0;
+  c.rms_norm_eps = 1e-6f;
+  c.tie_word_embeddings = s.tied;
+  c.eos_token_ids = {151645, 151643};
+  return c;
+}
+
+std::shared_ptr<Model> make_synthetic_model(const std::string& name, int bits, int n_threads) {
+  if (bits != 0 && bits != 4 && bits != 8) fail("synthetic weights take --bits 0, 4 or 8");
+  ModelConfig c = synthetic_config(name);
+  if (bits) c.quantization = QuantizationConfig{64, bits};
+  auto storage = std::make_shared<SyntheticStorage>();
+  Qwen3Weights w;
+  w.embed_tokens = storage->matrix(c.vocab_size, c.hidden_size, bits);
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    Qwen3LayerWeights l;
+    l.input_norm = storage->ones(c.hidden_size);
+    l.post_attention_norm = storage->ones(c.hidden_size);
+    l.q_norm = storage->ones(c.head_dim);
+    l.k_norm = storage->ones(c.head_dim);
+    l.q_proj = storage->matrix(c.q_dim(), c.hidden_size, bits);
+    l.k_proj = storage->matrix(c.kv_dim(), c.hidden_size, bits);
+    l.v_proj = storage->matrix(c.kv_dim(), c.hidden_size, bits);
+    l.o_proj = storage->matrix(c.hidden_size, c.q_dim(), bits);
+    l.gate_proj = storage->matrix(c.intermediate_size, c.hidden_size, bits);
+    l.up_proj = storage->matrix(c.intermediate_size, c.hidden_size, bits);
+    l.down_proj = storage->matrix(c.hidden_size, c.intermediate_size, bits);
+    w.layers.push_back(l);
+  }
+  w.final_norm = storage->ones(c.hidden_size);
+  w.lm_head = c.tie_word_embeddings ? w.embed_tokens : storage->matrix(c.vocab_size, c.hidden_size, bits);
+  return std::make_shared<Qwen3CpuModel>(c, w, storage, n_threads);
+}
+
+}  // namespace tf

@@ -1,0 +1,20 @@
+// Models of real shapes with weights generated in-process, for benchmarks: speed does not depend
+// on weight values, and nothing large has to be stored or downloaded.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+
+namespace tf {
+
+// The shape of a known model ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-32b").
+// Throws tf::Error listing the known names for an unknown one.
+ModelConfig synthetic_config(const std::string& name);
+std::vector<std::string> synthetic_model_names();
+
+// Random bf16 weights (or MLX-quantized with bits 4/8) of the named shape on the CPU backend.
+std::shared_ptr<Model> make_synthetic_model(const std::string& name, int bits, int n_threads);
+
+}  // namespace tf
