@@ -1,0 +1,168 @@
+// `tensorfold serve`: the OpenAI-compatible HTTP server. Flags, their checks, and signals.
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "loader/model_config.h"
+#include "server/http_server.h"
+
+namespace tf::cli {
+namespace {
+
+constexpr int32_t max_parallel = 1024;
+constexpr int32_t max_http_threads = 1024;
+
+// The flags as given; validated_options() turns them into server options.
+struct ServeFlags {
+  std::string model_dir;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;
+  int32_t n_parallel = EngineOptions{}.n_parallel;
+  int64_t n_ctx = EngineOptions{}.n_ctx;
+  int32_t max_queue = EngineOptions{}.max_queue;
+  int n_threads = 0;
+  std::string device = "cpu";
+  int64_t max_body_bytes = 8 << 20;
+  int64_t max_tokens_limit = 131072;
+};
+
+void require(bool is_ok, const std::string& message) {
+  if (!is_ok) fail(message);
+}
+
+std::string model_id_of(const std::string& model_dir) {
+  std::filesystem::path path(model_dir);
+  if (!path.has_filename()) path = path.parent_path();  // "models/x/" names x
+  return path.filename().string();
+}
+
+// Every flag is checked here, once, with a message that says what to change.
+server::ServerOptions validated_options(const ServeFlags& flags) {
+  require(flags.port >= 0 && flags.port <= 65535,
+          "--port must be between 0 and 65535 (0 picks a free port); got " +
+              std::to_string(flags.port) + ".");
+  require(!flags.host.empty(), "--host must not be empty.");
+  require(flags.n_parallel >= 1 && flags.n_parallel <= max_parallel,
+          "--parallel must be between 1 and " + std::to_string(max_parallel) + "; got " +
+              std::to_string(flags.n_parallel) + ".");
+  require(flags.max_queue >= 0, "--max-queue must be 0 or more; got " +
+                                    std::to_string(flags.max_queue) + ".");
+  require(flags.n_threads >= 0, "--threads must be 0 (one per core) or more; got " +
+                                    std::to_string(flags.n_threads) + ".");
+  require(flags.device == "cpu" || flags.device == "cuda",
+          "--device must be cpu or cuda; got '" + flags.device + "'.");
+  require(flags.max_body_bytes >= 1024, "--max-body-bytes must be at least 1024; got " +
+                                            std::to_string(flags.max_body_bytes) + ".");
+  require(flags.max_tokens_limit >= 1, "--max-tokens-limit must be at least 1; got " +
+                                           std::to_string(flags.max_tokens_limit) + ".");
+  require(std::filesystem::is_directory(flags.model_dir),
+          "--model " + flags.model_dir + " is not a directory (give a Hugging Face model "
+          "directory with config.json, tokenizer.json and *.safetensors).");
+  const ModelConfig config = ModelConfig::load(flags.model_dir);
+  require(flags.n_ctx >= 16 && flags.n_ctx <= config.max_position_embeddings,
+          "--ctx must be between 16 and the model's context of " +
+              std::to_string(config.max_position_embeddings) +
+              " (max_position_embeddings in " + flags.model_dir + "/config.json); got " +
+              std::to_string(flags.n_ctx) + ".");
+
+  server::ServerOptions options;
+  options.model_dir = flags.model_dir;
+  options.model_id = model_id_of(flags.model_dir);
+  options.host = flags.host;
+  options.port = flags.port;
+  options.api_key = flags.api_key;
+  options.max_body_bytes = size_t(flags.max_body_bytes);
+  options.max_tokens_limit = flags.max_tokens_limit;
+  // Each live or queued request may hold a connection; a few more serve /health and /metrics.
+  options.n_http_threads =
+      std::min<int64_t>(max_http_threads, int64_t(flags.n_parallel) + flags.max_queue + 4);
+  options.engine.n_parallel = flags.n_parallel;
+  options.engine.n_ctx = flags.n_ctx;
+  options.engine.max_queue = flags.max_queue;
+  options.load.device = flags.device;
+  options.load.n_threads = flags.n_threads;
+  return options;
+}
+
+// Ctrl-C / SIGTERM stop the server gracefully: signals are taken by one thread with sigwait,
+// since httplib's stop() is not safe inside a signal handler.
+class SignalWatcher {
+ public:
+  explicit SignalWatcher(server::HttpServer& server) {
+    sigemptyset(&signals_);
+    sigaddset(&signals_, SIGINT);
+    sigaddset(&signals_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals_, nullptr);  // inherited by threads started later
+    std::signal(SIGPIPE, SIG_IGN);                    // a client gone is a failed write, not a kill
+    thread_ = std::thread([this, &server] {
+      const timespec poll = {0, 200 * 1000 * 1000};
+      while (!is_done_) {
+        if (sigtimedwait(&signals_, nullptr, &poll) > 0) {
+          std::fprintf(stderr, "tensorfold: stopping\n");
+          server.stop();
+        }
+      }
+    });
+  }
+  ~SignalWatcher() {
+    is_done_ = true;
+    thread_.join();
+    pthread_sigmask(SIG_UNBLOCK, &signals_, nullptr);
+  }
+
+ private:
+  sigset_t signals_;
+  std::atomic<bool> is_done_{false};
+  std::thread thread_;
+};
+
+void run_serve(const ServeFlags& flags) {
+  server::HttpServer http_server(validated_options(flags));
+  SignalWatcher signal_watcher(http_server);
+  http_server.run();
+}
+
+}  // namespace
+
+void register_serve_command(CLI::App& app) {
+  auto flags = std::make_shared<ServeFlags>();
+  flags->model_dir = default_model_dir();
+  CLI::App* command = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API");
+  command->add_option("--model", flags->model_dir, "Model directory (Hugging Face layout)")
+      ->envname("TF_MODEL")->capture_default_str();
+  command->add_option("--host", flags->host, "Address to listen on")
+      ->envname("TF_HOST")->capture_default_str();
+  command->add_option("--port", flags->port, "Port to listen on (0: any free port)")
+      ->envname("TF_PORT")->capture_default_str();
+  command->add_option("--api-key", flags->api_key,
+                      "Require 'Authorization: Bearer KEY' on every route but /health")
+      ->envname("TF_API_KEY");
+  command->add_option("--parallel", flags->n_parallel, "Most requests generating at once (lanes)")
+      ->envname("TF_PARALLEL")->capture_default_str();
+  command->add_option("--ctx", flags->n_ctx, "Most positions (prompt + completion) per request")
+      ->envname("TF_CTX")->capture_default_str();
+  command->add_option("--max-queue", flags->max_queue,
+                      "Most requests waiting for a lane; more answer 503 with Retry-After")
+      ->envname("TF_MAX_QUEUE")->capture_default_str();
+  command->add_option("--threads", flags->n_threads, "CPU worker threads (0: one per core)")
+      ->envname("TF_THREADS")->capture_default_str();
+  command->add_option("--device", flags->device, "Backend: cpu or cuda")
+      ->envname("TF_DEVICE")->capture_default_str();
+  command->add_option("--max-body-bytes", flags->max_body_bytes,
+                      "Largest request body; larger ones answer 413")
+      ->envname("TF_MAX_BODY_BYTES")->capture_default_str();
+  command->add_option("--max-tokens-limit", flags->max_tokens_limit,
+                      "Largest max_tokens a request may ask for; more answers 400")
+      ->envname("TF_MAX_TOKENS_LIMIT")->capture_default_str();
+  command->callback([flags] { run_serve(*flags); });
+}
+
+}  // namespace tf::cli

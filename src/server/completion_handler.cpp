@@ -1,0 +1,230 @@
+// Chat and text completions: prompt building, engine submission, and the reply as JSON or SSE.
+#include "server/completion_handler.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <random>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "server/reply_channel.h"
+#include "server/sse.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tf::server {
+namespace {
+
+// How long a streaming HTTP thread waits for tokens before giving httplib a turn (it checks for
+// shutdown between calls).
+constexpr std::chrono::milliseconds stream_poll_interval{100};
+constexpr int64_t default_completion_max_tokens = 16;  // OpenAI's default for /v1/completions
+
+uint64_t random_u64() {
+  thread_local std::mt19937_64 generator{std::random_device{}()};
+  return generator();
+}
+
+std::string random_reply_id(Endpoint endpoint) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(random_u64()));
+  return std::string(endpoint == Endpoint::chat ? "chatcmpl-" : "cmpl-") + hex;
+}
+
+std::vector<int32_t> build_prompt(const CompletionRequest& request, const Tokenizer& tokenizer) {
+  if (request.endpoint == Endpoint::completion && !request.prompt_text)
+    return request.prompt_tokens;
+  std::string text;
+  if (request.endpoint == Endpoint::chat) {
+    try {
+      text = render_chat(request.messages, request.chat_options);
+    } catch (const Error& error) {
+      throw ApiError(400, error.what(), "invalid_request_error", "messages");
+    }
+  } else {
+    text = *request.prompt_text;
+  }
+  std::vector<int32_t> tokens = tokenizer.encode(text);
+  if (tokens.empty())
+    throw ApiError(400, "The prompt is empty after tokenization.", "invalid_request_error",
+                   request.endpoint == Endpoint::chat ? "messages" : "prompt");
+  return tokens;
+}
+
+GenerationRequest to_generation_request(const CompletionRequest& request,
+                                        std::vector<int32_t> prompt,
+                                        const ServingContext& context) {
+  GenerationRequest generation;
+  const int64_t room_left = std::max<int64_t>(1, context.n_ctx - int64_t(prompt.size()));
+  generation.max_tokens = request.max_tokens.value_or(
+      request.endpoint == Endpoint::chat
+          ? std::min(room_left, context.limits.max_tokens_limit)
+          : default_completion_max_tokens);
+  generation.prompt = std::move(prompt);
+  generation.sampling = request.sampling;
+  generation.stop = request.stop;
+  generation.use_draft = request.use_draft;
+  generation.n_top_logprobs = request.n_top_logprobs;
+  return generation;
+}
+
+void throw_if_rejected(const SubmitResult& result, Endpoint endpoint) {
+  const std::string prompt_param = endpoint == Endpoint::chat ? "messages" : "prompt";
+  switch (result.status) {
+    case SubmitStatus::accepted:
+      return;
+    case SubmitStatus::queue_full:
+      throw ApiError(503, result.message.empty() ? "The server is busy; retry shortly."
+                                                 : result.message,
+                     "server_error", "", "queue_full");
+    case SubmitStatus::too_long:
+      throw ApiError(400, result.message, "invalid_request_error", prompt_param,
+                     "context_length_exceeded");
+    case SubmitStatus::invalid:
+      throw ApiError(400, result.message, "invalid_request_error", prompt_param);
+  }
+}
+
+// Counts what has been sent of one reply; shared by the JSON and the SSE paths.
+struct ReplyProgress {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t text_bytes = 0;
+
+  // The logprobs object of this update's tokens, or null when none were requested.
+  json add(const GenerationUpdate& update, Endpoint endpoint, const Tokenizer& tokenizer) {
+    json logprobs;
+    if (!update.logprobs.empty())
+      logprobs = logprobs_json(endpoint, update.logprobs, tokenizer, text_bytes);
+    completion_tokens += int64_t(update.tokens.size());
+    text_bytes += int64_t(update.text.size());
+    return logprobs;
+  }
+
+  ReplySummary summary(const GenerationUpdate& final_update) const {
+    return ReplySummary{final_update.finish_reason, prompt_tokens, completion_tokens,
+                        final_update.timings, final_update.token_sha};
+  }
+};
+
+ApiError engine_error(const GenerationUpdate& final_update) {
+  return ApiError(500, "Generation failed: " + final_update.error, "server_error");
+}
+
+void answer_whole(const ServingContext& context, ReplyChannel& channel, const ReplyHeader& header,
+                  ReplyProgress progress, httplib::Response& response) {
+  const bool is_chat = header.endpoint == Endpoint::chat;
+  std::string text;
+  json logprobs = nullptr;
+  for (;;) {
+    for (const GenerationUpdate& update : channel.take(std::chrono::seconds(1))) {
+      json update_logprobs = progress.add(update, header.endpoint, *context.tokenizer);
+      text += update.text;
+      if (!update_logprobs.is_null()) {
+        if (logprobs.is_null()) {
+          logprobs = std::move(update_logprobs);
+        } else if (is_chat) {
+          for (json& entry : update_logprobs["content"]) logprobs["content"].push_back(entry);
+        } else {
+          for (auto& [key, values] : update_logprobs.items())
+            for (json& value : values) logprobs[key].push_back(value);
+        }
+      }
+      if (!update.is_final) continue;
+      if (update.finish_reason == FinishReason::error) throw engine_error(update);
+      response.set_content(dump_json(reply_json(header, text, logprobs, progress.summary(update))),
+                           "application/json");
+      return;
+    }
+  }
+}
+
+// One SSE stream: the provider is called repeatedly on the HTTP thread until the reply is done
+// or a write fails (the client left), in which case the request is cancelled.
+struct StreamState {
+  std::shared_ptr<const ServingContext> context;
+  std::shared_ptr<ReplyChannel> channel;
+  uint64_t request_id = 0;
+  ReplyHeader header;
+  bool include_usage = false;
+  ReplyProgress progress;
+  bool is_opened = false;
+  bool is_finished = false;
+
+  void abandon() {
+    if (is_finished) return;
+    is_finished = true;
+    channel->mark_client_gone();
+    context->engine->cancel(request_id);
+  }
+
+  bool write_next(httplib::DataSink& sink) {
+    auto write = [&](const std::string& event) {
+      if (sink.write(event.data(), event.size())) return true;
+      abandon();
+      return false;
+    };
+    if (!is_opened) {
+      is_opened = true;
+      return write(sse_event(opening_chunk_json(header)));
+    }
+    for (const GenerationUpdate& update : channel->take(stream_poll_interval)) {
+      json logprobs = progress.add(update, header.endpoint, *context->tokenizer);
+      if ((!update.text.empty() || !logprobs.is_null()) &&
+          !write(sse_event(delta_chunk_json(header, update.text, logprobs))))
+        return false;
+      if (!update.is_final) continue;
+      const ReplySummary summary = progress.summary(update);
+      std::string ending = update.finish_reason == FinishReason::error
+                               ? sse_event(error_body(engine_error(update)))
+                               : sse_event(final_chunk_json(header, summary));
+      if (include_usage) ending += sse_event(usage_chunk_json(header, summary));
+      ending += sse_done();
+      if (!write(ending)) return false;
+      is_finished = true;
+      sink.done();
+      return true;
+    }
+    return true;
+  }
+};
+
+}  // namespace
+
+void handle_completion(const std::shared_ptr<const ServingContext>& context, Endpoint endpoint,
+                       const httplib::Request& request, httplib::Response& response) {
+  const json body = parse_body(request.body);
+  CompletionRequest parsed = endpoint == Endpoint::chat
+                                 ? parse_chat_request(body, context->limits)
+                                 : parse_completion_request(body, context->limits);
+  if (!parsed.is_seed_given) parsed.sampling.seed = random_u64() & 0xFFFFFFFFu;
+
+  std::vector<int32_t> prompt = build_prompt(parsed, *context->tokenizer);
+  ReplyProgress progress;
+  progress.prompt_tokens = int64_t(prompt.size());
+  auto channel = ReplyChannel::create();
+  const SubmitResult submitted = context->engine->submit(
+      to_generation_request(parsed, std::move(prompt), *context), channel->sink());
+  throw_if_rejected(submitted, endpoint);
+
+  ReplyHeader header{endpoint, random_reply_id(endpoint), int64_t(std::time(nullptr)),
+                     context->limits.model_id, parsed.sampling.seed};
+  if (!parsed.is_stream) {
+    answer_whole(*context, *channel, header, progress, response);
+    return;
+  }
+  auto stream = std::make_shared<StreamState>();
+  stream->context = context;
+  stream->channel = channel;
+  stream->request_id = submitted.request_id;
+  stream->header = header;
+  stream->include_usage = parsed.include_usage;
+  stream->progress = progress;
+  response.set_header("Cache-Control", "no-cache");
+  response.set_chunked_content_provider(
+      "text/event-stream",
+      [stream](size_t /*offset*/, httplib::DataSink& sink) { return stream->write_next(sink); },
+      [stream](bool /*success*/) { stream->abandon(); });
+}
+
+}  // namespace tf::server

@@ -1,0 +1,293 @@
+// The OpenAI-compatible HTTP server: one route table, API key check, limits, errors as OpenAI
+// JSON, and the model loaded on a background thread while /health answers 503.
+#include "server/http_server.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <functional>
+#include <mutex>
+#include <regex>
+#include <thread>
+
+#include <httplib.h>
+
+#include "core/error.h"
+#include "server/completion_handler.h"
+#include "server/metrics.h"
+#include "server/openai_protocol.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tf::server {
+namespace {
+
+enum class LoadState { loading, ready, failed };
+
+void send_json(httplib::Response& response, int status, const json& body) {
+  response.status = status;
+  response.set_content(dump_json(body), "application/json");
+}
+
+void send_error(httplib::Response& response, const ApiError& error) {
+  if (error.status == 503) response.set_header("Retry-After", "1");
+  send_json(response, error.status, error_body(error));
+}
+
+// Compares without an early exit, so response timing does not reveal how much of a key matched.
+bool is_same_secret(const std::string& given, const std::string& expected) {
+  unsigned char difference = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i)
+    difference |= static_cast<unsigned char>(given[i] ^ expected[i % expected.size()]);
+  return difference == 0;
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  using RouteHandler = std::function<void(const httplib::Request&, httplib::Response&)>;
+
+  struct Route {
+    std::string method;
+    std::string pattern;  // an httplib (std::regex) path pattern
+    bool is_public;       // answered without the API key
+    bool needs_model;     // answered 503 while the model loads
+    RouteHandler handle;
+  };
+
+  ServerOptions options;
+  httplib::Server http;
+  std::vector<Route> routes;
+  int64_t started_at = int64_t(std::time(nullptr));
+
+  std::atomic<LoadState> load_state{LoadState::loading};
+  std::string load_error;  // written before load_state becomes failed
+  std::shared_ptr<const ServingContext> context;  // set before load_state becomes ready
+  std::thread loader;
+  std::atomic<bool> is_listen_started{false};
+
+  explicit Impl(ServerOptions server_options) : options(std::move(server_options)) {
+    define_routes();
+    configure_http();
+  }
+
+  void define_routes() {
+    routes = {
+        {"GET", "/health", true, false, [this](auto&, auto& res) { health(res); }},
+        {"GET", "/v1/models", false, false, [this](auto&, auto& res) { list_models(res); }},
+        {"GET", "/v1/models/(.+)", false, false,
+         [this](auto& req, auto& res) { show_model(req.matches[1].str(), res); }},
+        {"GET", "/metrics", false, true, [this](auto&, auto& res) { metrics(res); }},
+        {"POST", "/v1/chat/completions", false, true,
+         [this](auto& req, auto& res) { handle_completion(context, Endpoint::chat, req, res); }},
+        {"POST", "/v1/completions", false, true,
+         [this](auto& req, auto& res) {
+           handle_completion(context, Endpoint::completion, req, res);
+         }},
+        {"POST", "/tokenize", false, true, [this](auto& req, auto& res) { tokenize(req, res); }},
+        {"POST", "/detokenize", false, true,
+         [this](auto& req, auto& res) { detokenize(req, res); }},
+    };
+  }
+
+  void configure_http() {
+    const size_t n_threads = size_t(options.n_http_threads);
+    http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
+    http.set_payload_max_length(options.max_body_bytes);
+    for (const Route& route : routes) {
+      auto guarded = [this, &route](const httplib::Request& req, httplib::Response& res) {
+        serve_guarded(route, req, res);
+      };
+      if (route.method == "GET")
+        http.Get(route.pattern, guarded);
+      else
+        http.Post(route.pattern, guarded);
+    }
+    http.set_error_handler(httplib::Server::HandlerWithResponse(
+        [this](const httplib::Request& req, httplib::Response& res) {
+          return fill_error(req, res);
+        }));
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& res,
+                                  std::exception_ptr) {
+      send_error(res, ApiError(500, "Internal server error.", "server_error"));
+    });
+  }
+
+  // Every handler runs here: authentication, readiness, and no exception ever escapes.
+  void serve_guarded(const Route& route, const httplib::Request& req, httplib::Response& res) {
+    try {
+      if (!route.is_public && !options.api_key.empty()) check_api_key(req);
+      if (route.needs_model) check_ready();
+      route.handle(req, res);
+    } catch (const ApiError& error) {
+      send_error(res, error);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "tensorfold: %s %s failed: %s\n", req.method.c_str(),
+                   req.path.c_str(), error.what());
+      send_error(res, ApiError(500, std::string("Internal server error: ") + error.what(),
+                               "server_error"));
+    } catch (...) {
+      send_error(res, ApiError(500, "Internal server error.", "server_error"));
+    }
+  }
+
+  void check_api_key(const httplib::Request& req) const {
+    const std::string header = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    const bool is_bearer = header.compare(0, prefix.size(), prefix) == 0;
+    if (!is_bearer || !is_same_secret(header.substr(prefix.size()), options.api_key))
+      throw ApiError(401,
+                     header.empty() ? "Missing API key: send 'Authorization: Bearer <key>'."
+                                    : "Incorrect API key provided.",
+                     "invalid_request_error", "", "invalid_api_key");
+  }
+
+  void check_ready() const {
+    if (load_state.load() != LoadState::ready)
+      throw ApiError(503, "The model is still loading; retry shortly.", "server_error", "",
+                     "model_loading");
+  }
+
+  // httplib's own errors (no route, body too large, bad request) in OpenAI's shape.
+  httplib::Server::HandlerResponse fill_error(const httplib::Request& req,
+                                              httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    std::string allowed;
+    for (const Route& route : routes)
+      if (std::regex_match(req.path, std::regex(route.pattern)))
+        allowed += (allowed.empty() ? "" : ", ") + route.method;
+    if (res.status == 404 && !allowed.empty()) {
+      res.set_header("Allow", allowed);
+      send_error(res, ApiError(405, "Method " + req.method + " is not allowed for " + req.path +
+                                        "; use " + allowed + ".",
+                               "invalid_request_error", "", "method_not_allowed"));
+    } else if (res.status == 404) {
+      send_error(res, ApiError(404, "Unknown route: " + req.method + " " + req.path + ".",
+                               "invalid_request_error", "", "not_found"));
+    } else if (res.status == 413) {
+      send_error(res, ApiError(413, "The request body is larger than the limit of " +
+                                        std::to_string(options.max_body_bytes) + " bytes.",
+                               "invalid_request_error", "", "request_too_large"));
+    } else {
+      send_error(res, ApiError(res.status, "The request could not be processed (HTTP " +
+                                               std::to_string(res.status) + ").",
+                               res.status >= 500 ? "server_error" : "invalid_request_error"));
+    }
+    return httplib::Server::HandlerResponse::Handled;
+  }
+
+  void health(httplib::Response& res) const {
+    switch (load_state.load()) {
+      case LoadState::ready:
+        return send_json(res, 200, {{"status", "ok"}});
+      case LoadState::loading:
+        return send_json(res, 503, {{"status", "loading"}});
+      case LoadState::failed:
+        return send_json(res, 503, {{"status", "error"}, {"message", load_error}});
+    }
+  }
+
+  json model_card() const {
+    return {{"id", options.model_id},
+            {"object", "model"},
+            {"created", started_at},
+            {"owned_by", "tensorfold"}};
+  }
+
+  void list_models(httplib::Response& res) const {
+    send_json(res, 200, {{"object", "list"}, {"data", json::array({model_card()})}});
+  }
+
+  void show_model(const std::string& id, httplib::Response& res) const {
+    if (id != options.model_id)
+      throw ApiError(404, "The model '" + id + "' does not exist.", "invalid_request_error",
+                     "model", "model_not_found");
+    send_json(res, 200, model_card());
+  }
+
+  void metrics(httplib::Response& res) const {
+    res.set_content(prometheus_text(context->engine->stats()),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  }
+
+  void tokenize(const httplib::Request& req, httplib::Response& res) const {
+    // Qwen tokenizers add no BOS/EOS, so add_special is accepted and changes nothing.
+    const TokenizeRequest parsed = parse_tokenize_request(parse_body(req.body));
+    send_json(res, 200, {{"tokens", context->tokenizer->encode(parsed.content)}});
+  }
+
+  void detokenize(const httplib::Request& req, httplib::Response& res) const {
+    const std::vector<int32_t> tokens = parse_detokenize_request(parse_body(req.body));
+    for (int32_t token : tokens)
+      if (token >= context->tokenizer->n_tokens())
+        throw ApiError(400, "Invalid 'tokens': token id " + std::to_string(token) +
+                                " is outside the vocabulary.",
+                       "invalid_request_error", "tokens");
+    send_json(res, 200, {{"content", context->tokenizer->decode(tokens)}});
+  }
+
+  void load_model_in_background() {
+    loader = std::thread([this] {
+      try {
+        auto tokenizer = Tokenizer::from_file(options.model_dir + "/tokenizer.json");
+        auto model = load_model(options.model_dir, options.load);
+        auto serving = std::make_shared<ServingContext>();
+        serving->engine = std::make_shared<Engine>(options.engine, model, tokenizer);
+        serving->tokenizer = tokenizer;
+        serving->limits.model_id = options.model_id;
+        serving->limits.model_aliases = {options.model_dir};
+        serving->limits.max_tokens_limit = options.max_tokens_limit;
+        serving->n_ctx = options.engine.n_ctx;
+        context = serving;
+        load_state = LoadState::ready;
+        std::fprintf(stderr, "tensorfold: model %s ready\n", options.model_id.c_str());
+      } catch (const std::exception& error) {
+        load_error = error.what();
+        load_state = LoadState::failed;
+        std::fprintf(stderr, "tensorfold: loading %s failed: %s\n", options.model_dir.c_str(),
+                     error.what());
+        stop();
+      }
+    });
+  }
+
+  void stop() {
+    // httplib ignores stop() until its accept loop runs, so wait briefly for it to start.
+    for (int i = 0; i < 500 && is_listen_started && !http.is_running(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    http.stop();
+  }
+};
+
+HttpServer::HttpServer(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+HttpServer::~HttpServer() {
+  stop();
+  if (impl_->loader.joinable()) impl_->loader.join();
+}
+
+void HttpServer::run() {
+  Impl& impl = *impl_;
+  const ServerOptions& options = impl.options;
+  int port = options.port;
+  if (port == 0) {
+    port = impl.http.bind_to_any_port(options.host);
+  } else if (!impl.http.bind_to_port(options.host, port)) {
+    port = -1;
+  }
+  if (port <= 0)
+    fail("cannot listen on " + options.host + ":" + std::to_string(options.port) +
+         " (is the port in use, or the host not an address of this machine?)");
+  std::fprintf(stderr, "tensorfold: listening on http://%s:%d (model %s loading)\n",
+               options.host.c_str(), port, options.model_id.c_str());
+  impl.is_listen_started = true;
+  impl.load_model_in_background();
+  impl.http.listen_after_bind();
+  impl.loader.join();
+  if (impl.load_state.load() == LoadState::failed)
+    fail("could not load the model from " + options.model_dir + ": " + impl.load_error);
+}
+
+void HttpServer::stop() { impl_->stop(); }
+
+}  // namespace tf::server

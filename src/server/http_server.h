@@ -1,0 +1,45 @@
+// The OpenAI-compatible HTTP server: routes, API key, body limits, and the model loaded in the
+// background while /health answers 503.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "models/model.h"
+
+namespace tf::server {
+
+struct ServerOptions {
+  std::string model_dir;
+  std::string model_id;  // what /v1/models lists and replies name
+  std::string host = "127.0.0.1";
+  int port = 8080;                   // 0: any free port (printed when listening)
+  std::string api_key;               // empty: no authentication
+  size_t max_body_bytes = 8u << 20;  // larger bodies answer 413
+  int64_t max_tokens_limit = 131072;
+  int n_http_threads = 16;           // connections served at once
+  EngineOptions engine;
+  ModelLoadOptions load;
+};
+
+class HttpServer {
+ public:
+  explicit HttpServer(ServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds, starts loading the model and serves until stop(). Throws tf::Error when the address
+  // cannot be bound or the model fails to load.
+  void run();
+  // Safe from any thread (a signal watcher).
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tf::server

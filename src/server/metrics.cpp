@@ -1,0 +1,44 @@
+// The engine's counters as Prometheus text exposition (version 0.0.4).
+#include "server/metrics.h"
+
+#include <cstdio>
+
+namespace tf::server {
+namespace {
+
+void append_metric(std::string& out, const char* name, const char* type, const char* help,
+                   double value) {
+  char number[64];
+  std::snprintf(number, sizeof number, "%.17g", value);
+  out += std::string("# HELP tensorfold_") + name + " " + help + "\n";
+  out += std::string("# TYPE tensorfold_") + name + " " + type + "\n";
+  out += std::string("tensorfold_") + name + " " + number + "\n";
+}
+
+}  // namespace
+
+std::string prometheus_text(const EngineStats& stats) {
+  const double rows_per_round = stats.rounds ? double(stats.rows) / double(stats.rounds) : 0.0;
+  std::string out;
+  append_metric(out, "requests_total", "counter", "Requests accepted by the engine.",
+                double(stats.requests));
+  append_metric(out, "prompt_tokens_total", "counter", "Prompt tokens processed.",
+                double(stats.prompt_tokens));
+  append_metric(out, "generated_tokens_total", "counter", "Completion tokens generated.",
+                double(stats.generated_tokens));
+  append_metric(out, "rounds_total", "counter", "Target forward passes (rounds) run.",
+                double(stats.rounds));
+  append_metric(out, "rows_total", "counter", "Rows carried by all rounds.", double(stats.rows));
+  append_metric(out, "rows_per_round", "gauge", "Mean rows per round since start.",
+                rows_per_round);
+  append_metric(out, "queue_depth", "gauge", "Requests waiting for a lane.",
+                double(stats.queue_depth));
+  append_metric(out, "lanes_live", "gauge", "Lanes generating now.", double(stats.lanes_live));
+  append_metric(out, "drafted_tokens_total", "counter", "Drafted tokens verified.",
+                double(stats.drafted_tokens));
+  append_metric(out, "accepted_tokens_total", "counter", "Drafted tokens accepted.",
+                double(stats.accepted_tokens));
+  return out;
+}
+
+}  // namespace tf::server

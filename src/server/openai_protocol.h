@@ -1,0 +1,123 @@
+// The OpenAI wire format: request JSON parsed and validated into native structs, and the
+// reply / stream-chunk / error JSON built from the engine's updates. No HTTP and no engine here.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/request.h"
+#include "sampling/sampler.h"
+#include "tokenizer/chat_template.h"
+
+namespace tf {
+
+class Tokenizer;
+
+namespace server {
+
+using json = nlohmann::json;
+
+// A request the client got wrong (or a server condition), answered as an OpenAI error object.
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, std::string message, std::string type = "invalid_request_error",
+           std::string param = "", std::string code = "")
+      : std::runtime_error(message), status(status), type(std::move(type)),
+        param(std::move(param)), code(std::move(code)) {}
+  int status;
+  std::string type;
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+};
+
+// {"error": {"message", "type", "param", "code"}}
+json error_body(const ApiError& error);
+
+// What the server allows, shared by every parse.
+struct ProtocolLimits {
+  std::string model_id;                  // the served model; requests naming another get 404
+  std::vector<std::string> model_aliases;  // other names accepted for the same model
+  int64_t max_tokens_limit = 131072;     // larger max_tokens values are rejected
+};
+
+enum class Endpoint { chat, completion };
+
+// A /v1/chat/completions or /v1/completions request, validated, before tokenization.
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::chat;
+  std::vector<ChatMessage> messages;    // chat
+  ChatOptions chat_options;             // chat
+  std::optional<std::string> prompt_text;  // completion: a string prompt
+  std::vector<int32_t> prompt_tokens;      // completion: a prompt given as token ids
+  std::optional<int64_t> max_tokens;    // absent: the endpoint's default
+  SamplingParams sampling;
+  bool is_seed_given = false;           // false: the server draws sampling.seed
+  std::vector<std::string> stop;
+  bool is_stream = false;
+  bool include_usage = false;           // stream_options.include_usage
+  int32_t n_top_logprobs = -1;          // -1: no logprobs
+  bool use_draft = true;
+};
+
+// Checks the bytes (valid UTF-8) and parses a JSON object; throws ApiError.
+json parse_body(std::string_view body);
+
+// Validate every known field; unknown fields are ignored as OpenAI does. Throws ApiError.
+CompletionRequest parse_chat_request(const json& body, const ProtocolLimits& limits);
+CompletionRequest parse_completion_request(const json& body, const ProtocolLimits& limits);
+
+// /tokenize and /detokenize bodies.
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = true;
+};
+TokenizeRequest parse_tokenize_request(const json& body);
+std::vector<int32_t> parse_detokenize_request(const json& body);
+
+// Identity of one reply, shared by its body or all of its chunks.
+struct ReplyHeader {
+  Endpoint endpoint = Endpoint::chat;
+  std::string id;  // "chatcmpl-..." or "cmpl-..."
+  int64_t created = 0;
+  std::string model;
+  uint64_t seed = 0;
+};
+
+// Everything the final update says about a finished reply.
+struct ReplySummary {
+  FinishReason finish_reason = FinishReason::stop;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  ReplyTimings timings;
+  std::string token_sha;
+};
+
+json usage_json(const ReplySummary& summary);
+json timings_json(const ReplyTimings& timings);
+
+// The logprobs object of a choice: chat {"content": [...]}, completion {"tokens", ...}.
+// `text_offset` is where the first of these tokens starts in the completion text.
+json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprobs>& logprobs,
+                   const Tokenizer& tokenizer, int64_t text_offset);
+
+// A whole non-streamed reply.
+json reply_json(const ReplyHeader& header, const std::string& text, const json& logprobs,
+                const ReplySummary& summary);
+
+// Stream chunks: the opening one (chat: the assistant role), text deltas, the final one with
+// finish_reason, usage, timings and token_sha, and the include_usage one with empty choices.
+json opening_chunk_json(const ReplyHeader& header);
+json delta_chunk_json(const ReplyHeader& header, const std::string& text, const json& logprobs);
+json final_chunk_json(const ReplyHeader& header, const ReplySummary& summary);
+json usage_chunk_json(const ReplyHeader& header, const ReplySummary& summary);
+
+// JSON text for the wire: invalid UTF-8 (a token cut mid-character) becomes U+FFFD, not a throw.
+std::string dump_json(const json& value);
+
+}  // namespace server
+}  // namespace tf

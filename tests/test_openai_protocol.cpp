@@ -1,0 +1,337 @@
+// OpenAI request parsing and validation, and reply/chunk JSON, without a server or a model.
+#include <gtest/gtest.h>
+
+#include "server/openai_protocol.h"
+#include "server/sse.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace tf;
+using namespace tf::server;
+
+namespace {
+
+ProtocolLimits test_limits() {
+  ProtocolLimits limits;
+  limits.model_id = "qwen3-tiny-chat";
+  limits.model_aliases = {"models/qwen3-tiny-chat"};
+  limits.max_tokens_limit = 1000;
+  return limits;
+}
+
+json chat_body(json extra = json::object()) {
+  json body = {{"model", "qwen3-tiny-chat"},
+               {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
+  body.update(extra);
+  return body;
+}
+
+// Runs `parse` and returns the ApiError it throws (fails the test when none is thrown).
+template <typename Parse>
+ApiError error_of(Parse parse) {
+  try {
+    parse();
+  } catch (const ApiError& error) {
+    return error;
+  }
+  ADD_FAILURE() << "expected an ApiError";
+  return ApiError(0, "");
+}
+
+ApiError chat_error(json extra) {
+  return error_of([&] { parse_chat_request(chat_body(std::move(extra)), test_limits()); });
+}
+
+ApiError completion_error(json body) {
+  return error_of([&] { parse_completion_request(body, test_limits()); });
+}
+
+// Tokens are single letters 'a' + id, so logprob JSON is predictable.
+class LetterTokenizer : public Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view text) const override {
+    std::vector<int32_t> ids;
+    for (char c : text) ids.push_back(c - 'a');
+    return ids;
+  }
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    std::string text;
+    for (int32_t id : ids) text += token_bytes(id);
+    return text;
+  }
+  std::string token_bytes(int32_t id) const override { return std::string(1, char('a' + id)); }
+  int32_t token_id(std::string_view content) const override { return content[0] - 'a'; }
+  bool is_special(int32_t) const override { return false; }
+  int64_t n_tokens() const override { return 26; }
+};
+
+}  // namespace
+
+TEST(OpenAiProtocol, ChatRequestWithEveryKnownField) {
+  const json body = chat_body({{"max_completion_tokens", 7},
+                               {"temperature", 0.8},
+                               {"top_p", 0.9},
+                               {"top_k", 40},
+                               {"min_p", 0.05},
+                               {"seed", 1234},
+                               {"stop", {"\n\n", "END"}},
+                               {"presence_penalty", 0.5},
+                               {"frequency_penalty", -0.5},
+                               {"logprobs", true},
+                               {"top_logprobs", 3},
+                               {"chat_template_kwargs", {{"enable_thinking", false}}},
+                               {"n", 1},
+                               {"draft", false},
+                               {"stream", true},
+                               {"stream_options", {{"include_usage", true}}},
+                               {"some_future_field", {1, 2, 3}}});
+  const CompletionRequest request = parse_chat_request(body, test_limits());
+  EXPECT_EQ(request.endpoint, Endpoint::chat);
+  ASSERT_EQ(request.messages.size(), 1u);
+  EXPECT_EQ(request.messages[0].role, "user");
+  EXPECT_EQ(request.messages[0].content, "hi");
+  EXPECT_EQ(request.max_tokens, 7);
+  EXPECT_FLOAT_EQ(request.sampling.temperature, 0.8f);
+  EXPECT_FLOAT_EQ(request.sampling.top_p, 0.9f);
+  EXPECT_EQ(request.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(request.sampling.min_p, 0.05f);
+  EXPECT_EQ(request.sampling.seed, 1234u);
+  EXPECT_TRUE(request.is_seed_given);
+  EXPECT_EQ(request.stop, (std::vector<std::string>{"\n\n", "END"}));
+  EXPECT_FLOAT_EQ(request.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(request.sampling.frequency_penalty, -0.5f);
+  EXPECT_EQ(request.n_top_logprobs, 3);
+  EXPECT_EQ(request.chat_options.enable_thinking, false);
+  EXPECT_FALSE(request.use_draft);
+  EXPECT_TRUE(request.is_stream);
+  EXPECT_TRUE(request.include_usage);
+}
+
+TEST(OpenAiProtocol, ChatDefaults) {
+  const CompletionRequest request = parse_chat_request(chat_body(), test_limits());
+  EXPECT_FALSE(request.max_tokens.has_value());
+  EXPECT_FLOAT_EQ(request.sampling.temperature, 1.0f);
+  EXPECT_FALSE(request.is_seed_given);
+  EXPECT_EQ(request.n_top_logprobs, -1);
+  EXPECT_TRUE(request.use_draft);
+  EXPECT_FALSE(request.is_stream);
+  EXPECT_FALSE(request.chat_options.enable_thinking.has_value());
+}
+
+TEST(OpenAiProtocol, NullMeansAbsent) {
+  const CompletionRequest request =
+      parse_chat_request(chat_body({{"temperature", nullptr}, {"stop", nullptr}}), test_limits());
+  EXPECT_FLOAT_EQ(request.sampling.temperature, 1.0f);
+  EXPECT_TRUE(request.stop.empty());
+}
+
+TEST(OpenAiProtocol, ContentPartsAreJoined) {
+  json body = chat_body();
+  body["messages"] = json::array(
+      {{{"role", "system"}, {"content", "be brief"}},
+       {{"role", "user"},
+        {"content", json::array({{{"type", "text"}, {"text", "one "}},
+                                 {{"type", "text"}, {"text", "two"}}})}},
+       {{"role", "assistant"}, {"content", nullptr}, {"reasoning_content", "hmm"}},
+       {{"role", "tool"}, {"content", "42"}}});
+  const CompletionRequest request = parse_chat_request(body, test_limits());
+  ASSERT_EQ(request.messages.size(), 4u);
+  EXPECT_EQ(request.messages[1].content, "one two");
+  EXPECT_EQ(request.messages[2].content, "");
+  EXPECT_EQ(request.messages[2].reasoning_content, "hmm");
+}
+
+TEST(OpenAiProtocol, WrongTypesNameTheParameter) {
+  EXPECT_EQ(chat_error({{"temperature", "hot"}}).param, "temperature");
+  EXPECT_EQ(chat_error({{"max_tokens", 1.5}}).param, "max_tokens");
+  EXPECT_EQ(chat_error({{"stream", "yes"}}).param, "stream");
+  EXPECT_EQ(chat_error({{"seed", "7"}}).param, "seed");
+  EXPECT_EQ(chat_error({{"stop", 3}}).param, "stop");
+  EXPECT_EQ(chat_error({{"stop", {"a", 1}}}).param, "stop");
+  EXPECT_EQ(chat_error({{"stream_options", {{"include_usage", 1}}}}).param,
+            "stream_options.include_usage");
+  EXPECT_EQ(chat_error({{"chat_template_kwargs", {{"enable_thinking", "no"}}}}).param,
+            "chat_template_kwargs.enable_thinking");
+  EXPECT_EQ(chat_error({{"model", 5}}).param, "model");
+  const ApiError error = chat_error({{"top_k", 2.5}});
+  EXPECT_EQ(error.status, 400);
+  EXPECT_EQ(error.type, "invalid_request_error");
+  EXPECT_NE(std::string(error.what()).find("top_k"), std::string::npos);
+}
+
+TEST(OpenAiProtocol, RangesAreChecked) {
+  EXPECT_EQ(chat_error({{"top_p", 1.5}}).param, "top_p");
+  EXPECT_EQ(chat_error({{"top_p", -0.1}}).param, "top_p");
+  EXPECT_EQ(chat_error({{"temperature", 2.5}}).param, "temperature");
+  EXPECT_EQ(chat_error({{"min_p", 2}}).param, "min_p");
+  EXPECT_EQ(chat_error({{"top_k", -1}}).param, "top_k");
+  EXPECT_EQ(chat_error({{"presence_penalty", 3}}).param, "presence_penalty");
+  EXPECT_EQ(chat_error({{"frequency_penalty", -3}}).param, "frequency_penalty");
+  EXPECT_EQ(chat_error({{"max_tokens", -5}}).param, "max_tokens");
+  EXPECT_EQ(chat_error({{"max_tokens", 0}}).param, "max_tokens");
+  EXPECT_EQ(chat_error({{"max_tokens", 1000000000000LL}}).param, "max_tokens");
+  EXPECT_EQ(chat_error({{"max_completion_tokens", 1001}}).param, "max_completion_tokens");
+  EXPECT_EQ(chat_error({{"n", 2}}).param, "n");
+  EXPECT_EQ(chat_error({{"top_logprobs", 21}, {"logprobs", true}}).param, "top_logprobs");
+  EXPECT_EQ(chat_error({{"top_logprobs", 2}}).param, "top_logprobs");  // without logprobs
+  EXPECT_EQ(chat_error({{"stop", {"a", "b", "c", "d", "e"}}}).param, "stop");
+  EXPECT_EQ(chat_error({{"stop", ""}}).param, "stop");
+}
+
+TEST(OpenAiProtocol, UnknownModelIs404AndAliasesAreAccepted) {
+  const ApiError error = chat_error({{"model", "gpt-4o"}});
+  EXPECT_EQ(error.status, 404);
+  EXPECT_EQ(error.code, "model_not_found");
+  EXPECT_NO_THROW(parse_chat_request(chat_body({{"model", "models/qwen3-tiny-chat"}}),
+                                     test_limits()));
+  json without_model = chat_body();
+  without_model.erase("model");
+  EXPECT_NO_THROW(parse_chat_request(without_model, test_limits()));
+}
+
+TEST(OpenAiProtocol, BadMessagesAreRejected) {
+  json body = chat_body();
+  body.erase("messages");
+  EXPECT_EQ(error_of([&] { parse_chat_request(body, test_limits()); }).param, "messages");
+  EXPECT_EQ(chat_error({{"messages", json::array()}}).param, "messages");
+  EXPECT_EQ(chat_error({{"messages", "hi"}}).param, "messages");
+  EXPECT_EQ(chat_error({{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}).param,
+            "messages[0].role");
+  EXPECT_EQ(chat_error({{"messages", {{{"content", "x"}}}}}).param, "messages[0].role");
+  EXPECT_EQ(chat_error({{"messages", {{{"role", "user"}}}}}).param, "messages[0].content");
+  EXPECT_EQ(chat_error({{"messages", {{{"role", "user"}, {"content", 5}}}}}).param,
+            "messages[0].content");
+  EXPECT_EQ(chat_error({{"messages",
+                         {{{"role", "user"},
+                           {"content", {{{"type", "image_url"}, {"image_url", "x"}}}}}}}})
+                .param,
+            "messages[0].content[0]");
+  EXPECT_EQ(chat_error({{"messages", {"just a string"}}}).param, "messages[0]");
+}
+
+TEST(OpenAiProtocol, CompletionPrompts) {
+  const ProtocolLimits limits = test_limits();
+  CompletionRequest text = parse_completion_request({{"prompt", "Once upon"}}, limits);
+  EXPECT_EQ(text.prompt_text, "Once upon");
+  EXPECT_EQ(text.n_top_logprobs, -1);
+  CompletionRequest ids =
+      parse_completion_request({{"prompt", {1, 2, 3}}, {"logprobs", 2}}, limits);
+  EXPECT_FALSE(ids.prompt_text.has_value());
+  EXPECT_EQ(ids.prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(ids.n_top_logprobs, 2);
+  CompletionRequest batch_of_one = parse_completion_request({{"prompt", {"hello"}}}, limits);
+  EXPECT_EQ(batch_of_one.prompt_text, "hello");
+  CompletionRequest ids_batch_of_one =
+      parse_completion_request({{"prompt", json::array({json::array({4, 5})})}}, limits);
+  EXPECT_EQ(ids_batch_of_one.prompt_tokens, (std::vector<int32_t>{4, 5}));
+}
+
+TEST(OpenAiProtocol, BadCompletionPromptsAreRejected) {
+  EXPECT_EQ(completion_error(json::object()).param, "prompt");
+  EXPECT_EQ(completion_error({{"prompt", ""}}).param, "prompt");
+  EXPECT_EQ(completion_error({{"prompt", json::array()}}).param, "prompt");
+  EXPECT_EQ(completion_error({{"prompt", {1, -2}}}).param, "prompt");
+  EXPECT_EQ(completion_error({{"prompt", {1, "a"}}}).param, "prompt");
+  EXPECT_EQ(completion_error({{"prompt", {"a", "b"}}}).param, "prompt");
+  EXPECT_EQ(completion_error({{"prompt", 12}}).param, "prompt");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"logprobs", 6}}).param, "logprobs");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"logprobs", true}}).param, "logprobs");
+}
+
+TEST(OpenAiProtocol, BodyMustBeValidUtf8Json) {
+  EXPECT_EQ(parse_body(R"({"a": 1})")["a"], 1);
+  EXPECT_EQ(error_of([] { parse_body("{\"prompt\": \"\xff\xfe\"}"); }).status, 400);
+  EXPECT_NE(std::string(error_of([] { parse_body("{\"prompt\": \"\xc3\"}"); }).what())
+                .find("UTF-8"),
+            std::string::npos);
+  EXPECT_EQ(error_of([] { parse_body("{not json"); }).status, 400);
+  EXPECT_EQ(error_of([] { parse_body("[1, 2]"); }).status, 400);
+  EXPECT_EQ(error_of([] { parse_body(""); }).status, 400);
+}
+
+TEST(OpenAiProtocol, TokenizeBodies) {
+  EXPECT_EQ(parse_tokenize_request({{"content", "hi"}}).content, "hi");
+  EXPECT_FALSE(parse_tokenize_request({{"content", "hi"}, {"add_special", false}}).add_special);
+  EXPECT_EQ(error_of([] { parse_tokenize_request(json::object()); }).param, "content");
+  EXPECT_EQ(error_of([] { parse_tokenize_request({{"content", 1}}); }).param, "content");
+  EXPECT_EQ(parse_detokenize_request({{"tokens", {3, 4}}}), (std::vector<int32_t>{3, 4}));
+  EXPECT_EQ(error_of([] { parse_detokenize_request({{"tokens", "ab"}}); }).param, "tokens");
+}
+
+TEST(OpenAiProtocol, ErrorBodyHasOpenAiShape) {
+  const json body = error_body(ApiError(404, "no such model", "invalid_request_error", "model",
+                                        "model_not_found"));
+  EXPECT_EQ(body["error"]["message"], "no such model");
+  EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(body["error"]["param"], "model");
+  EXPECT_EQ(body["error"]["code"], "model_not_found");
+  const json bare = error_body(ApiError(500, "boom", "server_error"));
+  EXPECT_TRUE(bare["error"]["param"].is_null());
+  EXPECT_TRUE(bare["error"]["code"].is_null());
+}
+
+TEST(OpenAiProtocol, ReplyCarriesUsageTimingsShaAndSeed) {
+  const ReplyHeader header{Endpoint::chat, "chatcmpl-1", 1700000000, "m", 99};
+  ReplySummary summary;
+  summary.finish_reason = FinishReason::length;
+  summary.prompt_tokens = 5;
+  summary.completion_tokens = 3;
+  summary.timings.predicted_n = 3;
+  summary.timings.rounds = 2;
+  summary.token_sha = "abc";
+  const json reply = reply_json(header, "hey", nullptr, summary);
+  EXPECT_EQ(reply["object"], "chat.completion");
+  EXPECT_EQ(reply["choices"][0]["message"]["content"], "hey");
+  EXPECT_EQ(reply["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(reply["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(reply["usage"]["total_tokens"], 8);
+  EXPECT_EQ(reply["timings"]["tokens_per_round"], 1.5);
+  for (const char* key : {"prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "rounds",
+                          "draft_n", "draft_accepted_n", "tokens_per_round"})
+    EXPECT_TRUE(reply["timings"].contains(key)) << key;
+  EXPECT_EQ(reply["token_sha"], "abc");
+  EXPECT_EQ(reply["seed"], 99);
+
+  const ReplyHeader completion{Endpoint::completion, "cmpl-1", 1, "m", 1};
+  const json text_reply = reply_json(completion, "ok", nullptr, summary);
+  EXPECT_EQ(text_reply["object"], "text_completion");
+  EXPECT_EQ(text_reply["choices"][0]["text"], "ok");
+}
+
+TEST(OpenAiProtocol, StreamChunks) {
+  const ReplyHeader header{Endpoint::chat, "chatcmpl-1", 1, "m", 7};
+  EXPECT_EQ(opening_chunk_json(header)["choices"][0]["delta"]["role"], "assistant");
+  const json delta = delta_chunk_json(header, "to", nullptr);
+  EXPECT_EQ(delta["object"], "chat.completion.chunk");
+  EXPECT_EQ(delta["choices"][0]["delta"]["content"], "to");
+  EXPECT_TRUE(delta["choices"][0]["finish_reason"].is_null());
+  ReplySummary summary;
+  summary.token_sha = "f00";
+  const json final_chunk = final_chunk_json(header, summary);
+  EXPECT_EQ(final_chunk["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(final_chunk["token_sha"], "f00");
+  EXPECT_TRUE(final_chunk.contains("timings"));
+  const json usage = usage_chunk_json(header, summary);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_TRUE(usage.contains("usage"));
+  EXPECT_EQ(sse_event(json{{"a", 1}}), "data: {\"a\":1}\n\n");
+  EXPECT_EQ(sse_done(), "data: [DONE]\n\n");
+}
+
+TEST(OpenAiProtocol, LogprobsForBothEndpoints) {
+  const LetterTokenizer tokenizer;
+  const std::vector<TokenLogprobs> logprobs = {{0, -0.5f, {{0, -0.5f}, {1, -1.5f}}},
+                                               {2, -0.25f, {{2, -0.25f}}}};
+  const json chat = logprobs_json(Endpoint::chat, logprobs, tokenizer, 0);
+  ASSERT_EQ(chat["content"].size(), 2u);
+  EXPECT_EQ(chat["content"][0]["token"], "a");
+  EXPECT_EQ(chat["content"][0]["bytes"], json::array({97}));
+  EXPECT_EQ(chat["content"][0]["top_logprobs"][1]["token"], "b");
+  const json completion = logprobs_json(Endpoint::completion, logprobs, tokenizer, 10);
+  EXPECT_EQ(completion["tokens"], json::array({"a", "c"}));
+  EXPECT_EQ(completion["text_offset"], json::array({10, 11}));
+  EXPECT_EQ(completion["top_logprobs"][0]["b"], -1.5);
+}
+
+TEST(OpenAiProtocol, DumpReplacesInvalidUtf8) {
+  EXPECT_EQ(dump_json(json("a\xe4")), "\"a\xef\xbf\xbd\"");
+}
