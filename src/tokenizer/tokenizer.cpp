@@ -1,0 +1,231 @@
+// Tokenizer::from_file: the tokenizer.json pipeline (added tokens, NFC, pre-tokenizer, BPE,
+// ByteLevel decoder) and the streaming decoder.
+#include "tokenizer/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "tokenizer/added_tokens.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace tf {
+namespace {
+
+[[noreturn]] void fail_in(const std::string& file_path, const std::string& field, const std::string& what) {
+  fail("tokenizer file " + file_path + ": " + field + ": " + what);
+}
+
+const nlohmann::json& require(const nlohmann::json& root, const char* field, const std::string& file_path) {
+  if (!root.contains(field) || root[field].is_null()) fail_in(file_path, field, "missing");
+  return root[field];
+}
+
+std::string type_of(const nlohmann::json& component) {
+  return component.is_object() ? component.value("type", std::string()) : std::string();
+}
+
+// Only NFC (alone or in a Sequence) is supported; returns whether text is normalized at all.
+bool read_normalizer(const nlohmann::json& root, const std::string& file_path) {
+  if (!root.contains("normalizer") || root["normalizer"].is_null()) return false;
+  const nlohmann::json& normalizer = root["normalizer"];
+  const std::string type = type_of(normalizer);
+  if (type == "NFC") return true;
+  if (type == "Sequence" && normalizer.contains("normalizers") && normalizer["normalizers"].is_array()) {
+    for (const nlohmann::json& step : normalizer["normalizers"]) {
+      if (type_of(step) != "NFC") fail_in(file_path, "normalizer.normalizers", "unsupported normalizer type '" + type_of(step) + "'");
+    }
+    return !normalizer["normalizers"].empty();
+  }
+  fail_in(file_path, "normalizer.type", "unsupported normalizer type '" + type + "' (only NFC)");
+}
+
+// ByteLevel leaves ids untouched (trim_offsets only moves offsets), so null and ByteLevel are accepted.
+void check_byte_level_or_null(const nlohmann::json& root, const char* field, const std::string& file_path,
+                              bool is_null_allowed) {
+  const bool is_null = !root.contains(field) || root[field].is_null();
+  if (is_null && is_null_allowed) return;
+  const std::string type = is_null ? "null" : type_of(root[field]);
+  if (type != "ByteLevel") fail_in(file_path, std::string(field) + ".type", "unsupported type '" + type + "' (only ByteLevel)");
+}
+
+std::vector<AddedToken> read_added_tokens(const nlohmann::json& root, const std::string& file_path) {
+  std::vector<AddedToken> tokens;
+  if (!root.contains("added_tokens") || root["added_tokens"].is_null()) return tokens;
+  if (!root["added_tokens"].is_array()) fail_in(file_path, "added_tokens", "not an array");
+  for (const nlohmann::json& entry : root["added_tokens"]) {
+    if (!entry.is_object() || !entry.contains("id") || !entry.contains("content")) {
+      fail_in(file_path, "added_tokens", "each entry needs an id and a content");
+    }
+    AddedToken token;
+    token.id = entry["id"].get<int32_t>();
+    token.content = entry["content"].get<std::string>();
+    token.is_special = entry.value("special", false);
+    token.lstrip = entry.value("lstrip", false);
+    token.rstrip = entry.value("rstrip", false);
+    token.single_word = entry.value("single_word", false);
+    token.normalized = entry.value("normalized", !token.is_special);
+    if (token.id < 0) fail_in(file_path, "added_tokens", "negative id for '" + token.content + "'");
+    tokens.push_back(std::move(token));
+  }
+  return tokens;
+}
+
+std::vector<AddedToken> with_normalized_flag(const std::vector<AddedToken>& tokens, bool normalized) {
+  std::vector<AddedToken> chosen;
+  for (const AddedToken& token : tokens) {
+    if (token.normalized == normalized) chosen.push_back(token);
+  }
+  return chosen;
+}
+
+class HfTokenizer final : public Tokenizer {
+ public:
+  HfTokenizer(const nlohmann::json& root, const std::string& file_path,
+              const std::vector<AddedToken>& added_tokens)
+      : is_nfc_(read_normalizer(root, file_path)),
+        pre_tokenizer_(require(root, "pre_tokenizer", file_path), file_path),
+        bpe_(require(root, "model", file_path), file_path),
+        raw_added_tokens_(with_normalized_flag(added_tokens, false)),
+        normalized_added_tokens_(with_normalized_flag(added_tokens, true)) {
+    check_byte_level_or_null(root, "decoder", file_path, false);
+    check_byte_level_or_null(root, "post_processor", file_path, true);
+    int32_t max_id = -1;
+    for (const auto& [token, id] : bpe_.vocab()) max_id = std::max(max_id, id);
+    for (const AddedToken& token : added_tokens) max_id = std::max(max_id, token.id);
+    bytes_of_id_.resize(static_cast<size_t>(max_id) + 1);
+    is_special_.resize(static_cast<size_t>(max_id) + 1, false);
+    for (const auto& [token, id] : bpe_.vocab()) {
+      if (id < 0) fail_in(file_path, "model.vocab", "negative id for '" + token + "'");
+      bytes_of_id_[id] = byte_level::decode(token);
+    }
+    // Added tokens go through the ByteLevel decoder too, as in the reference.
+    for (const AddedToken& token : added_tokens) {
+      bytes_of_id_[token.id] = byte_level::decode(token.content);
+      is_special_[token.id] = token.is_special;
+      added_ids_[token.content] = token.id;
+    }
+  }
+
+  std::vector<int32_t> encode(std::string_view text) const override {
+    std::string repaired;
+    if (!is_valid_utf8(text)) {
+      repaired = utf8::replace_invalid(text);
+      text = repaired;
+    }
+    std::vector<int32_t> ids;
+    std::vector<TextSegment> segments;
+    raw_added_tokens_.split(text, segments);
+    for (const TextSegment& segment : segments) {
+      if (segment.added_token_id >= 0) {
+        ids.push_back(segment.added_token_id);
+      } else {
+        encode_unmatched(segment.text, ids);
+      }
+    }
+    return ids;
+  }
+
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    std::string out;
+    for (int32_t id : ids) out += token_bytes(id);
+    return out;
+  }
+
+  std::string token_bytes(int32_t id) const override {
+    return id >= 0 && static_cast<size_t>(id) < bytes_of_id_.size() ? bytes_of_id_[id] : std::string();
+  }
+
+  int32_t token_id(std::string_view content) const override {
+    const std::string key(content);
+    if (const auto found = added_ids_.find(key); found != added_ids_.end()) return found->second;
+    if (const auto found = bpe_.vocab().find(key); found != bpe_.vocab().end()) return found->second;
+    return -1;
+  }
+
+  bool is_special(int32_t id) const override {
+    return id >= 0 && static_cast<size_t>(id) < is_special_.size() && is_special_[id];
+  }
+
+  int64_t n_tokens() const override { return static_cast<int64_t>(bytes_of_id_.size()); }
+
+ private:
+  // Text outside raw-matched added tokens: normalize, then match normalized added tokens,
+  // then pre-tokenize and merge.
+  void encode_unmatched(std::string_view text, std::vector<int32_t>& ids) const {
+    const std::string normalized = is_nfc_ ? nfc(text) : std::string(text);
+    std::vector<TextSegment> segments;
+    if (normalized_added_tokens_.is_empty()) {
+      segments.push_back({normalized, -1});
+    } else {
+      normalized_added_tokens_.split(normalized, segments);
+    }
+    std::vector<std::string_view> pieces;
+    for (const TextSegment& segment : segments) {
+      if (segment.added_token_id >= 0) {
+        ids.push_back(segment.added_token_id);
+        continue;
+      }
+      pieces.clear();
+      pre_tokenizer_.split(segment.text, pieces);
+      for (std::string_view piece : pieces) bpe_.encode_word(piece, ids);
+    }
+  }
+
+  bool is_nfc_;
+  PreTokenizer pre_tokenizer_;
+  BpeModel bpe_;
+  AddedTokenMatcher raw_added_tokens_;         // matched in the raw text
+  AddedTokenMatcher normalized_added_tokens_;  // matched after normalization
+  std::vector<std::string> bytes_of_id_;
+  std::vector<bool> is_special_;
+  std::unordered_map<std::string, int32_t> added_ids_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Tokenizer> Tokenizer::from_file(const std::string& tokenizer_json_path) {
+  std::ifstream file(tokenizer_json_path, std::ios::binary);
+  if (!file) fail("tokenizer file " + tokenizer_json_path + ": cannot be opened");
+  file.seekg(0, std::ios::end);
+  const std::streamoff size = file.tellg();
+  if (size < 0) fail("tokenizer file " + tokenizer_json_path + ": cannot be read");
+  std::string contents(static_cast<size_t>(size), '\0');
+  file.seekg(0);
+  file.read(contents.data(), size);
+  if (!file) fail("tokenizer file " + tokenizer_json_path + ": cannot be read");
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(contents);
+  } catch (const nlohmann::json::exception& e) {
+    fail("tokenizer file " + tokenizer_json_path + ": not valid JSON: " + e.what());
+  }
+  if (!root.is_object()) fail("tokenizer file " + tokenizer_json_path + ": not a JSON object");
+  try {
+    return std::make_shared<HfTokenizer>(root, tokenizer_json_path, read_added_tokens(root, tokenizer_json_path));
+  } catch (const nlohmann::json::exception& e) {
+    // A field of the wrong JSON type somewhere the readers did not check by hand.
+    fail("tokenizer file " + tokenizer_json_path + ": unexpected value: " + e.what());
+  }
+}
+
+std::string StreamDecoder::push(int32_t id) {
+  pending_ += tokenizer_.token_bytes(id);
+  const size_t complete = complete_utf8_prefix(pending_);
+  std::string out = utf8::replace_invalid(std::string_view(pending_).substr(0, complete));
+  pending_.erase(0, complete);
+  return out;
+}
+
+std::string StreamDecoder::flush() {
+  std::string out = utf8::replace_invalid(pending_);
+  pending_.clear();
+  return out;
+}
+
+}  // namespace tf

