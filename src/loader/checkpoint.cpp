@@ -1,0 +1,121 @@
+// Opens the safetensors files of a model directory and indexes their tensors by name.
+#include "loader/checkpoint.h"
+
+#include <sys/mman.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "loader/file_helpers.h"
+
+namespace tf {
+
+namespace {
+
+// Reads one byte of every page so the first forward does not stall on page faults.
+void touch_pages(const std::vector<std::shared_ptr<SafetensorsFile>>& files, const LoadProgress& progress) {
+  constexpr size_t kPage = 4096;
+  constexpr size_t kReportEvery = size_t(64) << 20;
+  size_t total = 0;
+  for (const auto& file : files) total += file->n_bytes();
+  size_t done = 0;
+  if (progress) progress(0, total);
+  volatile uint8_t sink = 0;
+  for (const auto& file : files) {
+    const uint8_t* bytes = file->bytes();
+    const size_t size = file->n_bytes();
+    madvise(const_cast<uint8_t*>(bytes), size, MADV_WILLNEED);  // a hint; failure is harmless
+    size_t last_report = done;
+    for (size_t offset = 0; offset < size; offset += kPage) {
+      sink = sink + bytes[offset];
+      if (progress && done + offset - last_report >= kReportEvery) {
+        last_report = done + offset;
+        progress(last_report, total);
+      }
+    }
+    done += size;
+    if (progress) progress(done, total);
+  }
+}
+
+}  // namespace
+
+Checkpoint Checkpoint::open(const std::string& model_dir, const LoadProgress& progress) {
+  Checkpoint checkpoint;
+  checkpoint.dir_ = model_dir;
+  const std::string single_path = model_dir + "/model.safetensors";
+  const std::string index_path = model_dir + "/model.safetensors.index.json";
+
+  if (file_exists(index_path)) {
+    const auto index = read_json_file(index_path);
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+      fail(index_path + " has no \"weight_map\" object");
+    std::map<std::string, std::shared_ptr<SafetensorsFile>> shards;  // each file opened once
+    for (const auto& [name, shard_name] : index["weight_map"].items()) {
+      if (!shard_name.is_string())
+        fail("weight_map entry \"" + name + "\" in " + index_path + " is not a file name");
+      const std::string shard_file = shard_name.get<std::string>();
+      auto it = shards.find(shard_file);
+      if (it == shards.end()) {
+        // The name comes from the index; keep it inside the model directory.
+        if (shard_file.find('/') != std::string::npos)
+          fail("shard \"" + shard_file + "\" named by " + index_path + " is not a plain file name");
+        const std::string shard_path = model_dir + "/" + shard_file;
+        if (!file_exists(shard_path))
+          fail("shard " + shard_path + " named by " + index_path + " (tensor \"" + name + "\") is missing");
+        std::shared_ptr<SafetensorsFile> shard = SafetensorsFile::open(shard_path);
+        checkpoint.files_.push_back(shard);
+        it = shards.emplace(shard_file, shard).first;
+      }
+      const SafetensorsFile& shard = *it->second;
+      auto tensor = shard.tensors().find(name);
+      if (tensor == shard.tensors().end())
+        fail("tensor \"" + name + "\" named by " + index_path + " is not in its shard " + shard.path());
+      checkpoint.index_[name] = {&tensor->second, &shard};
+    }
+  } else if (file_exists(single_path)) {
+    checkpoint.files_.push_back(SafetensorsFile::open(single_path));
+    const SafetensorsFile& file = *checkpoint.files_.back();
+    for (const auto& [name, tensor] : file.tensors()) checkpoint.index_[name] = {&tensor, &file};
+  } else {
+    std::error_code error;
+    if (!std::filesystem::is_directory(model_dir, error))
+      fail("model directory " + model_dir + " does not exist");
+    fail("no model.safetensors or model.safetensors.index.json in model directory " + model_dir);
+  }
+  touch_pages(checkpoint.files_, progress);
+  return checkpoint;
+}
+
+bool Checkpoint::has(const std::string& name) const { return index_.count(name) != 0; }
+
+const TensorView& Checkpoint::get(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) {
+    const std::string where = files_.size() == 1 ? files_[0]->path()
+                                                 : dir_ + "/model.safetensors.index.json";
+    fail("tensor \"" + name + "\" is missing from " + where);
+  }
+  return *it->second.first;
+}
+
+const TensorView& Checkpoint::get(const std::string& name, const std::vector<int64_t>& shape) const {
+  const TensorView& tensor = get(name);
+  if (tensor.shape != shape)
+    fail("tensor \"" + name + "\" in " + file_of(name) + " has shape " + shape_text(tensor.shape) +
+         ", expected " + shape_text(shape));
+  return tensor;
+}
+
+const std::string& Checkpoint::file_of(const std::string& name) const {
+  get(name);  // the error for a missing tensor
+  return index_.at(name).second->path();
+}
+
+std::vector<std::string> Checkpoint::names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : index_) names.push_back(name);
+  return names;
+}
+
+}  // namespace tf

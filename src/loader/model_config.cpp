@@ -1,0 +1,228 @@
+// Reads and validates config.json, generation_config.json and the EOS token of tokenizer_config.json.
+#include "loader/model_config.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/error.h"
+#include "loader/file_helpers.h"
+
+namespace tf {
+
+namespace {
+
+using Json = nlohmann::json;
+
+const Json* find_field(const Json& object, const char* field) {
+  auto it = object.find(field);
+  // HF writes null for unset optional fields; treat it as absent.
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+[[noreturn]] void fail_field(const char* field, const std::string& path, const char* problem) {
+  fail(std::string("field \"") + field + "\" in " + path + " " + problem);
+}
+
+int64_t read_int(const Json& value, const char* field, const std::string& path) {
+  if (!value.is_number_integer()) fail_field(field, path, "must be an integer");
+  return value.get<int64_t>();
+}
+
+double read_number(const Json& value, const char* field, const std::string& path) {
+  if (!value.is_number()) fail_field(field, path, "must be a number");
+  return value.get<double>();
+}
+
+int64_t required_int(const Json& object, const char* field, const std::string& path) {
+  const Json* value = find_field(object, field);
+  if (!value) fail_field(field, path, "is missing");
+  return read_int(*value, field, path);
+}
+
+double required_number(const Json& object, const char* field, const std::string& path) {
+  const Json* value = find_field(object, field);
+  if (!value) fail_field(field, path, "is missing");
+  return read_number(*value, field, path);
+}
+
+// "eos_token_id" is an int or a list of ints in config.json and generation_config.json.
+void add_eos_ids(const Json& object, const std::string& path, std::set<int32_t>* ids) {
+  const Json* value = find_field(object, "eos_token_id");
+  if (!value) return;
+  if (value->is_array()) {
+    for (const Json& id : *value) ids->insert(int32_t(read_int(id, "eos_token_id", path)));
+  } else {
+    ids->insert(int32_t(read_int(*value, "eos_token_id", path)));
+  }
+}
+
+// tokenizer_config.json names the EOS token by text; its id comes from tokenizer.json's
+// added_tokens, or from tokenizer_config.json's own added_tokens_decoder.
+void add_eos_token_from_tokenizer(const std::string& dir, std::set<int32_t>* ids) {
+  const std::string config_path = dir + "/tokenizer_config.json";
+  if (!file_exists(config_path)) return;
+  const Json config = read_json_file(config_path);
+  const Json* eos = config.is_object() ? find_field(config, "eos_token") : nullptr;
+  if (!eos) return;
+  std::string content;
+  if (eos->is_string()) {
+    content = eos->get<std::string>();
+  } else if (eos->is_object() && eos->contains("content") && (*eos)["content"].is_string()) {
+    content = (*eos)["content"].get<std::string>();
+  } else {
+    fail_field("eos_token", config_path, "must be a string or an object with \"content\"");
+  }
+
+  const std::string tokenizer_path = dir + "/tokenizer.json";
+  if (file_exists(tokenizer_path)) {
+    const Json tokenizer = read_json_file(tokenizer_path, {"model"});
+    const Json* added = tokenizer.is_object() ? find_field(tokenizer, "added_tokens") : nullptr;
+    if (added && added->is_array()) {
+      for (const Json& token : *added) {
+        if (token.is_object() && token.value("content", "") == content && token.contains("id") &&
+            token["id"].is_number_integer()) {
+          ids->insert(token["id"].get<int32_t>());
+          return;
+        }
+      }
+    }
+  }
+  const Json* decoder = find_field(config, "added_tokens_decoder");
+  if (decoder && decoder->is_object()) {
+    for (const auto& [id_text, token] : decoder->items()) {
+      if (!token.is_object() || token.value("content", "") != content) continue;
+      try {
+        ids->insert(int32_t(std::stol(id_text)));
+      } catch (const std::exception&) {
+        fail("added_tokens_decoder in " + config_path + " has a non-numeric id \"" + id_text + "\"");
+      }
+      return;
+    }
+  }
+}
+
+// MLX writes "quantization" and, for Hugging Face tools, the same dict as "quantization_config".
+QuantizationConfig read_quantization(const Json& config, const std::string& path) {
+  const char* field = "quantization";
+  const Json* value = find_field(config, field);
+  if (!value) {
+    field = "quantization_config";
+    value = find_field(config, field);
+    if (!value) return {};
+  }
+  if (!value->is_object()) fail_field(field, path, "must be an object");
+  if (const Json* method = find_field(*value, "quant_method")) {
+    fail(std::string("unsupported quantization method ") + method->dump() + " in " + path +
+         " (only MLX affine quantization is supported)");
+  }
+  if (const Json* mode = find_field(*value, "mode"); mode && *mode != "affine") {
+    fail(std::string("unsupported quantization mode ") + mode->dump() + " in " + path +
+         " (only \"affine\" is supported)");
+  }
+  for (const auto& [key, entry] : value->items()) {
+    if (entry.is_object() || entry.is_boolean())
+      fail("per-layer quantization (\"" + key + "\") in " + path + " is not supported");
+  }
+  QuantizationConfig quantization;
+  quantization.group_size = int(required_int(*value, "group_size", path));
+  quantization.bits = int(required_int(*value, "bits", path));
+  return quantization;
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::load(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  if (!file_exists(path)) fail("no config.json in model directory " + model_dir);
+  const Json json = read_json_file(path);
+  if (!json.is_object()) fail(path + " must hold a JSON object");
+
+  ModelConfig config;
+  const Json* architectures = find_field(json, "architectures");
+  if (!architectures) fail_field("architectures", path, "is missing");
+  if (!architectures->is_array() || architectures->empty() || !(*architectures)[0].is_string())
+    fail_field("architectures", path, "must be a non-empty list of strings");
+  config.architecture = (*architectures)[0].get<std::string>();
+  if (config.architecture != "Qwen3ForCausalLM")
+    fail("unsupported architecture " + config.architecture + " in " + path +
+         " (supported: Qwen3ForCausalLM)");
+
+  config.hidden_size = required_int(json, "hidden_size", path);
+  config.intermediate_size = required_int(json, "intermediate_size", path);
+  config.n_layers = required_int(json, "num_hidden_layers", path);
+  config.n_heads = required_int(json, "num_attention_heads", path);
+  config.n_kv_heads = required_int(json, "num_key_value_heads", path);
+  config.vocab_size = required_int(json, "vocab_size", path);
+  config.max_position_embeddings = required_int(json, "max_position_embeddings", path);
+  config.rms_norm_eps = float(required_number(json, "rms_norm_eps", path));
+
+  if (const Json* head_dim = find_field(json, "head_dim")) {
+    config.head_dim = read_int(*head_dim, "head_dim", path);
+  } else {
+    if (config.n_heads <= 0) fail_field("num_attention_heads", path, "must be positive");
+    config.head_dim = config.hidden_size / config.n_heads;
+  }
+
+  // Newer transformers versions move rope_theta into "rope_parameters".
+  if (const Json* theta = find_field(json, "rope_theta")) {
+    config.rope_theta = read_number(*theta, "rope_theta", path);
+  } else if (const Json* parameters = find_field(json, "rope_parameters");
+             parameters && parameters->is_object() && find_field(*parameters, "rope_theta")) {
+    config.rope_theta = read_number((*parameters)["rope_theta"], "rope_parameters.rope_theta", path);
+  } else {
+    fail_field("rope_theta", path, "is missing (looked at the top level and in rope_parameters)");
+  }
+
+  if (const Json* tie = find_field(json, "tie_word_embeddings")) {
+    if (!tie->is_boolean()) fail_field("tie_word_embeddings", path, "must be true or false");
+    config.tie_word_embeddings = tie->get<bool>();
+  }
+  config.quantization = read_quantization(json, path);
+
+  std::set<int32_t> eos_ids;
+  add_eos_ids(json, path, &eos_ids);
+  const std::string generation_path = model_dir + "/generation_config.json";
+  if (file_exists(generation_path)) {
+    const Json generation = read_json_file(generation_path);
+    if (!generation.is_object()) fail(generation_path + " must hold a JSON object");
+    add_eos_ids(generation, generation_path, &eos_ids);
+  }
+  add_eos_token_from_tokenizer(model_dir, &eos_ids);
+  config.eos_token_ids.assign(eos_ids.begin(), eos_ids.end());
+
+  config.validate(path);
+  return config;
+}
+
+void ModelConfig::validate(const std::string& source) const {
+  auto require_positive = [&](int64_t value, const char* field) {
+    if (value <= 0)
+      fail(std::string(field) + " in " + source + " must be positive, got " + std::to_string(value));
+  };
+  require_positive(hidden_size, "hidden_size");
+  require_positive(intermediate_size, "intermediate_size");
+  require_positive(n_layers, "num_hidden_layers");
+  require_positive(n_heads, "num_attention_heads");
+  require_positive(n_kv_heads, "num_key_value_heads");
+  require_positive(head_dim, "head_dim");
+  require_positive(vocab_size, "vocab_size");
+  require_positive(max_position_embeddings, "max_position_embeddings");
+  if (!(rope_theta > 0)) fail("rope_theta in " + source + " must be positive");
+  if (!(rms_norm_eps > 0)) fail("rms_norm_eps in " + source + " must be positive");
+  if (n_heads % n_kv_heads != 0)
+    fail("num_attention_heads (" + std::to_string(n_heads) + ") in " + source +
+         " must be a multiple of num_key_value_heads (" + std::to_string(n_kv_heads) + ")");
+  for (int32_t id : eos_token_ids)
+    if (id < 0) fail("eos_token_id in " + source + " must not be negative");
+  if (quantization.bits == 0 && quantization.group_size == 0) return;
+  if (quantization.bits != 4 && quantization.bits != 8)
+    fail("quantization bits in " + source + " must be 4 or 8, got " +
+         std::to_string(quantization.bits));
+  if (quantization.group_size != 32 && quantization.group_size != 64 &&
+      quantization.group_size != 128)
+    fail("quantization group_size in " + source + " must be 32, 64 or 128, got " +
+         std::to_string(quantization.group_size));
+}
+
+}  // namespace tf
