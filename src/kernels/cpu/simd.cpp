@@ -1,0 +1,42 @@
+// Picks the SIMD level the CPU kernels dispatch to.
+#include "kernels/cpu/simd.h"
+
+#include <atomic>
+
+#include "core/error.h"
+
+namespace tf::cpu {
+
+namespace {
+
+SimdLevel best_supported_level() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return SimdLevel::avx512;
+  if (__builtin_cpu_supports("avx2")) return SimdLevel::avx2;
+  return SimdLevel::generic;
+}
+
+std::atomic<SimdLevel>& current_level() {
+  static std::atomic<SimdLevel> level{best_supported_level()};
+  return level;
+}
+
+}  // namespace
+
+bool simd_level_supported(SimdLevel level) {
+  __builtin_cpu_init();
+  switch (level) {
+    case SimdLevel::avx512: return __builtin_cpu_supports("avx512f");
+    case SimdLevel::avx2: return __builtin_cpu_supports("avx2");
+    default: return true;
+  }
+}
+
+SimdLevel simd_level() { return current_level().load(std::memory_order_relaxed); }
+
+void set_simd_level_for_testing(SimdLevel level) {
+  if (!simd_level_supported(level)) fail("this CPU does not support the requested SIMD level");
+  current_level().store(level, std::memory_order_relaxed);
+}
+
+}  // namespace tf::cpu

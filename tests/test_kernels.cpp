@@ -1,0 +1,313 @@
+// CPU kernels against double references, and the batch invariance of linear (bitwise).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/simd.h"
+
+namespace tf::cpu {
+namespace {
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+void store_as(DType dtype, float value, void* data, size_t i) {
+  switch (dtype) {
+    case DType::bf16: static_cast<uint16_t*>(data)[i] = f32_to_bf16(value); break;
+    case DType::f16: static_cast<uint16_t*>(data)[i] = f32_to_f16(value); break;
+    default: static_cast<float*>(data)[i] = value; break;
+  }
+}
+
+// A weight matrix with its storage and the f32 value of every weight (the kernels' dequantization).
+struct TestWeights {
+  std::vector<uint8_t> data, scales, biases;
+  std::vector<float> values;  // [n_rows][n_cols]
+  WeightMatrix matrix;
+};
+
+TestWeights make_weights(int64_t n_rows, int64_t n_cols, DType dtype, int bits, int group_size,
+                         DType scale_dtype, std::mt19937& rng) {
+  TestWeights t;
+  WeightMatrix& m = t.matrix;
+  m.n_rows = n_rows;
+  m.n_cols = n_cols;
+  t.values.resize(size_t(n_rows * n_cols));
+  if (bits == 0) {
+    m.dtype = dtype;
+    t.data.resize(size_t(n_rows * n_cols) * dtype_size(dtype));
+    std::vector<float> raw = random_floats(t.values.size(), rng, 0.1f);
+    for (size_t i = 0; i < raw.size(); ++i) {
+      store_as(dtype, raw[i], t.data.data(), i);
+      t.values[i] = load_as_f32(t.data.data(), dtype, int64_t(i));
+    }
+  } else {
+    m.dtype = DType::u32;
+    m.bits = bits;
+    m.group_size = group_size;
+    m.scale_dtype = scale_dtype;
+    const int64_t n_groups = n_cols / group_size;
+    t.data.assign(size_t(n_rows * n_cols * bits / 8), 0);
+    t.scales.resize(size_t(n_rows * n_groups) * dtype_size(scale_dtype));
+    t.biases.resize(t.scales.size());
+    std::uniform_real_distribution<float> scale_dist(0.002f, 0.02f), bias_dist(-0.1f, 0.1f);
+    for (int64_t i = 0; i < n_rows * n_groups; ++i) {
+      store_as(scale_dtype, scale_dist(rng), t.scales.data(), size_t(i));
+      store_as(scale_dtype, bias_dist(rng), t.biases.data(), size_t(i));
+    }
+    std::uniform_int_distribution<uint32_t> q_dist(0, (1u << bits) - 1);
+    auto* words = reinterpret_cast<uint32_t*>(t.data.data());
+    for (int64_t r = 0; r < n_rows; ++r) {
+      for (int64_t c = 0; c < n_cols; ++c) {
+        const uint32_t q = q_dist(rng);
+        const int64_t bit = (r * n_cols + c) * bits;
+        words[bit / 32] |= q << (bit % 32);  // lowest bits first
+        const int64_t g = r * n_groups + c / group_size;
+        const float scale = load_as_f32(t.scales.data(), scale_dtype, g);
+        const float bias = load_as_f32(t.biases.data(), scale_dtype, g);
+        t.values[size_t(r * n_cols + c)] = scale * float(q) + bias;
+      }
+    }
+    m.scales = t.scales.data();
+    m.biases = t.biases.data();
+  }
+  m.data = t.data.data();
+  return t;
+}
+
+void expect_bitwise_equal(const float* a, const float* b, int64_t n, const std::string& what) {
+  ASSERT_EQ(std::memcmp(a, b, size_t(n) * sizeof(float)), 0) << what;
+}
+
+std::vector<SimdLevel> supported_levels() {
+  std::vector<SimdLevel> levels;
+  for (SimdLevel level : {SimdLevel::generic, SimdLevel::avx2, SimdLevel::avx512})
+    if (simd_level_supported(level)) levels.push_back(level);
+  return levels;
+}
+
+// Restores the dispatch level when a test that forces one ends.
+struct SimdLevelGuard {
+  SimdLevel saved = simd_level();
+  ~SimdLevelGuard() { set_simd_level_for_testing(saved); }
+};
+
+// Checks one weight layout: accuracy against doubles, then every row of batches of M = 1..64
+// and 257 random rows, with 1..4 threads and every ISA level, bitwise equal to the row alone.
+void check_linear(const TestWeights& t, std::mt19937& rng, ThreadPool* pools) {
+  const int64_t k = t.matrix.n_cols, n = t.matrix.n_rows;
+  constexpr int64_t kPoolRows = 257;
+  const std::vector<float> x = random_floats(size_t(kPoolRows * k), rng);
+  std::vector<float> solo(static_cast<size_t>(kPoolRows * n));
+  for (int64_t i = 0; i < kPoolRows; ++i) linear(&x[size_t(i * k)], 1, t.matrix, &solo[size_t(i * n)], pools[0]);
+
+  for (int64_t i = 0; i < 8; ++i) {
+    for (int64_t c = 0; c < n; ++c) {
+      double sum = 0, magnitude = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const double product = double(x[size_t(i * k + j)]) * t.values[size_t(c * k + j)];
+        sum += product;
+        magnitude += std::fabs(product);
+      }
+      const double tolerance = double(k / kLanes + 6) * 1.2e-7 * magnitude + 1e-30;
+      ASSERT_NEAR(solo[size_t(i * n + c)], sum, tolerance) << "row " << i << " col " << c;
+    }
+  }
+
+  std::uniform_int_distribution<int64_t> pick(0, kPoolRows - 1);
+  std::vector<int64_t> batch_sizes;
+  for (int64_t m = 1; m <= 64; ++m) batch_sizes.push_back(m);
+  batch_sizes.push_back(257);
+  for (int64_t m : batch_sizes) {
+    std::vector<int64_t> ids(static_cast<size_t>(m));
+    std::vector<float> batch(static_cast<size_t>(m * k)), y(static_cast<size_t>(m * n));
+    for (int64_t r = 0; r < m; ++r) {
+      ids[size_t(r)] = pick(rng);
+      std::memcpy(&batch[size_t(r * k)], &x[size_t(ids[size_t(r)] * k)], size_t(k) * sizeof(float));
+    }
+    for (int threads = 1; threads <= 4; ++threads) {
+      linear(batch.data(), m, t.matrix, y.data(), pools[threads - 1]);
+      for (int64_t r = 0; r < m; ++r)
+        expect_bitwise_equal(&y[size_t(r * n)], &solo[size_t(ids[size_t(r)] * n)], n,
+                             "M=" + std::to_string(m) + " threads=" + std::to_string(threads) +
+                                 " row " + std::to_string(r));
+    }
+  }
+
+  SimdLevelGuard guard;
+  std::vector<float> y(static_cast<size_t>(kPoolRows * n));
+  for (SimdLevel level : supported_levels()) {
+    set_simd_level_for_testing(level);
+    linear(x.data(), kPoolRows, t.matrix, y.data(), pools[1]);
+    expect_bitwise_equal(y.data(), solo.data(), kPoolRows * n, "SIMD level " + std::to_string(int(level)));
+  }
+}
+
+struct Pools {
+  ThreadPool pools[4] = {ThreadPool(1), ThreadPool(2), ThreadPool(3), ThreadPool(4)};
+};
+
+TEST(Linear, DenseMatchesReferenceAndIsBatchInvariant) {
+  Pools p;
+  std::mt19937 rng(7);
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    for (int64_t k : {24, 40, 80, 136, 200, 1024}) {
+      for (int64_t n : {37, 48}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " K=" + std::to_string(k) + " N=" + std::to_string(n));
+        check_linear(make_weights(n, k, dtype, 0, 0, DType::bf16, rng), rng, p.pools);
+      }
+    }
+  }
+}
+
+TEST(Linear, QuantizedMatchesReferenceAndIsBatchInvariant) {
+  Pools p;
+  std::mt19937 rng(11);
+  const DType scale_dtypes[] = {DType::bf16, DType::f16, DType::f32};
+  int variant = 0;
+  for (int bits : {4, 8}) {
+    for (int group_size : {32, 64, 128}) {
+      for (int64_t k : {int64_t(group_size), int64_t(384), int64_t(1024)}) {
+        const int64_t n = 37 + (variant % 2) * 11;
+        const DType scale_dtype = scale_dtypes[variant++ % 3];
+        SCOPED_TRACE("bits=" + std::to_string(bits) + " group=" + std::to_string(group_size) +
+                     " K=" + std::to_string(k) + " N=" + std::to_string(n));
+        check_linear(make_weights(n, k, DType::u32, bits, group_size, scale_dtype, rng), rng, p.pools);
+      }
+    }
+  }
+}
+
+// Every finite f16 bit pattern, subnormals included, decodes in registers as f16_to_f32 does.
+TEST(Linear, F16DecodeIsExactOnEveryLevel) {
+  constexpr int64_t kCols = 16, kRows = 65536 / kCols;
+  std::vector<uint16_t> bits(65536);
+  for (uint32_t i = 0; i < 65536; ++i) bits[i] = (i & 0x7c00u) == 0x7c00u ? 0 : uint16_t(i);
+  WeightMatrix w;
+  w.n_rows = kRows;
+  w.n_cols = kCols;
+  w.dtype = DType::f16;
+  w.data = bits.data();
+  std::vector<float> one_hot(kCols * kCols, 0.0f), y(static_cast<size_t>(kCols * kRows));
+  for (int64_t i = 0; i < kCols; ++i) one_hot[size_t(i * kCols + i)] = 1.0f;
+  ThreadPool pool(1);
+  SimdLevelGuard guard;
+  for (SimdLevel level : supported_levels()) {
+    set_simd_level_for_testing(level);
+    linear(one_hot.data(), kCols, w, y.data(), pool);
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t c = 0; c < kCols; ++c)
+        ASSERT_EQ(y[size_t(c * kRows + r)], f16_to_f32(bits[size_t(r * kCols + c)])) << r << "," << c;
+  }
+}
+
+TEST(Linear, EmbeddingRowsMatchDequantizedValues) {
+  std::mt19937 rng(3);
+  std::vector<TestWeights> tables;
+  tables.push_back(make_weights(50, 40, DType::bf16, 0, 0, DType::bf16, rng));
+  tables.push_back(make_weights(50, 40, DType::f16, 0, 0, DType::bf16, rng));
+  tables.push_back(make_weights(50, 40, DType::f32, 0, 0, DType::bf16, rng));
+  tables.push_back(make_weights(50, 256, DType::u32, 4, 64, DType::bf16, rng));
+  tables.push_back(make_weights(50, 256, DType::u32, 8, 32, DType::f16, rng));
+  tables.push_back(make_weights(50, 256, DType::u32, 4, 128, DType::f32, rng));
+  const std::vector<int32_t> ids = {3, 0, 49, 3, 17};
+  for (const TestWeights& t : tables) {
+    const int64_t k = t.matrix.n_cols;
+    std::vector<float> rows(ids.size() * size_t(k)), one(static_cast<size_t>(k));
+    embedding_rows(t.matrix, ids.data(), int64_t(ids.size()), rows.data());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      matrix_row_f32(t.matrix, ids[i], one.data());
+      expect_bitwise_equal(&rows[i * size_t(k)], one.data(), k, "embedding vs matrix_row_f32");
+      expect_bitwise_equal(one.data(), &t.values[size_t(ids[i] * k)], k, "matrix_row_f32 vs scale*q+bias");
+    }
+  }
+}
+
+TEST(RmsNorm, MatchesReferenceAndMayAlias) {
+  std::mt19937 rng(5);
+  for (int64_t dim : {24, 40, 128, 1000}) {
+    const int64_t n_rows = 5;
+    std::vector<float> x = random_floats(size_t(n_rows * dim), rng, 3.0f), y(x.size());
+    std::vector<uint16_t> gain(static_cast<size_t>(dim));
+    for (auto& g : gain) g = f32_to_bf16(random_floats(1, rng)[0]);
+    const WeightVector gain_vector{dim, DType::bf16, gain.data()};
+    const float eps = 1e-6f;
+    rms_norm(x.data(), n_rows, dim, gain_vector, eps, y.data());
+    for (int64_t r = 0; r < n_rows; ++r) {
+      double sum = 0;
+      for (int64_t i = 0; i < dim; ++i) sum += double(x[size_t(r * dim + i)]) * x[size_t(r * dim + i)];
+      const double inverse_rms = 1.0 / std::sqrt(sum / double(dim) + eps);
+      for (int64_t i = 0; i < dim; ++i) {
+        const double expected = x[size_t(r * dim + i)] * inverse_rms * bf16_to_f32(gain[size_t(i)]);
+        ASSERT_NEAR(y[size_t(r * dim + i)], expected, 1e-6 * std::fabs(expected) + 1e-7);
+      }
+    }
+    std::vector<float> in_place = x;
+    rms_norm(in_place.data(), n_rows, dim, gain_vector, eps, in_place.data());
+    expect_bitwise_equal(in_place.data(), y.data(), n_rows * dim, "in-place rms_norm");
+  }
+}
+
+TEST(Rope, MatchesTransformersFormula) {
+  const int64_t head_dim = 64, n_heads = 3;
+  const double theta = 1000000.0;
+  const std::vector<float> inverse = rope_inverse_frequencies(head_dim, theta);
+  ASSERT_EQ(int64_t(inverse.size()), head_dim / 2);
+  for (int64_t i = 0; i < head_dim / 2; ++i)
+    ASSERT_NEAR(inverse[size_t(i)], std::pow(theta, -2.0 * double(i) / double(head_dim)),
+                2e-7 * inverse[size_t(i)]);
+
+  std::mt19937 rng(9);
+  const std::vector<int32_t> positions = {0, 1, 7, 300, 4095, 40000};
+  const int64_t n_rows = int64_t(positions.size());
+  const std::vector<float> x = random_floats(size_t(n_rows * n_heads * head_dim), rng);
+  std::vector<float> rotated = x;
+  rope_apply(rotated.data(), n_rows, n_heads, head_dim, positions.data(), inverse);
+  const int64_t half = head_dim / 2;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const float* in = &x[size_t((r * n_heads + h) * head_dim)];
+      const float* out = &rotated[size_t((r * n_heads + h) * head_dim)];
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = float(positions[size_t(r)]) * inverse[size_t(i)];  // f32, as transformers
+        const double c = std::cos(angle), s = std::sin(angle);
+        ASSERT_NEAR(out[i], in[i] * c - in[i + half] * s, 1e-6);
+        ASSERT_NEAR(out[i + half], in[i + half] * c + in[i] * s, 1e-6);
+      }
+    }
+  }
+  // A row's rotation depends on its own position only.
+  std::vector<float> alone(x.begin() + 3 * n_heads * head_dim, x.begin() + 4 * n_heads * head_dim);
+  rope_apply(alone.data(), 1, n_heads, head_dim, &positions[3], inverse);
+  expect_bitwise_equal(alone.data(), &rotated[size_t(3 * n_heads * head_dim)], n_heads * head_dim, "rope row");
+}
+
+TEST(Swiglu, MatchesReference) {
+  std::mt19937 rng(13);
+  const int64_t n = 1000;
+  const std::vector<float> gate = random_floats(size_t(n), rng, 4.0f), up = random_floats(size_t(n), rng);
+  std::vector<float> out(static_cast<size_t>(n));
+  swiglu(gate.data(), up.data(), n, out.data());
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[size_t(i)];
+    const double expected = g / (1.0 + std::exp(-g)) * up[size_t(i)];
+    ASSERT_NEAR(out[size_t(i)], expected, 1e-6 * std::fabs(expected) + 1e-30);
+  }
+}
+
+}  // namespace
+}  // namespace tf::cpu
