@@ -51,25 +51,26 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& file_path) {
   };
   const nlohmann::json& merges = model["merges"];
   merges_.reserve(merges.size());
+  std::string left, right;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const nlohmann::json& merge = merges[rank];
-    std::string left, right;
     if (merge.is_string()) {
       const std::string& line = merge.get_ref<const std::string&>();
       const size_t space = line.find(' ');
       if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
         fail_in(file_path, "model.merges", "merge '" + line + "' is not two tokens separated by a space");
       }
-      left = line.substr(0, space);
-      right = line.substr(space + 1);
+      left.assign(line, 0, space);
+      right.assign(line, space + 1);
     } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
-      left = merge[0].get<std::string>();
-      right = merge[1].get<std::string>();
+      left = merge[0].get_ref<const std::string&>();
+      right = merge[1].get_ref<const std::string&>();
     } else {
       fail_in(file_path, "model.merges", "entry " + std::to_string(rank) + " is neither \"a b\" nor [\"a\", \"b\"]");
     }
-    const Merge value{static_cast<int32_t>(rank), id_of(left + right)};
-    merges_.emplace(pair_key(id_of(left), id_of(right)), value);  // the first (lowest) rank wins
+    const int32_t left_id = id_of(left), right_id = id_of(right);
+    left += right;
+    merges_.emplace(pair_key(left_id, right_id), Merge{static_cast<int32_t>(rank), id_of(left)});  // lowest rank wins
   }
 }
 

@@ -49,7 +49,14 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
     // The text was validated once by the caller, so PCRE2 need not check it on every call.
     const int result = pcre2_match(compiled_->code, subject, text.size(), from, PCRE2_NO_UTF_CHECK,
                                    match_data, nullptr);
-    if (result < 0) break;  // PCRE2_ERROR_NOMATCH, or a resource limit: the rest is one gap
+    if (result == PCRE2_ERROR_NOMATCH) break;
+    if (result < 0) {
+      // A resource limit: failing beats silently tokenizing differently from the reference.
+      pcre2_match_data_free(match_data);
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(result, message, sizeof(message));
+      fail(std::string("tokenizer regex failed on the input: ") + reinterpret_cast<char*>(message));
+    }
     const PCRE2_SIZE* offsets = pcre2_get_ovector_pointer(match_data);
     const size_t begin = offsets[0], end = offsets[1];
     if (end == begin) {  // an empty match splits nothing; step over one character
