@@ -53,7 +53,7 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
   require(flags.n_parallel >= 1 && flags.n_parallel <= max_parallel,
           "--parallel must be between 1 and " + std::to_string(max_parallel) + "; got " +
               std::to_string(flags.n_parallel) + ".");
-  require(flags.max_queue >= 0, "--max-queue must be 0 or more; got " +
+  require(flags.max_queue >= 1, "--max-queue must be at least 1; got " +
                                     std::to_string(flags.max_queue) + ".");
   require(flags.n_threads >= 0, "--threads must be 0 (one per core) or more; got " +
                                     std::to_string(flags.n_threads) + ".");

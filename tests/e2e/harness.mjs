@@ -1,0 +1,115 @@
+// Starts the real `tensorfold serve` on loopback for end-to-end tests and offers small helpers
+// (raw JSON requests, SSE reading, /metrics parsing), every wait bounded by a timeout.
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import OpenAI from 'openai';
+
+const binary = process.env.TF_BINARY;
+const sourceDir = process.env.TF_SOURCE_DIR ?? path.resolve(import.meta.dirname ?? '.', '../..');
+export const modelDir = path.join(sourceDir, 'models', 'qwen3-tiny-chat');
+export const modelId = 'qwen3-tiny-chat';
+
+// Spawns the server with --port 0 and reads the port it prints, so two runs never race for one.
+export async function startServer(extraArgs = [], { startTimeoutMs = 60_000 } = {}) {
+  if (!binary) throw new Error('TF_BINARY must name the built tensorfold binary');
+  const args = ['serve', '--model', modelDir, '--host', '127.0.0.1', '--port', '0', ...extraArgs];
+  const child = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  const port = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not listen in time:\n${log}`)),
+                             startTimeoutMs);
+    child.stderr.on('data', (data) => {
+      log += data;
+      const match = /listening on http:\/\/[\d.]+:(\d+)/.exec(log);
+      if (match) { clearTimeout(timer); resolve(Number(match[1])); }
+    });
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`server exited with ${code} before listening:\n${log}`));
+    });
+  });
+  const server = {
+    child,
+    port,
+    baseUrl: `http://127.0.0.1:${port}`,
+    log: () => log,
+    async stop() {
+      if (child.exitCode !== null) return;
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM');
+      const outcome = await Promise.race([exited.then(() => 'exited'), sleep(5_000, 'timeout')]);
+      if (outcome === 'timeout') { child.kill('SIGKILL'); await exited; }
+    },
+  };
+  try {
+    await waitForHealth(server.baseUrl, startTimeoutMs);
+  } catch (error) {
+    await server.stop();
+    throw new Error(`${error.message}\n${log}`);
+  }
+  return server;
+}
+
+export async function waitForHealth(baseUrl, timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  let last = 'no answer';
+  while (Date.now() < deadline) {
+    try {
+      const response = await fetch(`${baseUrl}/health`);
+      const body = await response.json();
+      if (response.status === 200 && body.status === 'ok') return;
+      last = `${response.status} ${JSON.stringify(body)}`;
+    } catch (error) {
+      last = error.message;
+    }
+    await sleep(100);
+  }
+  throw new Error(`/health did not answer 200 within ${timeoutMs} ms (last: ${last})`);
+}
+
+export function openaiClient(server, apiKey = 'unused') {
+  return new OpenAI({ baseURL: `${server.baseUrl}/v1`, apiKey, maxRetries: 0, timeout: 60_000 });
+}
+
+// A raw request; `body` may be an object (sent as JSON), a string or bytes.
+export async function request(server, route, { method = 'POST', body, headers = {}, signal } = {}) {
+  const payload = body === undefined || typeof body === 'string' || body instanceof Uint8Array
+    ? body : JSON.stringify(body);
+  const response = await fetch(`${server.baseUrl}${route}`, {
+    method, body: payload, signal, headers: { 'content-type': 'application/json', ...headers },
+  });
+  const text = await response.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch { /* not JSON: callers look at text */ }
+  return { status: response.status, headers: response.headers, json, text };
+}
+
+// The `data:` payloads of an SSE body, [DONE] included as the string '[DONE]'.
+export function sseEvents(text) {
+  return text.split('\n\n').filter((block) => block.startsWith('data: '))
+    .map((block) => block.slice('data: '.length))
+    .map((data) => (data === '[DONE]' ? data : JSON.parse(data)));
+}
+
+// `server.headers`, when a test sets it, carries the API key.
+export async function metrics(server) {
+  const response = await fetch(`${server.baseUrl}/metrics`, { headers: server.headers ?? {} });
+  const values = {};
+  for (const line of (await response.text()).split('\n')) {
+    const match = /^(tensorfold_\w+) (\S+)$/.exec(line);
+    if (match) values[match[1]] = Number(match[2]);
+  }
+  return values;
+}
+
+// Polls until predicate(metrics) holds; returns the last metrics either way.
+export async function waitForMetrics(server, predicate, timeoutMs = 10_000) {
+  const deadline = Date.now() + timeoutMs;
+  let values = await metrics(server);
+  while (!predicate(values) && Date.now() < deadline) {
+    await sleep(50);
+    values = await metrics(server);
+  }
+  return values;
+}

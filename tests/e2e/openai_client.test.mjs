@@ -1,0 +1,155 @@
+// The server driven by the official `openai` package: chat and completions, streamed and not,
+// plus /v1/models, /metrics, /tokenize and /detokenize.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { metrics, modelDir, modelId, openaiClient, request, startServer } from './harness.mjs';
+
+let server;
+let client;
+before(async () => {
+  server = await startServer(['--parallel', '8']);
+  client = openaiClient(server);
+});
+after(async () => { await server?.stop(); });
+
+const messages = [{ role: 'user', content: 'Write a haiku about the sea.' }];
+const timingKeys = ['prompt_n', 'prompt_ms', 'predicted_n', 'predicted_ms', 'rounds', 'draft_n',
+  'draft_accepted_n', 'tokens_per_round'];
+
+function assertReplyFigures(reply, maxTokens) {
+  assert.ok(reply.usage.prompt_tokens > 0);
+  assert.ok(reply.usage.completion_tokens > 0 && reply.usage.completion_tokens <= maxTokens);
+  assert.equal(reply.usage.total_tokens, reply.usage.prompt_tokens + reply.usage.completion_tokens);
+  for (const key of timingKeys) assert.equal(typeof reply.timings[key], 'number', key);
+  assert.match(reply.token_sha, /^[0-9a-f]{64}$/);
+}
+
+test('chat completion, not streamed', { timeout: 60_000 }, async () => {
+  const reply = await client.chat.completions.create({
+    model: modelId, messages, max_tokens: 12, temperature: 0,
+  });
+  assert.equal(reply.object, 'chat.completion');
+  assert.equal(reply.model, modelId);
+  assert.equal(reply.choices.length, 1);
+  assert.equal(reply.choices[0].message.role, 'assistant');
+  assert.equal(typeof reply.choices[0].message.content, 'string');
+  assert.ok(['stop', 'length'].includes(reply.choices[0].finish_reason));
+  assertReplyFigures(reply, 12);
+  assert.equal(typeof reply.seed, 'number', 'a server-drawn seed is reported back');
+});
+
+test('chat completion, streamed with include_usage, equals the whole reply', { timeout: 60_000 },
+  async () => {
+    const params = { model: modelId, messages, max_tokens: 12, temperature: 0.8, seed: 42 };
+    const whole = await client.chat.completions.create(params);
+    assert.equal(whole.seed, 42);
+    const stream = await client.chat.completions.create({
+      ...params, stream: true, stream_options: { include_usage: true },
+    });
+    const chunks = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    assert.equal(chunks[0].choices[0].delta.role, 'assistant');
+    const text = chunks.map((chunk) => chunk.choices[0]?.delta?.content ?? '').join('');
+    assert.equal(text, whole.choices[0].message.content);
+    const final = chunks.find((chunk) => chunk.choices[0]?.finish_reason);
+    assert.ok(final, 'a chunk carries finish_reason');
+    assert.equal(final.choices[0].finish_reason, whole.choices[0].finish_reason);
+    assert.equal(final.token_sha, whole.token_sha);
+    assert.equal(final.seed, 42);
+    assertReplyFigures(final, 12);
+    const usageChunk = chunks.at(-1);
+    assert.deepEqual(usageChunk.choices, []);
+    assert.deepEqual(usageChunk.usage, whole.usage);
+    assert.equal(usageChunk.token_sha, whole.token_sha);
+  });
+
+test('text completion from a string and from token ids', { timeout: 60_000 }, async () => {
+  const fromText = await client.completions.create({
+    model: modelId, prompt: 'Once upon a time', max_tokens: 10, temperature: 0,
+  });
+  assert.equal(fromText.object, 'text_completion');
+  assert.equal(typeof fromText.choices[0].text, 'string');
+  assertReplyFigures(fromText, 10);
+  const { json: tokenized } = await request(server, '/tokenize', {
+    body: { content: 'Once upon a time' },
+  });
+  const fromIds = await client.completions.create({
+    model: modelId, prompt: tokenized.tokens, max_tokens: 10, temperature: 0,
+  });
+  assert.equal(fromIds.token_sha, fromText.token_sha);
+  assert.equal(fromIds.choices[0].text, fromText.choices[0].text);
+});
+
+test('text completion, streamed, equals the whole reply', { timeout: 60_000 }, async () => {
+  const params = { model: modelId, prompt: 'def fibonacci(n):', max_tokens: 10, temperature: 0 };
+  const whole = await client.completions.create(params);
+  const stream = await client.completions.create({
+    ...params, stream: true, stream_options: { include_usage: true },
+  });
+  let text = '';
+  let final;
+  let usage;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.text ?? '';
+    if (chunk.choices[0]?.finish_reason) final = chunk;
+    if (chunk.choices.length === 0) usage = chunk.usage;
+  }
+  assert.equal(text, whole.choices[0].text);
+  assert.equal(final.token_sha, whole.token_sha);
+  assert.deepEqual(usage, whole.usage);
+});
+
+test('logprobs for chat and completions', { timeout: 60_000 }, async () => {
+  const chat = await client.chat.completions.create({
+    model: modelId, messages, max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 2,
+  });
+  const content = chat.choices[0].logprobs.content;
+  assert.equal(content.length, chat.usage.completion_tokens);
+  assert.equal(content[0].top_logprobs.length, 2);
+  assert.ok(content[0].logprob <= 0);
+  const completion = await client.completions.create({
+    model: modelId, prompt: 'Hello', max_tokens: 4, temperature: 0, logprobs: 3,
+  });
+  assert.equal(completion.choices[0].logprobs.tokens.length, completion.usage.completion_tokens);
+});
+
+test('/v1/models lists the served model', { timeout: 10_000 }, async () => {
+  const models = [];
+  for await (const model of client.models.list()) models.push(model.id);
+  assert.deepEqual(models, [modelId]);
+  const { status } = await request(server, `/v1/models/${modelId}`, { method: 'GET' });
+  assert.equal(status, 200);
+  // The model directory names the same model.
+  const reply = await client.chat.completions.create({ model: modelDir, messages, max_tokens: 2 });
+  assert.equal(reply.model, modelId);
+});
+
+test('/tokenize and /detokenize round-trip', { timeout: 10_000 }, async () => {
+  const content = 'Hello, world! <|im_start|> ünïcödé 🌊';
+  const tokenized = await request(server, '/tokenize', { body: { content, add_special: false } });
+  assert.equal(tokenized.status, 200);
+  assert.ok(tokenized.json.tokens.length > 0);
+  assert.ok(tokenized.json.tokens.every(Number.isInteger));
+  const detokenized = await request(server, '/detokenize', {
+    body: { tokens: tokenized.json.tokens },
+  });
+  assert.equal(detokenized.status, 200);
+  assert.equal(detokenized.json.content, content);
+});
+
+test('/metrics counts requests and tokens in Prometheus text', { timeout: 30_000 }, async () => {
+  const before = await metrics(server);
+  await client.completions.create({ model: modelId, prompt: 'count me', max_tokens: 5 });
+  const after = await metrics(server);
+  for (const name of ['requests_total', 'prompt_tokens_total', 'generated_tokens_total',
+    'rounds_total', 'rows_per_round', 'queue_depth', 'lanes_live', 'drafted_tokens_total',
+    'accepted_tokens_total']) {
+    assert.equal(typeof after[`tensorfold_${name}`], 'number', name);
+  }
+  assert.equal(after.tensorfold_requests_total, before.tensorfold_requests_total + 1);
+  assert.ok(after.tensorfold_generated_tokens_total > before.tensorfold_generated_tokens_total);
+  assert.ok(after.tensorfold_rounds_total > before.tensorfold_rounds_total);
+  const raw = await fetch(`${server.baseUrl}/metrics`);
+  assert.match(raw.headers.get('content-type'), /^text\/plain/);
+  assert.match(await raw.text(), /# TYPE tensorfold_requests_total counter/);
+});
