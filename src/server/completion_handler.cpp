@@ -165,8 +165,8 @@ struct StreamState {
       return false;
     };
     if (!is_opened) {
-      is_opened = true;
-      return write(sse_event(opening_chunk_json(header)));
+      is_opened = true;  // chat streams open with the assistant role, as OpenAI's do
+      if (header.endpoint == Endpoint::chat) return write(sse_event(opening_chunk_json(header)));
     }
     for (const GenerationUpdate& update : channel->take(stream_poll_interval)) {
       json logprobs = progress.add(update, header.endpoint, *context->tokenizer);
@@ -223,7 +223,16 @@ void handle_completion(const std::shared_ptr<const ServingContext>& context, End
   response.set_header("Cache-Control", "no-cache");
   response.set_chunked_content_provider(
       "text/event-stream",
-      [stream](size_t /*offset*/, httplib::DataSink& sink) { return stream->write_next(sink); },
+      [stream](size_t /*offset*/, httplib::DataSink& sink) {
+        try {
+          return stream->write_next(sink);
+        } catch (const std::exception& error) {  // past the handler: nobody else would catch it
+          std::fprintf(stderr, "tensorfold: stream %s failed: %s\n", stream->header.id.c_str(),
+                       error.what());
+          stream->abandon();
+          return false;
+        }
+      },
       [stream](bool /*success*/) { stream->abandon(); });
 }
 

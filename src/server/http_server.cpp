@@ -74,8 +74,8 @@ struct HttpServer::Impl {
   void define_routes() {
     routes = {
         {"GET", "/health", true, false, [this](auto&, auto& res) { health(res); }},
-        {"GET", "/v1/models", false, false, [this](auto&, auto& res) { list_models(res); }},
-        {"GET", "/v1/models/(.+)", false, false,
+        {"GET", "/v1/models", false, true, [this](auto&, auto& res) { list_models(res); }},
+        {"GET", "/v1/models/(.+)", false, true,
          [this](auto& req, auto& res) { show_model(req.matches[1].str(), res); }},
         {"GET", "/metrics", false, true, [this](auto&, auto& res) { metrics(res); }},
         {"POST", "/v1/chat/completions", false, true,

@@ -43,7 +43,7 @@ export async function startServer(extraArgs = [], { startTimeoutMs = 60_000 } = 
     },
   };
   try {
-    await waitForHealth(server.baseUrl, startTimeoutMs);
+    server.healthAnswers = await waitForHealth(server.baseUrl, startTimeoutMs);
   } catch (error) {
     await server.stop();
     throw new Error(`${error.message}\n${log}`);
@@ -51,14 +51,17 @@ export async function startServer(extraArgs = [], { startTimeoutMs = 60_000 } = 
   return server;
 }
 
+// Returns every answer seen on the way ({status, body}), the last being 200.
 export async function waitForHealth(baseUrl, timeoutMs) {
   const deadline = Date.now() + timeoutMs;
+  const answers = [];
   let last = 'no answer';
   while (Date.now() < deadline) {
     try {
       const response = await fetch(`${baseUrl}/health`);
       const body = await response.json();
-      if (response.status === 200 && body.status === 'ok') return;
+      answers.push({ status: response.status, body });
+      if (response.status === 200 && body.status === 'ok') return answers;
       last = `${response.status} ${JSON.stringify(body)}`;
     } catch (error) {
       last = error.message;

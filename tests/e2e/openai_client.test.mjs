@@ -24,6 +24,14 @@ function assertReplyFigures(reply, maxTokens) {
   assert.match(reply.token_sha, /^[0-9a-f]{64}$/);
 }
 
+test('/health answers 503 loading until the model is ready, then 200', () => {
+  const answers = server.healthAnswers;
+  assert.deepEqual(answers.at(-1), { status: 200, body: { status: 'ok' } });
+  for (const answer of answers.slice(0, -1)) {
+    assert.deepEqual(answer, { status: 503, body: { status: 'loading' } });
+  }
+});
+
 test('chat completion, not streamed', { timeout: 60_000 }, async () => {
   const reply = await client.chat.completions.create({
     model: modelId, messages, max_tokens: 12, temperature: 0,
