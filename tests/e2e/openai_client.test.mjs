@@ -107,6 +107,28 @@ test('text completion, streamed, equals the whole reply', { timeout: 60_000 }, a
   assert.deepEqual(usage, whole.usage);
 });
 
+test('a stop string across a token boundary ends the reply before it', { timeout: 60_000 },
+  async () => {
+    const params = { model: modelId, prompt: 'The weather today', max_tokens: 12, temperature: 0 };
+    const free = await client.completions.create({ ...params, logprobs: 0 });
+    const { tokens } = free.choices[0].logprobs;
+    const text = free.choices[0].text;
+    // The last character of one token and the first of the next: no token holds this string.
+    const at = tokens.findIndex((token, i) => i >= 2 && i + 1 < tokens.length && token.length > 0
+      && tokens[i + 1].length > 0 && !(token + tokens[i + 1]).includes('\ufffd'));
+    assert.ok(at >= 0, `no two whole tokens to split in ${JSON.stringify(tokens)}`);
+    const stop = tokens[at].slice(-1) + tokens[at + 1].slice(0, 1);
+    const expected = text.slice(0, text.indexOf(stop));
+
+    const whole = await client.completions.create({ ...params, stop: [stop] });
+    assert.equal(whole.choices[0].text, expected);
+    assert.equal(whole.choices[0].finish_reason, 'stop');
+    const stream = await client.completions.create({ ...params, stop, stream: true });
+    let streamed = '';
+    for await (const chunk of stream) streamed += chunk.choices[0]?.text ?? '';
+    assert.equal(streamed, expected);
+  });
+
 test('logprobs for chat and completions', { timeout: 60_000 }, async () => {
   const chat = await client.chat.completions.create({
     model: modelId, messages, max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 2,
