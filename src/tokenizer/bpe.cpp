@@ -6,14 +6,11 @@
 #include <queue>
 
 #include "core/error.h"
+#include "tokenizer/file_error.h"
 #include "tokenizer/byte_level.h"
 
 namespace tf {
 namespace {
-
-[[noreturn]] void fail_in(const std::string& file_path, const std::string& field, const std::string& what) {
-  fail("tokenizer file " + file_path + ": " + field + ": " + what);
-}
 
 bool is_unset_or(const nlohmann::json& model, const char* key, const nlohmann::json& allowed) {
   return !model.contains(key) || model[key].is_null() || model[key] == allowed;
@@ -22,20 +19,20 @@ bool is_unset_or(const nlohmann::json& model, const char* key, const nlohmann::j
 }  // namespace
 
 BpeModel::BpeModel(const nlohmann::json& model, const std::string& file_path) {
-  if (!model.is_object()) fail_in(file_path, "model", "expected an object");
+  if (!model.is_object()) fail_in_file(file_path, "model", "expected an object");
   const std::string type = model.value("type", std::string("BPE"));
-  if (type != "BPE") fail_in(file_path, "model.type", "unsupported model type '" + type + "' (only BPE)");
+  if (type != "BPE") fail_in_file(file_path, "model.type", "unsupported model type '" + type + "' (only BPE)");
   if (!is_unset_or(model, "continuing_subword_prefix", "") || !is_unset_or(model, "end_of_word_suffix", "")) {
-    fail_in(file_path, "model", "continuing_subword_prefix / end_of_word_suffix are not supported");
+    fail_in_file(file_path, "model", "continuing_subword_prefix / end_of_word_suffix are not supported");
   }
-  if (!is_unset_or(model, "byte_fallback", false)) fail_in(file_path, "model.byte_fallback", "not supported");
-  if (!is_unset_or(model, "dropout", 0.0)) fail_in(file_path, "model.dropout", "not supported");
+  if (!is_unset_or(model, "byte_fallback", false)) fail_in_file(file_path, "model.byte_fallback", "not supported");
+  if (!is_unset_or(model, "dropout", 0.0)) fail_in_file(file_path, "model.dropout", "not supported");
   is_ignore_merges_ = model.value("ignore_merges", false);
 
-  if (!model.contains("vocab") || !model["vocab"].is_object()) fail_in(file_path, "model.vocab", "missing or not an object");
+  if (!model.contains("vocab") || !model["vocab"].is_object()) fail_in_file(file_path, "model.vocab", "missing or not an object");
   vocab_.reserve(model["vocab"].size());
   for (const auto& [token, id] : model["vocab"].items()) {
-    if (!id.is_number_integer()) fail_in(file_path, "model.vocab", "id of '" + token + "' is not an integer");
+    if (!id.is_number_integer()) fail_in_file(file_path, "model.vocab", "id of '" + token + "' is not an integer");
     vocab_.emplace(token, id.get<int32_t>());
   }
   for (int b = 0; b < 256; ++b) {
@@ -43,10 +40,10 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& file_path) {
     id_of_byte_[b] = found == vocab_.end() ? -1 : found->second;
   }
 
-  if (!model.contains("merges") || !model["merges"].is_array()) fail_in(file_path, "model.merges", "missing or not an array");
+  if (!model.contains("merges") || !model["merges"].is_array()) fail_in_file(file_path, "model.merges", "missing or not an array");
   const auto id_of = [&](const std::string& token) {
     const auto found = vocab_.find(token);
-    if (found == vocab_.end()) fail_in(file_path, "model.merges", "token '" + token + "' is not in the vocab");
+    if (found == vocab_.end()) fail_in_file(file_path, "model.merges", "token '" + token + "' is not in the vocab");
     return found->second;
   };
   const nlohmann::json& merges = model["merges"];
@@ -58,7 +55,7 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& file_path) {
       const std::string& line = merge.get_ref<const std::string&>();
       const size_t space = line.find(' ');
       if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
-        fail_in(file_path, "model.merges", "merge '" + line + "' is not two tokens separated by a space");
+        fail_in_file(file_path, "model.merges", "merge '" + line + "' is not two tokens separated by a space");
       }
       left.assign(line, 0, space);
       right.assign(line, space + 1);
@@ -66,7 +63,7 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& file_path) {
       left = merge[0].get_ref<const std::string&>();
       right = merge[1].get_ref<const std::string&>();
     } else {
-      fail_in(file_path, "model.merges", "entry " + std::to_string(rank) + " is neither \"a b\" nor [\"a\", \"b\"]");
+      fail_in_file(file_path, "model.merges", "entry " + std::to_string(rank) + " is neither \"a b\" nor [\"a\", \"b\"]");
     }
     const int32_t left_id = id_of(left), right_id = id_of(right);
     left += right;

@@ -8,16 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "tokenizer/file_error.h"
 
 namespace tf {
-namespace {
-
-[[noreturn]] void fail_in(const std::string& file_path, const std::string& field, const std::string& what) {
-  fail("tokenizer file " + file_path + ": " + field + ": " + what);
-}
-
-}  // namespace
-
 struct RegexSplitter::Compiled {
   pcre2_code* code = nullptr;
   ~Compiled() { pcre2_code_free(code); }
@@ -32,7 +25,7 @@ RegexSplitter::RegexSplitter(const std::string& pattern, const std::string& file
   if (compiled_->code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
-    fail_in(file_path, "pre_tokenizer.pattern.Regex",
+    fail_in_file(file_path, "pre_tokenizer.pattern.Regex",
             "cannot compile at offset " + std::to_string(error_offset) + ": " + reinterpret_cast<char*>(message));
   }
   pcre2_jit_compile(compiled_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
@@ -73,11 +66,11 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
 }
 
 PreTokenizer::PreTokenizer(const nlohmann::json& config, const std::string& file_path) {
-  if (!config.is_object()) fail_in(file_path, "pre_tokenizer", "missing or not an object");
+  if (!config.is_object()) fail_in_file(file_path, "pre_tokenizer", "missing or not an object");
   std::vector<nlohmann::json> steps;
   if (config.value("type", "") == "Sequence") {
     if (!config.contains("pretokenizers") || !config["pretokenizers"].is_array()) {
-      fail_in(file_path, "pre_tokenizer.pretokenizers", "missing or not an array");
+      fail_in_file(file_path, "pre_tokenizer.pretokenizers", "missing or not an array");
     }
     steps.assign(config["pretokenizers"].begin(), config["pretokenizers"].end());
   } else {
@@ -87,22 +80,22 @@ PreTokenizer::PreTokenizer(const nlohmann::json& config, const std::string& file
   for (const nlohmann::json& step : steps) {
     const std::string type = step.is_object() ? step.value("type", "") : "";
     if (type == "Split") {
-      if (has_byte_level) fail_in(file_path, "pre_tokenizer", "Split after ByteLevel is not supported");
+      if (has_byte_level) fail_in_file(file_path, "pre_tokenizer", "Split after ByteLevel is not supported");
       if (!step.contains("pattern") || !step["pattern"].is_object() || !step["pattern"].contains("Regex")) {
-        fail_in(file_path, "pre_tokenizer.pattern", "only {\"Regex\": ...} patterns are supported");
+        fail_in_file(file_path, "pre_tokenizer.pattern", "only {\"Regex\": ...} patterns are supported");
       }
-      if (step.value("behavior", "") != "Isolated") fail_in(file_path, "pre_tokenizer.behavior", "only Isolated is supported");
-      if (step.value("invert", false)) fail_in(file_path, "pre_tokenizer.invert", "only false is supported");
+      if (step.value("behavior", "") != "Isolated") fail_in_file(file_path, "pre_tokenizer.behavior", "only Isolated is supported");
+      if (step.value("invert", false)) fail_in_file(file_path, "pre_tokenizer.invert", "only false is supported");
       splitters_.push_back(std::make_unique<RegexSplitter>(step["pattern"]["Regex"].get<std::string>(), file_path));
     } else if (type == "ByteLevel") {
-      if (step.value("add_prefix_space", false)) fail_in(file_path, "pre_tokenizer.add_prefix_space", "only false is supported");
-      if (step.value("use_regex", true)) fail_in(file_path, "pre_tokenizer.use_regex", "only false is supported");
+      if (step.value("add_prefix_space", false)) fail_in_file(file_path, "pre_tokenizer.add_prefix_space", "only false is supported");
+      if (step.value("use_regex", true)) fail_in_file(file_path, "pre_tokenizer.use_regex", "only false is supported");
       has_byte_level = true;
     } else {
-      fail_in(file_path, "pre_tokenizer.type", "unsupported pre-tokenizer type '" + type + "'");
+      fail_in_file(file_path, "pre_tokenizer.type", "unsupported pre-tokenizer type '" + type + "'");
     }
   }
-  if (!has_byte_level) fail_in(file_path, "pre_tokenizer", "a ByteLevel step is required (byte-level BPE)");
+  if (!has_byte_level) fail_in_file(file_path, "pre_tokenizer", "a ByteLevel step is required (byte-level BPE)");
 }
 
 void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& pieces) const {

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "tokenizer/file_error.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
@@ -17,12 +18,8 @@
 namespace tf {
 namespace {
 
-[[noreturn]] void fail_in(const std::string& file_path, const std::string& field, const std::string& what) {
-  fail("tokenizer file " + file_path + ": " + field + ": " + what);
-}
-
 const nlohmann::json& require(const nlohmann::json& root, const char* field, const std::string& file_path) {
-  if (!root.contains(field) || root[field].is_null()) fail_in(file_path, field, "missing");
+  if (!root.contains(field) || root[field].is_null()) fail_in_file(file_path, field, "missing");
   return root[field];
 }
 
@@ -38,11 +35,11 @@ bool read_normalizer(const nlohmann::json& root, const std::string& file_path) {
   if (type == "NFC") return true;
   if (type == "Sequence" && normalizer.contains("normalizers") && normalizer["normalizers"].is_array()) {
     for (const nlohmann::json& step : normalizer["normalizers"]) {
-      if (type_of(step) != "NFC") fail_in(file_path, "normalizer.normalizers", "unsupported normalizer type '" + type_of(step) + "'");
+      if (type_of(step) != "NFC") fail_in_file(file_path, "normalizer.normalizers", "unsupported normalizer type '" + type_of(step) + "'");
     }
     return !normalizer["normalizers"].empty();
   }
-  fail_in(file_path, "normalizer.type", "unsupported normalizer type '" + type + "' (only NFC)");
+  fail_in_file(file_path, "normalizer.type", "unsupported normalizer type '" + type + "' (only NFC)");
 }
 
 // ByteLevel leaves ids untouched (trim_offsets only moves offsets), so null and ByteLevel are accepted.
@@ -51,16 +48,16 @@ void check_byte_level_or_null(const nlohmann::json& root, const char* field, con
   const bool is_null = !root.contains(field) || root[field].is_null();
   if (is_null && is_null_allowed) return;
   const std::string type = is_null ? "null" : type_of(root[field]);
-  if (type != "ByteLevel") fail_in(file_path, std::string(field) + ".type", "unsupported type '" + type + "' (only ByteLevel)");
+  if (type != "ByteLevel") fail_in_file(file_path, std::string(field) + ".type", "unsupported type '" + type + "' (only ByteLevel)");
 }
 
 std::vector<AddedToken> read_added_tokens(const nlohmann::json& root, const std::string& file_path) {
   std::vector<AddedToken> tokens;
   if (!root.contains("added_tokens") || root["added_tokens"].is_null()) return tokens;
-  if (!root["added_tokens"].is_array()) fail_in(file_path, "added_tokens", "not an array");
+  if (!root["added_tokens"].is_array()) fail_in_file(file_path, "added_tokens", "not an array");
   for (const nlohmann::json& entry : root["added_tokens"]) {
     if (!entry.is_object() || !entry.contains("id") || !entry.contains("content")) {
-      fail_in(file_path, "added_tokens", "each entry needs an id and a content");
+      fail_in_file(file_path, "added_tokens", "each entry needs an id and a content");
     }
     AddedToken token;
     token.id = entry["id"].get<int32_t>();
@@ -70,7 +67,7 @@ std::vector<AddedToken> read_added_tokens(const nlohmann::json& root, const std:
     token.rstrip = entry.value("rstrip", false);
     token.single_word = entry.value("single_word", false);
     token.normalized = entry.value("normalized", !token.is_special);
-    if (token.id < 0) fail_in(file_path, "added_tokens", "negative id for '" + token.content + "'");
+    if (token.id < 0) fail_in_file(file_path, "added_tokens", "negative id for '" + token.content + "'");
     tokens.push_back(std::move(token));
   }
   return tokens;
@@ -101,7 +98,7 @@ class HfTokenizer final : public Tokenizer {
     bytes_of_id_.resize(static_cast<size_t>(max_id) + 1);
     is_special_.resize(static_cast<size_t>(max_id) + 1, false);
     for (const auto& [token, id] : bpe_.vocab()) {
-      if (id < 0) fail_in(file_path, "model.vocab", "negative id for '" + token + "'");
+      if (id < 0) fail_in_file(file_path, "model.vocab", "negative id for '" + token + "'");
       bytes_of_id_[id] = byte_level::decode(token);
     }
     // Added tokens go through the ByteLevel decoder too, as in the reference.
