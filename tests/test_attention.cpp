@@ -1,0 +1,144 @@
+// CPU attention against a double reference, and its invariance to neighbours, threads and slots.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/simd.h"
+
+namespace tf::cpu {
+namespace {
+
+// One query row with its own keys and values in logical order.
+struct TestRow {
+  std::vector<float> query;  // [n_heads * head_dim]
+  std::vector<float> keys;   // [n_keys][n_kv_heads * head_dim]
+  std::vector<float> values;
+  int32_t n_keys;
+};
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// Runs attention over `rows`, their keys scattered over a cache at random physical slots.
+std::vector<float> run_scattered(const std::vector<const TestRow*>& rows, const AttentionShape& shape,
+                                 std::mt19937& rng, ThreadPool& pool, bool keep_slot_order) {
+  const int64_t kv_stride = shape.n_kv_heads * shape.head_dim;
+  int64_t n_total = 0;
+  for (const TestRow* row : rows) n_total += row->n_keys;
+  const int64_t n_slots = n_total + 17;
+  std::vector<int32_t> free_slots(static_cast<size_t>(n_slots));
+  std::iota(free_slots.begin(), free_slots.end(), 0);
+  if (!keep_slot_order) std::shuffle(free_slots.begin(), free_slots.end(), rng);
+  std::vector<float> k_cache = random_floats(size_t(n_slots * kv_stride), rng, 1.0f);  // junk elsewhere
+  std::vector<float> v_cache = random_floats(size_t(n_slots * kv_stride), rng, 1.0f);
+  std::vector<std::vector<int32_t>> slots(rows.size());
+  std::vector<const int32_t*> slot_pointers(rows.size());
+  std::vector<int32_t> n_keys(rows.size());
+  std::vector<float> queries;
+  size_t next = 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (int32_t j = 0; j < rows[r]->n_keys; ++j) {
+      const int32_t slot = free_slots[next++];
+      slots[r].push_back(slot);
+      std::memcpy(&k_cache[size_t(slot * kv_stride)], &rows[r]->keys[size_t(j * kv_stride)], size_t(kv_stride) * 4);
+      std::memcpy(&v_cache[size_t(slot * kv_stride)], &rows[r]->values[size_t(j * kv_stride)], size_t(kv_stride) * 4);
+    }
+    slot_pointers[r] = slots[r].data();
+    n_keys[r] = rows[r]->n_keys;
+    queries.insert(queries.end(), rows[r]->query.begin(), rows[r]->query.end());
+  }
+  std::vector<float> out(queries.size());
+  attention(queries.data(), int64_t(rows.size()), k_cache.data(), v_cache.data(), slot_pointers.data(),
+            n_keys.data(), shape, out.data(), pool);
+  return out;
+}
+
+std::vector<float> reference(const TestRow& row, const AttentionShape& shape) {
+  const int64_t d = shape.head_dim, kv_stride = shape.n_kv_heads * d;
+  const int64_t group = shape.n_heads / shape.n_kv_heads;
+  std::vector<float> out(size_t(shape.n_heads * d));
+  for (int64_t h = 0; h < shape.n_heads; ++h) {
+    const int64_t kv = (h / group) * d;
+    std::vector<double> scores(static_cast<size_t>(row.n_keys));
+    double max_score = -INFINITY, sum = 0;
+    for (int32_t j = 0; j < row.n_keys; ++j) {
+      double dot = 0;
+      for (int64_t i = 0; i < d; ++i) dot += double(row.query[size_t(h * d + i)]) * row.keys[size_t(j * kv_stride + kv + i)];
+      scores[size_t(j)] = dot * shape.scale;
+      max_score = std::max(max_score, scores[size_t(j)]);
+    }
+    for (double& s : scores) sum += (s = std::exp(s - max_score));
+    for (int64_t i = 0; i < d; ++i) {
+      double acc = 0;
+      for (int32_t j = 0; j < row.n_keys; ++j) acc += scores[size_t(j)] * row.values[size_t(j * kv_stride + kv + i)];
+      out[size_t(h * d + i)] = float(acc / sum);
+    }
+  }
+  return out;
+}
+
+struct ShapeCase {
+  int64_t n_heads, n_kv_heads, head_dim;
+};
+
+TEST(Attention, MatchesReferenceAndIsInvariant) {
+  ThreadPool pools[4] = {ThreadPool(1), ThreadPool(2), ThreadPool(3), ThreadPool(4)};
+  std::mt19937 rng(21);
+  for (const ShapeCase& c : {ShapeCase{4, 4, 64}, ShapeCase{4, 2, 40}, ShapeCase{10, 2, 24}}) {
+    SCOPED_TRACE("heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " dim " +
+                 std::to_string(c.head_dim));
+    const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim))};
+    const int64_t kv_stride = c.n_kv_heads * c.head_dim;
+    std::vector<int32_t> key_counts = {1, 2, 63, 64, 65, 128, 129, 300};
+    std::uniform_int_distribution<int32_t> count(1, 300);
+    while (key_counts.size() < 16) key_counts.push_back(count(rng));
+    std::vector<TestRow> rows;
+    for (int32_t n_keys : key_counts) {
+      // Queries scaled up so some softmaxes are peaked and the running max moves between chunks.
+      rows.push_back({random_floats(size_t(c.n_heads * c.head_dim), rng, 2.5f),
+                      random_floats(size_t(n_keys * kv_stride), rng, 1.0f),
+                      random_floats(size_t(n_keys * kv_stride), rng, 1.0f), n_keys});
+    }
+
+    std::vector<std::vector<float>> solo;
+    for (const TestRow& row : rows) {
+      solo.push_back(run_scattered({&row}, shape, rng, pools[0], true));
+      const std::vector<float> expected = reference(row, shape);
+      for (size_t i = 0; i < expected.size(); ++i)
+        ASSERT_NEAR(solo.back()[i], expected[i], 2e-6 * (1.0 + std::fabs(expected[i])))
+            << "keys " << row.n_keys << " element " << i;
+    }
+
+    const SimdLevel saved_level = simd_level();
+    std::uniform_int_distribution<size_t> pick(0, rows.size() - 1);
+    for (int trial = 0; trial < 24; ++trial) {
+      std::vector<size_t> ids(1 + size_t(trial) * 3 % 40);
+      for (size_t& id : ids) id = pick(rng);
+      std::vector<const TestRow*> batch;
+      for (size_t id : ids) batch.push_back(&rows[id]);
+      const SimdLevel levels[] = {SimdLevel::generic, SimdLevel::avx2, SimdLevel::avx512};
+      const SimdLevel level = levels[trial % 3];
+      if (simd_level_supported(level)) set_simd_level_for_testing(level);
+      const std::vector<float> out = run_scattered(batch, shape, rng, pools[trial % 4], false);
+      set_simd_level_for_testing(saved_level);
+      const size_t row_size = size_t(c.n_heads * c.head_dim);
+      for (size_t r = 0; r < ids.size(); ++r)
+        ASSERT_EQ(std::memcmp(&out[r * row_size], solo[ids[r]].data(), row_size * 4), 0)
+            << "trial " << trial << " row " << r << " keys " << rows[ids[r]].n_keys;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tf::cpu
