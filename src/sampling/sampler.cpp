@@ -1,0 +1,227 @@
+// Greedy and seeded sampling: penalties, temperature, top-k, softmax, top-p, min-p, one draw.
+// Every sum runs in an order fixed by the inputs alone, and every ranking is a total order
+// (value descending, id ascending), so a token depends only on logits, parameters and position.
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace tf {
+namespace {
+
+constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
+
+// NaN ranks below everything, so a stray NaN cannot break the strict weak ordering.
+float rank_key(float value) { return std::isnan(value) ? kNegativeInfinity : value; }
+
+// Larger value first, lower id on ties: a total order, so the result of any sort or selection
+// is unique whatever the algorithm does inside. The values must be free of NaN.
+struct ValueDescendingIdAscending {
+  const float* values;
+  bool operator()(int32_t a, int32_t b) const {
+    if (values[a] != values[b]) return values[a] > values[b];
+    return a < b;
+  }
+};
+
+// Candidates ranked lazily, so only as much is sorted as a walk reaches. order[0, n_sorted)
+// is final and every entry ranks before all later ones; entries in [n_sorted, n_head) also rank
+// before all of [n_head, end), so a short walk never touches the tail.
+struct LazyRanking {
+  std::vector<int32_t>& order;
+  ValueDescendingIdAscending before;
+  size_t n_head;
+  size_t n_sorted = 0;
+
+  // Makes order[0, want) final. Growing by 4x and sorting the rest outright once past a quarter
+  // keeps a walk over everything near the cost of one full sort.
+  void extend(size_t want) {
+    if (want <= n_sorted) return;
+    const size_t end = want <= n_head ? n_head : order.size();
+    size_t target = std::max({want, size_t{64}, 4 * n_sorted});
+    if (target >= end / 4) target = end;
+    const auto first = order.begin() + static_cast<std::ptrdiff_t>(n_sorted);
+    const auto middle = order.begin() + static_cast<std::ptrdiff_t>(target);
+    const auto last = order.begin() + static_cast<std::ptrdiff_t>(end);
+    if (middle != last) std::nth_element(first, middle, last, before);
+    std::sort(first, middle, before);
+    n_sorted = target;
+  }
+};
+
+struct LogSoftmaxNormalizer {
+  float max_logit;
+  float log_sum;  // log of sum(exp(logit - max_logit)), summed in id order
+};
+
+LogSoftmaxNormalizer log_softmax_normalizer(const float* logits, int64_t n_vocab) {
+  float max_logit = kNegativeInfinity;
+  for (int64_t id = 0; id < n_vocab; ++id) max_logit = std::max(max_logit, rank_key(logits[id]));
+  float sum = 0.0f;
+  for (int64_t id = 0; id < n_vocab; ++id) sum += std::exp(rank_key(logits[id]) - max_logit);
+  return {max_logit, std::log(sum)};
+}
+
+}  // namespace
+
+int32_t argmax(const float* logits, int64_t n) {
+  if (n <= 0) fail("argmax: empty logits");
+  // Strict > keeps the lowest id on ties and never picks a NaN over a number.
+  int64_t best = 0;
+  float best_value = kNegativeInfinity;
+  for (int64_t id = 0; id < n; ++id) {
+    if (logits[id] > best_value) {
+      best_value = logits[id];
+      best = id;
+    }
+  }
+  return static_cast<int32_t>(best);
+}
+
+int32_t Sampler::sample(const float* logits, int64_t n_vocab, const SamplingParams& params,
+                        int64_t position, const TokenCounts& counts) {
+  if (n_vocab <= 0) fail("sampler: empty logits");
+  const bool has_penalties =
+      (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) && !counts.empty();
+  if (params.is_greedy() && !has_penalties) return argmax(logits, n_vocab);
+
+  const auto n = static_cast<size_t>(n_vocab);
+  processed_.assign(logits, logits + n);
+  float* values = processed_.data();
+  for (size_t id = 0; id < n; ++id) {
+    if (std::isnan(values[id])) values[id] = kNegativeInfinity;
+  }
+  if (has_penalties) {
+    // Each token is touched once, so the map's iteration order cannot matter.
+    for (const auto& [token, count] : counts) {
+      if (token < 0 || token >= n_vocab) continue;
+      const float presence = count > 0 ? params.presence_penalty : 0.0f;
+      values[token] -= presence + params.frequency_penalty * static_cast<float>(count);
+    }
+  }
+  if (params.is_greedy()) return argmax(values, n_vocab);
+
+  for (size_t id = 0; id < n; ++id) values[id] /= params.temperature;
+
+  // Candidates: the top_k best by value (sorted, so the softmax sum has one order), else all
+  // tokens in id order.
+  order_.resize(n);
+  std::iota(order_.begin(), order_.end(), 0);
+  const ValueDescendingIdAscending before{values};
+  const bool has_top_k = params.top_k > 0 && static_cast<size_t>(params.top_k) < n;
+  if (has_top_k) {
+    const auto kth = order_.begin() + params.top_k;
+    std::nth_element(order_.begin(), kth, order_.end(), before);
+    order_.resize(static_cast<size_t>(params.top_k));
+    std::sort(order_.begin(), order_.end(), before);
+  }
+
+  float max_value = kNegativeInfinity;
+  for (int32_t id : order_) max_value = std::max(max_value, values[id]);
+  if (!std::isfinite(max_value)) {
+    // All -inf, or some +inf: no proper distribution; take the best-ranked candidate.
+    return *std::min_element(order_.begin(), order_.end(), before);
+  }
+  float sum = 0.0f;
+  for (int32_t id : order_) {
+    values[id] = std::exp(values[id] - max_value);
+    sum += values[id];
+  }
+  float candidate_total = 0.0f;  // total probability, summed in the same candidate order
+  for (int32_t id : order_) {
+    values[id] /= sum;
+    candidate_total += values[id];
+  }
+
+  // From here `values` holds probabilities; the kept set is always a prefix of the candidates
+  // ranked by probability, so only that prefix is ever sorted.
+  LazyRanking ranking{order_, before, order_.size()};
+  if (!has_top_k) {
+    // Tokens far below the best go to the back unranked; most walks end long before them.
+    const float cutoff = (1.0f / sum) * 0x1p-16f;
+    size_t n_head = 0;
+    size_t tail = n;
+    for (size_t id = 0; id < n; ++id) {
+      if (values[id] >= cutoff) {
+        order_[n_head++] = static_cast<int32_t>(id);
+      } else {
+        order_[--tail] = static_cast<int32_t>(id);
+      }
+    }
+    ranking.n_head = n_head;
+  }
+  size_t n_kept = order_.size();
+  if (params.top_p < 1.0f) {
+    float cumulative = 0.0f;
+    for (size_t i = 0; i < n_kept; ++i) {
+      ranking.extend(i + 1);
+      cumulative += values[order_[i]];
+      if (cumulative >= params.top_p) {
+        n_kept = i + 1;
+        break;
+      }
+    }
+  }
+  if (params.min_p > 0.0f) {
+    ranking.extend(1);
+    const float threshold = params.min_p * values[order_[0]];
+    size_t i = 1;
+    for (; i < n_kept; ++i) {
+      ranking.extend(i + 1);
+      if (values[order_[i]] < threshold) break;
+    }
+    n_kept = i;
+  }
+
+  float kept_total = candidate_total;
+  if (n_kept < order_.size()) {
+    kept_total = 0.0f;
+    for (size_t i = 0; i < n_kept; ++i) kept_total += values[order_[i]];
+  }
+
+  const float target = philox_uniform(params.seed, static_cast<uint64_t>(position)) * kept_total;
+  float cumulative = 0.0f;
+  int32_t last_positive = order_[0];
+  for (size_t i = 0; i < n_kept; ++i) {
+    ranking.extend(i + 1);
+    const int32_t id = order_[i];
+    cumulative += values[id];
+    if (cumulative > target) return id;
+    if (values[id] > 0.0f) last_positive = id;
+  }
+  // Rounding left the walk short of the target: the last kept token that has any probability.
+  return last_positive;
+}
+
+float Sampler::logprob_of(const float* logits, int64_t n_vocab, int32_t token) {
+  if (token < 0 || token >= n_vocab) return kNegativeInfinity;
+  const LogSoftmaxNormalizer normalizer = log_softmax_normalizer(logits, n_vocab);
+  return (logits[token] - normalizer.max_logit) - normalizer.log_sum;
+}
+
+std::vector<TokenLogprob> Sampler::top_logprobs(const float* logits, int64_t n_vocab, int n) {
+  const auto n_top = static_cast<size_t>(std::clamp<int64_t>(n, 0, std::max<int64_t>(n_vocab, 0)));
+  if (n_top == 0) return {};
+  const LogSoftmaxNormalizer normalizer = log_softmax_normalizer(logits, n_vocab);
+  std::vector<int32_t> order(static_cast<size_t>(n_vocab));
+  std::iota(order.begin(), order.end(), 0);
+  const auto last = order.begin() + static_cast<std::ptrdiff_t>(n_top);
+  const auto before = [logits](int32_t a, int32_t b) {
+    const float value_a = rank_key(logits[a]);
+    const float value_b = rank_key(logits[b]);
+    return value_a != value_b ? value_a > value_b : a < b;
+  };
+  std::partial_sort(order.begin(), last, order.end(), before);
+  std::vector<TokenLogprob> top;
+  top.reserve(n_top);
+  for (auto it = order.begin(); it != last; ++it) {
+    top.push_back({*it, (logits[*it] - normalizer.max_logit) - normalizer.log_sum});
+  }
+  return top;
+}
+
+}  // namespace tf
