@@ -11,6 +11,7 @@
 #include "tokenizer/file_error.h"
 
 namespace tf {
+
 struct RegexSplitter::Compiled {
   pcre2_code* code = nullptr;
   ~Compiled() { pcre2_code_free(code); }
