@@ -370,7 +370,7 @@ TEST(Qwen3Weights, RejectsWrongShapesDtypesAndMissingTensors) {
   }
   {
     TempDir temp;  // quantized tensors in a checkpoint whose config says dense
-    static const std::vector<uint16_t> scales(96 * 3, 0);
+    static const std::vector<uint16_t> scales(160 * 3, 0);
     write_tiny_a_variant(temp, [](auto& tensors) {
       tensors.push_back({"model.layers.0.mlp.up_proj.scales", DType::bf16, {160, 3}, scales.data(), 160 * 3 * 2});
     });

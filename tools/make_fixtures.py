@@ -70,6 +70,14 @@ def make_model(name, spec, out_dir, seed):
     json.dump(c, open(cpath, "w"), indent=2)
 
     model = model.to(torch.float32).eval()
+    # .to(bfloat16) also rounded the rotary inverse frequencies, which a checkpoint loaded with
+    # from_pretrained keeps in float32; recompute them so the reference is what users run.
+    for module in model.modules():
+        if hasattr(module, "inv_freq"):
+            fresh = type(module)(config=model.config)
+            module.inv_freq = fresh.inv_freq.to(torch.float32)
+            if hasattr(module, "original_inv_freq"):
+                module.original_inv_freq = fresh.inv_freq.to(torch.float32)
     g = torch.Generator().manual_seed(seed + 1)
     vocab = spec["vocab_size"]
     hi = min(vocab, 151643)

@@ -1,0 +1,232 @@
+// The engine loop: concurrent equals solo (bitwise tokens), chunked prefill, budgets, stops,
+// cancellation and admission control.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <random>
+#include <thread>
+
+#include "engine/engine.h"
+#include "models/model.h"
+#include "support/fixtures.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tf {
+namespace {
+
+struct Reply {
+  std::vector<int32_t> tokens;
+  std::string text;
+  GenerationUpdate final_update;
+};
+
+// Collects a reply's updates; wait() blocks until the final one.
+struct ReplyCollector {
+  Reply reply;
+  std::promise<void> done;
+  int64_t cancel_after = -1;
+
+  UpdateSink sink() {
+    return [this](const GenerationUpdate& u) {
+      reply.tokens.insert(reply.tokens.end(), u.tokens.begin(), u.tokens.end());
+      reply.text += u.text;
+      if (u.is_final) {
+        reply.final_update = u;
+        done.set_value();
+        return true;
+      }
+      return cancel_after < 0 || int64_t(reply.tokens.size()) < cancel_after;
+    };
+  }
+  Reply wait() {
+    done.get_future().wait();
+    return reply;
+  }
+};
+
+std::vector<GenerationRequest> random_requests(int n, bool sampled, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < n; ++i) {
+    GenerationRequest r;
+    int64_t len = 3 + rng() % 60;
+    for (int64_t j = 0; j < len; ++j) r.prompt.push_back(int32_t(rng() % uint32_t(vocab)));
+    r.max_tokens = 8 + rng() % 20;
+    r.ignore_eos = true;
+    if (sampled) {
+      r.sampling.temperature = 0.8f;
+      r.sampling.top_k = 20;
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = 1000 + uint64_t(i);
+    }
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+std::vector<Reply> run_all(std::shared_ptr<Model> model, const std::vector<GenerationRequest>& requests,
+                           EngineOptions options, bool together) {
+  std::vector<Reply> replies;
+  if (!together) {
+    for (const auto& r : requests) {
+      Engine engine(options, model, nullptr);
+      ReplyCollector c;
+      EXPECT_EQ(engine.submit(r, c.sink()).status, SubmitStatus::accepted);
+      replies.push_back(c.wait());
+    }
+    return replies;
+  }
+  Engine engine(options, model, nullptr);
+  std::vector<std::unique_ptr<ReplyCollector>> collectors;
+  for (const auto& r : requests) {
+    collectors.push_back(std::make_unique<ReplyCollector>());
+    EXPECT_EQ(engine.submit(r, collectors.back()->sink()).status, SubmitStatus::accepted);
+  }
+  for (auto& c : collectors) replies.push_back(c->wait());
+  return replies;
+}
+
+class ConcurrentEqualsSolo : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ConcurrentEqualsSolo, TokensAreBitwiseEqual) {
+  bool sampled = GetParam();
+  auto model = load_model(test::fixture_model("qwen3-tiny-b"), {});
+  auto requests = random_requests(8, sampled, model->config().vocab_size, sampled ? 5 : 6);
+  EngineOptions solo_options;
+  solo_options.n_parallel = 1;
+  solo_options.n_ctx = 128;
+  EngineOptions shared_options;
+  shared_options.n_parallel = 8;
+  shared_options.n_ctx = 128;
+  shared_options.prefill_chunk = 7;  // many rounds mix prompt chunks with other lanes' decoding
+  auto solo = run_all(model, requests, solo_options, false);
+  auto shared = run_all(model, requests, shared_options, true);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(solo[i].tokens, shared[i].tokens) << "request " << i;
+    EXPECT_EQ(solo[i].final_update.token_sha, shared[i].final_update.token_sha);
+    EXPECT_EQ(int64_t(solo[i].tokens.size()), requests[i].max_tokens);
+    EXPECT_EQ(solo[i].final_update.finish_reason, FinishReason::length);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(GreedyAndSampled, ConcurrentEqualsSolo, ::testing::Values(false, true));
+
+TEST(EngineTest, SeedChangesSampledReplyButNotGreedy) {
+  auto model = load_model(test::fixture_model("qwen3-tiny-a"), {});
+  auto requests = random_requests(1, true, model->config().vocab_size, 9);
+  requests.push_back(requests[0]);
+  requests[1].sampling.seed += 1;
+  EngineOptions options;
+  options.n_ctx = 128;
+  auto replies = run_all(model, requests, options, true);
+  EXPECT_NE(replies[0].tokens, replies[1].tokens);
+}
+
+TEST(EngineTest, AdmissionControl) {
+  auto model = load_model(test::fixture_model("qwen3-tiny-a"), {});
+  EngineOptions options;
+  options.n_parallel = 1;
+  options.n_ctx = 64;
+  options.max_queue = 1;
+  Engine engine(options, model, nullptr);
+  GenerationRequest too_long;
+  too_long.prompt.assign(60, 1);
+  too_long.max_tokens = 10;
+  auto result = engine.submit(too_long, [](const GenerationUpdate&) { return true; });
+  EXPECT_EQ(result.status, SubmitStatus::too_long);
+  EXPECT_NE(result.message.find("maximum context length is 64"), std::string::npos) << result.message;
+
+  GenerationRequest bad_token;
+  bad_token.prompt = {1, 2, int32_t(model->config().vocab_size)};
+  EXPECT_EQ(engine.submit(bad_token, [](const GenerationUpdate&) { return true; }).status,
+            SubmitStatus::invalid);
+  GenerationRequest empty;
+  EXPECT_EQ(engine.submit(empty, [](const GenerationUpdate&) { return true; }).status, SubmitStatus::invalid);
+}
+
+TEST(EngineTest, QueueFullIsRefusedAndEveryoneElseIsServed) {
+  auto model = load_model(test::fixture_model("qwen3-tiny-a"), {});
+  EngineOptions options;
+  options.n_parallel = 1;
+  options.n_ctx = 256;
+  options.max_queue = 2;
+  Engine engine(options, model, nullptr);
+  GenerationRequest r;
+  r.prompt = {1, 2, 3};
+  r.max_tokens = 200;
+  r.ignore_eos = true;
+  std::vector<std::unique_ptr<ReplyCollector>> collectors;
+  int refused = 0;
+  for (int i = 0; i < 8; ++i) {
+    collectors.push_back(std::make_unique<ReplyCollector>());
+    auto result = engine.submit(r, collectors.back()->sink());
+    if (result.status == SubmitStatus::queue_full) {
+      ++refused;
+      collectors.pop_back();
+    }
+  }
+  EXPECT_GT(refused, 0);
+  for (auto& c : collectors) EXPECT_EQ(c->wait().tokens.size(), 200u);
+}
+
+TEST(EngineTest, CancelledLaneIsFreedAndNextRequestServed) {
+  auto model = load_model(test::fixture_model("qwen3-tiny-a"), {});
+  EngineOptions options;
+  options.n_parallel = 1;
+  options.n_ctx = 256;
+  Engine engine(options, model, nullptr);
+  GenerationRequest r;
+  r.prompt = {5, 6, 7};
+  r.max_tokens = 200;
+  r.ignore_eos = true;
+  ReplyCollector gone;
+  gone.cancel_after = 3;
+  ASSERT_EQ(engine.submit(r, gone.sink()).status, SubmitStatus::accepted);
+  ReplyCollector next;
+  r.max_tokens = 5;
+  ASSERT_EQ(engine.submit(r, next.sink()).status, SubmitStatus::accepted);
+  Reply cancelled = gone.wait();
+  EXPECT_EQ(cancelled.final_update.finish_reason, FinishReason::cancelled);
+  EXPECT_EQ(cancelled.tokens.size(), 3u);
+  EXPECT_EQ(next.wait().tokens.size(), 5u);
+  // The lane count is updated at the end of the round that sent the final update.
+  for (int i = 0; i < 200 && engine.stats().lanes_live != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(engine.stats().lanes_live, 0);
+}
+
+TEST(EngineTest, StopStringEndsTheReplyAndItsTextIsNeverSent) {
+  std::string dir = test::source_path("models/qwen3-tiny-chat");
+  auto model = load_model(dir, {});
+  auto tokenizer = Tokenizer::from_file(dir + "/tokenizer.json");
+  EngineOptions options;
+  options.n_ctx = 256;
+  GenerationRequest r;
+  r.prompt = tokenizer->encode("def rename(old, new):\n    return");
+  r.max_tokens = 40;
+  r.ignore_eos = true;
+  Reply full;
+  {
+    Engine engine(options, model, tokenizer);
+    ReplyCollector c;
+    engine.submit(r, c.sink());
+    full = c.wait();
+  }
+  ASSERT_GT(full.text.size(), 8u);
+  // A stop string that starts in the middle of the reply, probably across a token boundary.
+  size_t cut = full.text.size() / 2;
+  while (cut > 0 && (full.text[cut] & 0xC0) == 0x80) --cut;
+  r.stop = {full.text.substr(cut, 3), "never-appears"};
+  Engine engine(options, model, tokenizer);
+  ReplyCollector c;
+  engine.submit(r, c.sink());
+  Reply stopped = c.wait();
+  EXPECT_EQ(stopped.final_update.finish_reason, FinishReason::stop);
+  EXPECT_EQ(stopped.text, full.text.substr(0, full.text.find(r.stop[0])));
+  EXPECT_LT(stopped.tokens.size(), full.tokens.size());
+  EXPECT_EQ(std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + long(stopped.tokens.size())),
+            stopped.tokens);
+}
+
+}  // namespace
+}  // namespace tf

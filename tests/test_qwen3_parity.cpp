@@ -1,0 +1,114 @@
+// Golden tests: logits and greedy tokens of tiny random Qwen3 checkpoints against transformers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <future>
+
+#include "engine/engine.h"
+#include "engine/kv_cache.h"
+#include "models/model.h"
+#include "support/fixtures.h"
+
+namespace tf {
+namespace {
+
+// The references run transformers in float32 on the bf16 weights; ours is float32 too, so the
+// only differences are summation orders.
+constexpr float kLogitTolerance = 1e-4f;
+
+std::vector<float> prefill_logits(Model& model, const std::vector<int32_t>& ids) {
+  const ModelConfig& c = model.config();
+  KvCache kv(c.n_layers, c.kv_dim(), kv_blocks_for(int64_t(ids.size())));
+  int32_t lane = kv.lane_open();
+  kv.lane_reserve(lane, int64_t(ids.size()));
+  Batch batch;
+  for (size_t i = 0; i < ids.size(); ++i)
+    batch.rows.push_back({ids[i], int32_t(i), lane, int32_t(i) - 1, kv.slot(lane, int64_t(i)), true});
+  std::vector<float> logits(ids.size() * size_t(c.vocab_size));
+  model.forward(batch, kv, logits.data());
+  return logits;
+}
+
+std::vector<int32_t> greedy_generate(std::shared_ptr<Model> model, const std::vector<int32_t>& prompt,
+                                     int64_t n) {
+  EngineOptions options;
+  options.n_parallel = 1;
+  options.n_ctx = int64_t(prompt.size()) + n;
+  Engine engine(options, model, nullptr);
+  GenerationRequest request;
+  request.prompt = prompt;
+  request.max_tokens = n;
+  request.ignore_eos = true;
+  std::vector<int32_t> out;
+  std::promise<void> done;
+  auto result = engine.submit(request, [&](const GenerationUpdate& u) {
+    out.insert(out.end(), u.tokens.begin(), u.tokens.end());
+    if (u.is_final) done.set_value();
+    return true;
+  });
+  EXPECT_EQ(result.status, SubmitStatus::accepted) << result.message;
+  done.get_future().wait();
+  return out;
+}
+
+class ParityTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ParityTest, LogitsMatchTransformers) {
+  std::string dir = test::fixture_model(GetParam());
+  auto ref = test::read_json(dir + "/reference.json");
+  auto model = load_model(dir, {});
+  std::vector<int32_t> ids = ref["prompt_ids"].get<std::vector<int32_t>>();
+  std::vector<float> logits = prefill_logits(*model, ids);
+  const int64_t n_vocab = model->config().vocab_size;
+  const auto& ref_logits = ref["logits"];
+  ASSERT_EQ(ref_logits.size(), ids.size());
+  float worst = 0;
+  for (size_t p = 0; p < ids.size(); ++p)
+    for (int64_t v = 0; v < n_vocab; ++v)
+      worst = std::max(worst, std::fabs(logits[p * size_t(n_vocab) + size_t(v)] - ref_logits[p][size_t(v)].get<float>()));
+  EXPECT_LT(worst, kLogitTolerance) << "largest logit difference over every position";
+  std::vector<int32_t> ref_argmax = ref["argmax"].get<std::vector<int32_t>>();
+  for (size_t p = 0; p < ids.size(); ++p) {
+    const float* row = logits.data() + p * size_t(n_vocab);
+    int32_t best = int32_t(std::max_element(row, row + n_vocab) - row);
+    EXPECT_FLOAT_EQ(row[best], row[ref_argmax[p]]) << "position " << p;
+  }
+}
+
+TEST_P(ParityTest, GreedyTokensMatchTransformers) {
+  std::string dir = test::fixture_model(GetParam());
+  auto ref = test::read_json(dir + "/reference.json");
+  auto model = load_model(dir, {});
+  auto expected = ref["greedy_tokens"].get<std::vector<int32_t>>();
+  auto margins = ref["greedy_top2_margins"].get<std::vector<float>>();
+  auto got = greedy_generate(model, ref["prompt_ids"].get<std::vector<int32_t>>(), int64_t(expected.size()));
+  ASSERT_EQ(got.size(), expected.size());
+  // Compare up to the first step whose reference margin is too thin to call.
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (margins[i] < 10 * kLogitTolerance) break;
+    EXPECT_EQ(got[i], expected[i]) << "step " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyQwen3, ParityTest,
+                         ::testing::Values("qwen3-tiny-a", "qwen3-tiny-b", "qwen3-tiny-c"));
+
+TEST(ParityTest, DefaultChatModelTopLogitsMatch) {
+  std::string dir = test::source_path("models/qwen3-tiny-chat");
+  auto ref = test::read_json(dir + "/reference.json");
+  auto model = load_model(dir, {});
+  auto ids = ref["prompt_ids"].get<std::vector<int32_t>>();
+  std::vector<float> logits = prefill_logits(*model, ids);
+  const float* last = logits.data() + (ids.size() - 1) * size_t(model->config().vocab_size);
+  auto top = ref["logits_last_top"].get<std::vector<int32_t>>();
+  auto values = ref["logits_last_top_values"].get<std::vector<float>>();
+  for (size_t i = 0; i < top.size(); ++i) EXPECT_NEAR(last[top[i]], values[i], kLogitTolerance);
+  auto expected = ref["greedy_tokens"].get<std::vector<int32_t>>();
+  auto margins = ref["greedy_top2_margins"].get<std::vector<float>>();
+  auto got = greedy_generate(model, ids, int64_t(expected.size()));
+  for (size_t i = 0; i < expected.size() && margins[i] >= 10 * kLogitTolerance; ++i)
+    EXPECT_EQ(got[i], expected[i]) << "step " << i;
+}
+
+}  // namespace
+}  // namespace tf
