@@ -20,7 +20,9 @@ nlohmann::json read_json_file(const std::string& path, const std::vector<std::st
       if (depth != 1 || event != nlohmann::json::parse_event_t::key) return true;
       return std::find(skip_keys.begin(), skip_keys.end(), parsed.get<std::string>()) == skip_keys.end();
     };
-    return nlohmann::json::parse(text.str(), skip_keys.empty() ? nullptr : nlohmann::json::parser_callback_t(skip));
+    nlohmann::json::parser_callback_t callback = nullptr;
+    if (!skip_keys.empty()) callback = skip;
+    return nlohmann::json::parse(text.str(), callback);
   } catch (const nlohmann::json::parse_error& error) {
     // Re-thrown as tf::Error so callers catch one type; nlohmann's text gives line and column.
     fail(path + " is not valid JSON: " + error.what());

@@ -46,7 +46,8 @@ void store_as(DType dtype, float value, uint8_t* bytes, int64_t i) {
 // The linear projections and the embedding, as mlx-lm quantizes them; norms stay dense.
 bool is_quantized_layer(const std::string& name, const TensorView& tensor) {
   auto ends_with = [&](const std::string& suffix) {
-    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   return tensor.shape.size() == 2 &&
          (ends_with("_proj.weight") || name == "model.embed_tokens.weight" || name == "lm_head.weight");
@@ -158,7 +159,8 @@ void quantize_model_dir(const std::string& in_dir, const std::string& out_dir,
     fail("output directory " + out_dir + " is the input directory; choose another");
   // Checkpoint::open prefers an index, so a stale one would hide the file written here.
   if (file_exists(out_dir + "/model.safetensors.index.json"))
-    fail("output directory " + out_dir + " already holds model.safetensors.index.json; choose an empty directory");
+    fail("output directory " + out_dir +
+         " already holds model.safetensors.index.json; choose an empty directory");
 
   const Checkpoint checkpoint = Checkpoint::open(in_dir);
   size_t total_bytes = 0, done_bytes = 0;
@@ -183,13 +185,15 @@ void quantize_model_dir(const std::string& in_dir, const std::string& out_dir,
     const size_t n_scale_bytes = q.scales.size();
     outputs.push_back({q.prefix + ".weight", DType::u32, {q.n_rows, q.n_words_per_row}, q.packed.data(),
                        q.packed.size() * sizeof(uint32_t)});
-    outputs.push_back({q.prefix + ".scales", q.scale_dtype, {q.n_rows, q.n_groups_per_row}, q.scales.data(), n_scale_bytes});
-    outputs.push_back({q.prefix + ".biases", q.scale_dtype, {q.n_rows, q.n_groups_per_row}, q.biases.data(), n_scale_bytes});
+    const std::vector<int64_t> group_shape = {q.n_rows, q.n_groups_per_row};
+    outputs.push_back({q.prefix + ".scales", q.scale_dtype, group_shape, q.scales.data(), n_scale_bytes});
+    outputs.push_back({q.prefix + ".biases", q.scale_dtype, group_shape, q.biases.data(), n_scale_bytes});
   }
   write_safetensors(out_dir + "/model.safetensors", outputs, {{"format", "mlx"}});
   write_quantized_config(in_dir, out_dir, options);
 
-  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja"}) {
+  for (const char* file :
+       {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja"}) {
     const std::string source = in_dir + "/" + file;
     if (!file_exists(source)) continue;
     fs::copy_file(source, out_dir + "/" + file, fs::copy_options::overwrite_existing, error);

@@ -61,7 +61,8 @@ TensorView parse_tensor_entry(const std::string& path, const std::string& name, 
   for (const Json& dim : *shape) {
     uint64_t n;
     // int64_t is what every consumer indexes with, so larger dimensions are rejected too.
-    if (!read_count(dim, &n) || n > uint64_t(INT64_MAX)) bad("has a shape that is not a list of non-negative integers: " + shape->dump());
+    if (!read_count(dim, &n) || n > uint64_t(INT64_MAX))
+      bad("has a shape that is not a list of non-negative integers: " + shape->dump());
     view.shape.push_back(int64_t(n));
   }
 
@@ -70,9 +71,12 @@ TensorView parse_tensor_entry(const std::string& path, const std::string& name, 
   if (offsets == entry.end() || !offsets->is_array() || offsets->size() != 2 ||
       !read_count((*offsets)[0], &begin) || !read_count((*offsets)[1], &end))
     bad("has data_offsets that are not two non-negative integers");
-  if (begin > end) bad("has data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "] with begin after end");
+  if (begin > end)
+    bad("has data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+        "] with begin after end");
   if (end > data_size)
-    bad("ends at byte " + std::to_string(end) + " of a data region of " + std::to_string(data_size) + " bytes (file truncated?)");
+    bad("ends at byte " + std::to_string(end) + " of a data region of " + std::to_string(data_size) +
+        " bytes (file truncated?)");
 
   uint64_t expected;
   if (!byte_size_of(view.shape, view.dtype, &expected) || expected != end - begin)
@@ -173,7 +177,8 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
       fail("cannot write " + path + ": tensor \"" + tensor->name + "\" has shape " +
            shape_text(tensor->shape) + " of " + dtype_name(tensor->dtype) + " but " +
            std::to_string(tensor->n_bytes) + " bytes");
-    if (header.contains(tensor->name)) fail("cannot write " + path + ": tensor \"" + tensor->name + "\" appears twice");
+    if (header.contains(tensor->name))
+      fail("cannot write " + path + ": tensor \"" + tensor->name + "\" appears twice");
     header[tensor->name] = {{"dtype", dtype_safetensors_name(tensor->dtype)},
                             {"shape", tensor->shape},
                             {"data_offsets", {offset, offset + tensor->n_bytes}}};
