@@ -94,6 +94,11 @@ struct HttpServer::Impl {
     const size_t n_threads = size_t(options.n_http_threads);
     http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
     http.set_payload_max_length(options.max_body_bytes);
+    // httplib's default adds SO_REUSEPORT, which lets a second server share a busy port silently.
+    http.set_socket_options([](socket_t socket) {
+      int yes = 1;
+      setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     for (const Route& route : routes) {
       auto guarded = [this, &route](const httplib::Request& req, httplib::Response& res) {
         serve_guarded(route, req, res);
