@@ -170,7 +170,8 @@ def main():
     parser.add_argument("--endpoint", choices=["chat/completions", "completions"], default="chat/completions")
     parser.add_argument("--cases", type=lambda text: text.split(","), default=["rewrite", "prose", "code"],
                         help="comma-separated: rewrite, prose, code")
-    parser.add_argument("--streams", type=int, nargs="+", default=[4], help="simultaneous streams K (one or more)")
+    parser.add_argument("--streams", type=int, nargs="+", help="simultaneous streams K (one or more; default 4)")
+    parser.add_argument("--alone", action="store_true", help="only the solo mode: each case alone, serially")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each case per mode")
     parser.add_argument("--max-tokens", type=int, default=256, help="budget of the prose and code cases")
     parser.add_argument("--rewrite-file", default=DEFAULT_REWRITE_FILE)
@@ -180,6 +181,8 @@ def main():
     parser.add_argument("--seed", type=int, default=7, help="the same seed for every run, so sampled replies compare")
     parser.add_argument("--receipt", help="also write the receipt here (e.g. bench/receipts/NAME.md)")
     args = parser.parse_args()
+    if args.streams is None:
+        args.streams = [] if args.alone else [4]
     if args.repeats < 1 or args.max_tokens < 1 or any(k < 1 for k in args.streams) or ":" not in args.rename:
         parser.error("--repeats, --max-tokens and --streams must be at least 1; --rename is OLD:NEW")
 
