@@ -154,7 +154,7 @@ CompletionRequest parse_common(const json& body, Endpoint endpoint,
 
   CompletionRequest request;
   request.endpoint = endpoint;
-  if (auto n = fields.integer("n", 1, 1)) (void)n;  // one choice per request
+  fields.integer("n", 1, 1);  // one choice per request: any other n is rejected
 
   const int64_t max_limit = limits.max_tokens_limit;
   std::optional<int64_t> max_tokens = fields.integer("max_tokens", 1, max_limit);
