@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "core/dtype.h"
 
@@ -168,22 +169,25 @@ TF_INLINE Lanes<W> load_f16(const uint16_t* p) {
   return v;
 }
 
+// W lanes of 4-bit values from W/2 bytes: each byte is duplicated into two lanes by a shuffle,
+// then shifted by 0 or 4 bits, so the unpacking stays in vector registers.
+template <int W, size_t... J>
+TF_INLINE typename Native<W>::u32 nibbles_to_lanes(const uint8_t* p, std::index_sequence<J...>) {
+  typedef uint8_t u8x16 __attribute__((vector_size(16)));
+  u8x16 bytes{};
+  std::memcpy(&bytes, p, W / 2);
+  auto doubled = __builtin_shufflevector(bytes, bytes, int(J / 2)...);
+  auto wide = __builtin_convertvector(doubled, typename Native<W>::u32);
+  const typename Native<W>::u32 shifts = {uint32_t(4 * (J % 2))...};
+  return (wide >> shifts) & 0xfu;
+}
+
 // 16 unsigned 4-bit values from 8 bytes, lowest bits first (MLX packing on little-endian).
 template <int W>
 TF_INLINE Lanes<W> unpack_u4(const uint8_t* p) {
-  using N = Native<W>;
-  uint32_t words[2];
-  std::memcpy(words, p, 8);
   Lanes<W> v;
-  for (int i = 0; i < Lanes<W>::kParts; ++i) {
-    typename N::u32 spread, shifts;
-    for (int j = 0; j < W; ++j) {
-      const int lane = i * W + j;
-      spread[j] = words[lane / 8];
-      shifts[j] = 4 * (lane % 8);
-    }
-    small_u32_to_f32<W>((spread >> shifts) & 0xfu, &v.part[i]);
-  }
+  for (int i = 0; i < Lanes<W>::kParts; ++i)
+    small_u32_to_f32<W>(nibbles_to_lanes<W>(p + i * W / 2, std::make_index_sequence<W>()), &v.part[i]);
   return v;
 }
 
