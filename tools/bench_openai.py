@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Streams requests against any OpenAI-compatible server and reports time to first token and
-per-request decode tokens/s as medians and ranges over waves (standard library only)."""
+"""Streams requests against any OpenAI-compatible server and reports time to first token,
+per-request decode tokens/s as medians and ranges over waves, and, where the server's replies carry
+`timings` (TensorFold's do), tokens per round and draft acceptance (standard library only)."""
 import argparse
 import http.client
 import json
@@ -121,10 +122,35 @@ class OpenAiServer:
         result.timings = chunk.get("timings", result.timings)
 
 
-def request_body(model, prompt, max_tokens, temperature, seed, endpoint):
+def speculation_figures(results):
+    """Totals over replies' timings: {tokens_per_round, drafted_per_round, acceptance}, or None when
+    the server reports no rounds (not TensorFold, or an older build)."""
+    def total(key):
+        return sum(r.timings.get(key, 0) for r in results)
+    rounds = total("rounds")
+    if not rounds:
+        return None
+    drafted = total("draft_n")
+    return {"tokens_per_round": total("predicted_n") / rounds, "drafted_per_round": drafted / rounds,
+            "acceptance": total("draft_accepted_n") / drafted if drafted else None}
+
+
+def format_speculation(figures):
+    """The three speculation figures as table cells; '-' where there are none."""
+    if figures is None:
+        return ["-", "-", "-"]
+    acceptance = figures["acceptance"]
+    return [f"{figures['tokens_per_round']:.2f}", f"{figures['drafted_per_round']:.1f}",
+            "-" if acceptance is None else f"{100 * acceptance:.0f}%"]
+
+
+def request_body(model, prompt, max_tokens, temperature, seed, endpoint, draft=True):
+    """draft=False sends TensorFold's "draft": false extension, which turns speculation off."""
     body = {"model": model, "max_tokens": max_tokens, "temperature": temperature}
     if seed is not None:
         body["seed"] = seed
+    if not draft:
+        body["draft"] = False
     if endpoint == "chat/completions":
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
@@ -187,6 +213,7 @@ def main():
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--waves", type=int, default=3, help="measured waves (after one warm-up reply)")
     parser.add_argument("--concurrency", type=int, default=1, help="requests at once in each wave")
+    parser.add_argument("--no-draft", action="store_true", help='send "draft": false (speculation off)')
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args()
     if args.waves < 1 or args.concurrency < 1 or args.max_tokens < 1:
@@ -197,10 +224,10 @@ def main():
     prompts = load_prompts(args.prompt_file)
     names = list(prompts)
     body_for = lambda i: request_body(model, prompts[names[i % len(names)]], args.max_tokens,
-                                      args.temperature, args.seed, args.endpoint)
+                                      args.temperature, args.seed, args.endpoint, draft=not args.no_draft)
 
     server.stream(args.endpoint, body_for(0))  # warm-up: first-request costs are not the server's speed
-    ttft_ms, decode_rates, wave_rates = [], [], []
+    ttft_ms, decode_rates, wave_rates, all_results = [], [], [], []
     for wave in range(args.waves):
         started = time.perf_counter()
         results = run_at_once(server, args.endpoint, [body_for(wave * args.concurrency + i) for i in range(args.concurrency)])
@@ -208,6 +235,7 @@ def main():
         ttft_ms += [r.ttft_s * 1000 for r in results]
         decode_rates += [r.decode_tokens_per_s() for r in results]
         wave_rates.append(sum(r.completion_tokens for r in results) / elapsed)
+        all_results += results
         print(f"wave {wave + 1}/{args.waves}: {sum(r.completion_tokens for r in results)} tokens in {elapsed:.2f} s",
               file=sys.stderr)
 
@@ -215,14 +243,18 @@ def main():
         "model": model, "endpoint": args.endpoint, "concurrency": args.concurrency, "waves": args.waves,
         "max_tokens": args.max_tokens, "ttft_ms": spread(ttft_ms),
         "decode_tokens_per_s": spread(decode_rates), "aggregate_tokens_per_s": spread(wave_rates),
+        "draft": not args.no_draft, "speculation": speculation_figures(all_results),
     }
     if args.json:
         print(json.dumps(summary, indent=2))
         return
-    print(f"model {model}, {args.endpoint}, concurrency {args.concurrency}, {args.waves} waves, max_tokens {args.max_tokens}")
+    print(f"model {model}, {args.endpoint}, concurrency {args.concurrency}, {args.waves} waves, "
+          f"max_tokens {args.max_tokens}, draft {'off' if args.no_draft else 'on'}")
     print(f"time to first token  {format_spread(ttft_ms, 'ms')}")
     print(f"decode per request   {format_spread(decode_rates, 'tok/s')}")
     print(f"aggregate per wave   {format_spread(wave_rates, 'tok/s')}")
+    per_round, drafted, acceptance = format_speculation(summary["speculation"])
+    print(f"tokens per round     {per_round} (drafted per round {drafted}, accepted {acceptance})")
 
 
 if __name__ == "__main__":
