@@ -1,0 +1,303 @@
+// Times the linear layers of one qwen3-8b decode step on the GPU (synthetic bf16 weights made on
+// the device) at several row counts, against the measured copy bandwidth and cuBLAS on the same
+// shapes in the same run, and writes a markdown receipt.
+// Usage: bench_cuda_linear [receipt.md] (commit from $TF_COMMIT, command line from $TF_COMMAND).
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/device_buffer.cuh"
+#include "backends/cuda/linear_bf16.cuh"
+#include "core/dtype.h"
+
+using tf::cuda::DeviceBuffer;
+using tf::cuda::LinearOutput;
+
+namespace {
+
+// qwen3-8b: hidden 4096, intermediate 12288, 36 layers, 32 heads and 8 kv heads of 128, vocab 151936.
+constexpr int64_t kHidden = 4096, kIntermediate = 12288, kLayers = 36, kQWidth = 32 * 128, kKvWidth = 8 * 128;
+constexpr int64_t kVocab = 151936;
+constexpr int64_t kMaxRows = 128;
+constexpr int kWarmup = 3, kReps = 15;
+
+#define CUBLAS_CHECK(call)                                                              \
+  do {                                                                                  \
+    const cublasStatus_t status_ = (call);                                              \
+    if (status_ != CUBLAS_STATUS_SUCCESS) {                                             \
+      std::fprintf(stderr, "cuBLAS error %d in %s at %s:%d\n", int(status_), #call, __FILE__, __LINE__); \
+      std::exit(2);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+// Random-looking bf16 in [-0.05, 0.05) from a hash of the index: never zeros (METHOD.md: zeros
+// run faster than real data).
+__global__ void fill_synthetic_kernel(uint16_t* data, int64_t n, uint32_t seed) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9e3779b9u ^ uint32_t(i >> 32) ^ seed;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    const float value = (float(h & 0xffffu) / 65536.0f - 0.5f) * 0.1f;
+    const uint32_t bits = __float_as_uint(value);
+    data[i] = uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+  }
+}
+
+void fill_synthetic(DeviceBuffer<uint16_t>& buffer, uint32_t seed) {
+  fill_synthetic_kernel<<<1024, 256>>>(buffer.data(), int64_t(buffer.size()), seed);
+  TF_CUDA_CHECK_LAUNCH("fill_synthetic_kernel");
+}
+
+struct Matrix {
+  const uint16_t* data;
+  int64_t n_out, n_in;
+  bool is_input_wide;  // reads the intermediate-wide activations (down_proj)
+  bool is_f32_out;     // the LM head writes f32 logits
+  const char* name;
+};
+
+struct Stats {
+  double median_ms, min_ms, max_ms;
+};
+
+Stats stats_of(std::vector<float> times) {
+  std::sort(times.begin(), times.end());
+  return {times[times.size() / 2], times.front(), times.back()};
+}
+
+enum class Impl { ours, cublas };
+
+struct Bench {
+  std::vector<Matrix> step;  // every linear of one decode step, in order
+  DeviceBuffer<uint16_t> x_hidden, x_wide, y_bf16;
+  DeviceBuffer<float> y_f32;
+  cublasHandle_t handle;
+
+  void run_one(const Matrix& m, int64_t n_rows, Impl impl) {
+    const uint16_t* x = m.is_input_wide ? x_wide.data() : x_hidden.data();
+    void* y = m.is_f32_out ? static_cast<void*>(y_f32.data()) : static_cast<void*>(y_bf16.data());
+    if (impl == Impl::ours) {
+      tf::cuda::linear_bf16(x, n_rows, m.data, m.n_out, m.n_in, y, m.is_f32_out ? LinearOutput::f32 : LinearOutput::bf16);
+      return;
+    }
+    // Row-major y[M][N] = x[M][K] W[N][K]^T is column-major y^T = W^T(op T on W) x^T.
+    const float alpha = 1.0f, beta = 0.0f;
+    CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(m.n_out), int(n_rows), int(m.n_in), &alpha, m.data,
+                              CUDA_R_16BF, int(m.n_in), x, CUDA_R_16BF, int(m.n_in), &beta, y,
+                              m.is_f32_out ? CUDA_R_32F : CUDA_R_16BF, int(m.n_out), CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+  }
+
+  // Times `matrices` back to back between two events: warm-up, then kReps timed repetitions.
+  Stats time(const std::vector<const Matrix*>& matrices, int64_t n_rows, Impl impl) {
+    cudaEvent_t start, stop;
+    TF_CUDA_CHECK(cudaEventCreate(&start));
+    TF_CUDA_CHECK(cudaEventCreate(&stop));
+    std::vector<float> times;
+    for (int rep = 0; rep < kWarmup + kReps; ++rep) {
+      TF_CUDA_CHECK(cudaEventRecord(start));
+      for (const Matrix* m : matrices) run_one(*m, n_rows, impl);
+      TF_CUDA_CHECK(cudaEventRecord(stop));
+      TF_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0.0f;
+      TF_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (rep >= kWarmup) times.push_back(ms);
+    }
+    TF_CUDA_CHECK(cudaEventDestroy(start));
+    TF_CUDA_CHECK(cudaEventDestroy(stop));
+    return stats_of(times);
+  }
+};
+
+// Device-to-device copy of a buffer far larger than L2; bytes read plus bytes written.
+double measure_copy_gbps() {
+  const size_t n_bytes = size_t(2) << 30;
+  DeviceBuffer<uint8_t> a(n_bytes), b(n_bytes);
+  TF_CUDA_CHECK(cudaMemset(a.data(), 1, n_bytes));
+  cudaEvent_t start, stop;
+  TF_CUDA_CHECK(cudaEventCreate(&start));
+  TF_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> times;
+  for (int rep = 0; rep < 3 + 20; ++rep) {
+    TF_CUDA_CHECK(cudaEventRecord(start));
+    TF_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), n_bytes, cudaMemcpyDeviceToDevice));
+    TF_CUDA_CHECK(cudaEventRecord(stop));
+    TF_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms;
+    TF_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (rep >= 3) times.push_back(ms);
+  }
+  return 2.0 * double(n_bytes) / (stats_of(times).median_ms * 1e-3) / 1e9;
+}
+
+// ||ours - cublas|| / ||cublas|| on one shape, as a sanity check that both compute the same thing.
+double compare_with_cublas(Bench& bench, const Matrix& m, int64_t n_rows) {
+  const size_t n = size_t(n_rows * m.n_out);
+  bench.run_one(m, n_rows, Impl::ours);
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> ours = bench.y_bf16.to_host();
+  bench.run_one(m, n_rows, Impl::cublas);
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> theirs = bench.y_bf16.to_host();
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double a = tf::bf16_to_f32(ours[i]), b = tf::bf16_to_f32(theirs[i]);
+    diff += (a - b) * (a - b);
+    norm += b * b;
+  }
+  return std::sqrt(diff / norm);
+}
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value && *value ? value : fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string receipt_path = argc > 1 ? argv[1] : "";
+  cudaDeviceProp properties;
+  TF_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
+  std::printf("GPU: %s, %d SMs, L2 %d MB\n", properties.name, properties.multiProcessorCount, properties.l2CacheSize >> 20);
+  const double copy_gbps = measure_copy_gbps();
+  std::printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_gbps);
+
+  // One allocation per layer for its seven matrices, plus the LM head.
+  const int64_t per_layer = kQWidth * kHidden + 2 * kKvWidth * kHidden + kHidden * kQWidth + 2 * kIntermediate * kHidden +
+                            kHidden * kIntermediate;
+  std::vector<DeviceBuffer<uint16_t>> layers;
+  Bench bench{{}, DeviceBuffer<uint16_t>(size_t(kMaxRows * kHidden)), DeviceBuffer<uint16_t>(size_t(kMaxRows * kIntermediate)),
+              DeviceBuffer<uint16_t>(size_t(kMaxRows * kIntermediate)), DeviceBuffer<float>(size_t(kMaxRows * kVocab)), nullptr};
+  fill_synthetic(bench.x_hidden, 1);
+  fill_synthetic(bench.x_wide, 2);
+  for (int64_t layer = 0; layer < kLayers; ++layer) {
+    layers.emplace_back(size_t(per_layer));
+    fill_synthetic(layers.back(), uint32_t(100 + layer));
+    const uint16_t* p = layers.back().data();
+    auto add = [&](int64_t n_out, int64_t n_in, bool is_wide, const char* name) {
+      bench.step.push_back({p, n_out, n_in, is_wide, false, name});
+      p += n_out * n_in;
+    };
+    add(kQWidth, kHidden, false, "q_proj");
+    add(kKvWidth, kHidden, false, "k_proj");
+    add(kKvWidth, kHidden, false, "v_proj");
+    add(kHidden, kQWidth, false, "o_proj");
+    add(kIntermediate, kHidden, false, "gate_proj");
+    add(kIntermediate, kHidden, false, "up_proj");
+    add(kHidden, kIntermediate, true, "down_proj");
+  }
+  DeviceBuffer<uint16_t> lm_head(size_t(kVocab * kHidden));
+  fill_synthetic(lm_head, 7);
+  bench.step.push_back({lm_head.data(), kVocab, kHidden, false, true, "lm_head"});
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  CUBLAS_CHECK(cublasCreate(&bench.handle));
+  double step_bytes = 0.0;
+  for (const Matrix& m : bench.step) step_bytes += double(m.n_out * m.n_in) * 2.0;
+  std::printf("weights per decode step: %.2f GB in %zu matrices\n", step_bytes / 1e9, bench.step.size());
+
+  std::vector<const Matrix*> all;
+  for (const Matrix& m : bench.step) all.push_back(&m);
+  const std::vector<int64_t> row_counts = {1, 2, 4, 8, 16, 32, 64, 128};
+  struct Row {
+    int64_t n_rows;
+    Stats ours, cublas;
+  };
+  std::vector<Row> rows;
+  for (int64_t n_rows : row_counts) {
+    Row row{n_rows, bench.time(all, n_rows, Impl::ours), bench.time(all, n_rows, Impl::cublas)};
+    rows.push_back(row);
+    std::printf("M=%3lld  ours %.3f ms (%.0f GB/s)  cublas %.3f ms (%.0f GB/s)\n", (long long)n_rows, row.ours.median_ms,
+                step_bytes / (row.ours.median_ms * 1e-3) / 1e9, row.cublas.median_ms,
+                step_bytes / (row.cublas.median_ms * 1e-3) / 1e9);
+  }
+
+  // Per shape, each timed over its 36 layers (its own weights every time, so L2 cannot hold them).
+  struct ShapeRow {
+    const char* name;
+    int64_t n_out, n_in, n_rows;
+    Stats ours, cublas;
+    double bytes;
+  };
+  std::vector<ShapeRow> shape_rows;
+  for (int64_t n_rows : {int64_t(1), int64_t(16), int64_t(64)}) {
+    for (const char* name : {"q_proj", "k_proj", "o_proj", "gate_proj", "down_proj", "lm_head"}) {
+      std::vector<const Matrix*> same;
+      for (const Matrix& m : bench.step)
+        if (std::string(m.name) == name) same.push_back(&m);
+      const double bytes = double(same.size()) * double(same[0]->n_out * same[0]->n_in) * 2.0;
+      shape_rows.push_back({name, same[0]->n_out, same[0]->n_in, n_rows, bench.time(same, n_rows, Impl::ours),
+                            bench.time(same, n_rows, Impl::cublas), bytes});
+    }
+  }
+  const double agreement = compare_with_cublas(bench, bench.step[4], 16);
+  std::printf("ours vs cuBLAS on gate_proj, M=16: relative difference %.2e\n", agreement);
+
+  std::string report;
+  char line[512];
+  auto add_line = [&](const char* text) { report += text; report += "\n"; };
+  add_line("# Receipt: batch-invariant bf16 linear layers on the GPU (qwen3-8b shapes)\n");
+  std::snprintf(line, sizeof line, "- command: `%s`", env_or("TF_COMMAND", "bench_cuda_linear").c_str());
+  add_line(line);
+  std::snprintf(line, sizeof line, "- commit: %s", env_or("TF_COMMIT", "unknown").c_str());
+  add_line(line);
+  std::snprintf(line, sizeof line, "- GPU: %s, %d SMs, L2 %d MB", properties.name, properties.multiProcessorCount,
+                properties.l2CacheSize >> 20);
+  add_line(line);
+  std::snprintf(line, sizeof line,
+                "- what: every linear of one decode step (36 layers x q/k/v/o/gate/up/down + lm_head, %.2f GB of bf16 "
+                "weights, synthetic, made on the GPU), launched back to back between two CUDA events; %d warm-ups, "
+                "median and [min, max] of %d repetitions",
+                step_bytes / 1e9, kWarmup, kReps);
+  add_line(line);
+  std::snprintf(line, sizeof line, "- ceiling: device-to-device copy, 2 GiB, %.0f GB/s counting bytes read and written", copy_gbps);
+  add_line(line);
+  add_line("- ours: `linear_bf16` (mma.sync m16n8k16, one K order for every M); cuBLAS: `cublasGemmEx` bf16 in, "
+           "f32 compute, same output types (bf16, f32 logits)");
+  std::snprintf(line, sizeof line, "- agreement: ours vs cuBLAS, gate_proj at M=16, relative difference %.2e\n", agreement);
+  add_line(line);
+  add_line("## Whole decode step\n");
+  add_line("| rows | ours ms (median [min, max]) | ours GB/s | of copy bw | cuBLAS ms | cuBLAS GB/s | ours / cuBLAS time | vs ours at 1 row |");
+  add_line("| ---: | --- | ---: | ---: | --- | ---: | ---: | ---: |");
+  for (const Row& row : rows) {
+    const double ours_gbps = step_bytes / (row.ours.median_ms * 1e-3) / 1e9;
+    const double cublas_gbps = step_bytes / (row.cublas.median_ms * 1e-3) / 1e9;
+    std::snprintf(line, sizeof line, "| %lld | %.3f [%.3f, %.3f] | %.0f | %.1f%% | %.3f [%.3f, %.3f] | %.0f | %.2f | %.2fx |",
+                  (long long)row.n_rows, row.ours.median_ms, row.ours.min_ms, row.ours.max_ms, ours_gbps,
+                  100.0 * ours_gbps / copy_gbps, row.cublas.median_ms, row.cublas.min_ms, row.cublas.max_ms, cublas_gbps,
+                  row.ours.median_ms / row.cublas.median_ms, row.ours.median_ms / rows[0].ours.median_ms);
+    add_line(line);
+  }
+  add_line("\n## Per shape (each over its 36 layers; lm_head once)\n");
+  add_line("| shape | N x K | rows | ours ms | ours GB/s | cuBLAS ms | cuBLAS GB/s | ours / cuBLAS |");
+  add_line("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+  for (const ShapeRow& s : shape_rows) {
+    std::snprintf(line, sizeof line, "| %s | %lld x %lld | %lld | %.3f | %.0f | %.3f | %.0f | %.2f |", s.name,
+                  (long long)s.n_out, (long long)s.n_in, (long long)s.n_rows, s.ours.median_ms,
+                  s.bytes / (s.ours.median_ms * 1e-3) / 1e9, s.cublas.median_ms, s.bytes / (s.cublas.median_ms * 1e-3) / 1e9,
+                  s.ours.median_ms / s.cublas.median_ms);
+    add_line(line);
+  }
+  std::printf("\n%s", report.c_str());
+  if (!receipt_path.empty()) {
+    FILE* file = std::fopen(receipt_path.c_str(), "w");
+    if (!file) {
+      std::fprintf(stderr, "cannot write %s\n", receipt_path.c_str());
+      return 1;
+    }
+    std::fputs(report.c_str(), file);
+    std::fclose(file);
+  }
+  CUBLAS_CHECK(cublasDestroy(bench.handle));
+  return 0;
+}

@@ -1,0 +1,41 @@
+// RoPE: one thread per (row, head, rotation pair), with the CPU's operation order (no fused multiply-add).
+#include "backends/cuda/rope.cuh"
+
+#include "backends/cuda/bf16_math.cuh"
+#include "backends/cuda/cuda_check.cuh"
+
+namespace tf::cuda {
+namespace {
+
+__global__ void rope_kernel(uint16_t* x, int64_t n_pairs, int n_heads, int half, const int32_t* __restrict__ positions,
+                            const float* __restrict__ inverse_frequencies) {
+  const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= n_pairs) return;
+  const int i = int(index % half);
+  const int64_t row_head = index / half;
+  const int64_t row = row_head / n_heads;
+  // The one place an angle is formed, as on the CPU: position * inverse frequency in f32.
+  const float angle = __fmul_rn(float(positions[row]), inverse_frequencies[i]);
+  float s, c;
+  sincosf(angle, &s, &c);
+  uint16_t* head = x + row_head * 2 * half;
+  const float first = bf16_bits_to_f32(head[i]), second = bf16_bits_to_f32(head[i + half]);
+  head[i] = f32_to_bf16_bits(__fsub_rn(__fmul_rn(first, c), __fmul_rn(second, s)));
+  head[i + half] = f32_to_bf16_bits(__fadd_rn(__fmul_rn(second, c), __fmul_rn(first, s)));
+}
+
+}  // namespace
+
+void rope_bf16(uint16_t* x, int64_t n_rows, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+               const float* inverse_frequencies, cudaStream_t stream) {
+  TF_CUDA_REQUIRE(n_rows >= 0 && n_heads > 0 && head_dim > 0 && head_dim % 2 == 0,
+                  "rope_bf16: head_dim must be positive and even");
+  if (n_rows == 0) return;
+  const int64_t n_pairs = n_rows * n_heads * (head_dim / 2);
+  constexpr int kThreads = 256;
+  rope_kernel<<<unsigned((n_pairs + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      x, n_pairs, int(n_heads), int(head_dim / 2), positions, inverse_frequencies);
+  TF_CUDA_CHECK_LAUNCH("rope_kernel");
+}
+
+}  // namespace tf::cuda

@@ -1,0 +1,166 @@
+// rms_norm, rope, swiglu, embedding and argmax on the GPU against their CPU twins, and row invariance.
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "backends/cuda/activation.cuh"
+#include "backends/cuda/argmax.cuh"
+#include "backends/cuda/device_buffer.cuh"
+#include "backends/cuda/embedding.cuh"
+#include "backends/cuda/rms_norm.cuh"
+#include "backends/cuda/rope.cuh"
+#include "core/tensor.h"
+#include "gpu_test.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/rope.h"
+#include "sampling/sampler.h"
+
+using namespace tf;
+using namespace tf::gpu_test;
+using tf::cuda::DeviceBuffer;
+
+namespace {
+
+// Rounding to bf16 once leaves a relative error of at most 2^-9 per element.
+constexpr double kBf16Tolerance = 4e-3;
+
+template <class T>
+DeviceBuffer<T> to_device(const std::vector<T>& host) {
+  DeviceBuffer<T> buffer(host.size());
+  buffer.copy_from_host(host);
+  return buffer;
+}
+
+std::vector<uint16_t> gpu_rms_norm(const std::vector<uint16_t>& x, int64_t n_rows, int64_t dim,
+                                   const DeviceBuffer<uint16_t>& gain) {
+  auto x_device = to_device(x);
+  DeviceBuffer<uint16_t> y(x.size());
+  y.fill_bytes(0xff);
+  cuda::rms_norm_bf16(x_device.data(), n_rows, dim, gain.data(), 1e-6f, y.data());
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  return y.to_host();
+}
+
+void test_rms_norm(std::mt19937& rng) {
+  for (int64_t dim : {128, 4096, 1000}) {
+    const int64_t n_rows = 37;
+    std::vector<uint16_t> x = random_bf16(size_t(n_rows * dim), rng, 2.0f);
+    std::vector<uint16_t> gain_host = random_bf16(size_t(dim), rng, 1.0f);
+    auto gain = to_device(gain_host);
+    std::vector<uint16_t> y = gpu_rms_norm(x, n_rows, dim, gain);
+    std::vector<float> reference(x.size());
+    WeightVector gain_vector{dim, DType::bf16, gain_host.data()};
+    cpu::rms_norm(bf16_to_f32(x).data(), n_rows, dim, gain_vector, 1e-6f, reference.data());
+    const double error = relative_error(bf16_to_f32(y), reference);
+    check(error < kBf16Tolerance, "rms_norm parity with cpu dim=" + std::to_string(dim) + " rel_err=" + format_error(error));
+    // Row 5 alone equals row 5 among the others.
+    std::vector<uint16_t> row(x.begin() + 5 * dim, x.begin() + 6 * dim);
+    std::vector<uint16_t> y_alone = gpu_rms_norm(row, 1, dim, gain);
+    check(bitwise_equal(y_alone.data(), y.data() + 5 * dim, size_t(dim)), "rms_norm row alone = among others dim=" + std::to_string(dim));
+  }
+}
+
+void test_rope(std::mt19937& rng) {
+  const int64_t n_rows = 9, n_heads = 4, head_dim = 128;
+  const std::vector<float> inverse_frequencies = cpu::rope_inverse_frequencies(head_dim, 1000000.0);
+  std::vector<uint16_t> x = random_bf16(size_t(n_rows * n_heads * head_dim), rng);
+  std::vector<int32_t> positions = {0, 1, 2, 17, 100, 4095, 32767, 40000, 131071};
+  auto x_device = to_device(x);
+  auto positions_device = to_device(positions);
+  auto frequencies_device = to_device(inverse_frequencies);
+  cuda::rope_bf16(x_device.data(), n_rows, n_heads, head_dim, positions_device.data(), frequencies_device.data());
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> reference = bf16_to_f32(x);
+  cpu::rope_apply(reference.data(), n_rows, n_heads, head_dim, positions.data(), inverse_frequencies);
+  const double error = relative_error(bf16_to_f32(x_device.to_host()), reference);
+  check(error < kBf16Tolerance, "rope parity with cpu (positions up to 131071) rel_err=" + format_error(error));
+}
+
+void test_swiglu(std::mt19937& rng) {
+  const int64_t n = 3 * 12288 + 5;
+  std::vector<uint16_t> gate = random_bf16(size_t(n), rng, 3.0f), up = random_bf16(size_t(n), rng);
+  auto gate_device = to_device(gate), up_device = to_device(up);
+  DeviceBuffer<uint16_t> out(static_cast<size_t>(n));
+  out.fill_bytes(0xff);
+  cuda::swiglu_bf16(gate_device.data(), up_device.data(), n, out.data());
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> reference(static_cast<size_t>(n));
+  cpu::swiglu(bf16_to_f32(gate).data(), bf16_to_f32(up).data(), n, reference.data());
+  const double error = relative_error(bf16_to_f32(out.to_host()), reference);
+  check(error < kBf16Tolerance, "swiglu parity with cpu rel_err=" + format_error(error));
+}
+
+void test_embedding(std::mt19937& rng) {
+  const int64_t n_vocab = 1000, dim = 256;
+  std::vector<uint16_t> table = random_bf16(size_t(n_vocab * dim), rng);
+  std::vector<int32_t> ids = {0, 999, 5, 5, 123};
+  auto table_device = to_device(table);
+  auto ids_device = to_device(ids);
+  DeviceBuffer<uint16_t> out(ids.size() * size_t(dim));
+  out.fill_bytes(0xff);
+  cuda::embedding_bf16(table_device.data(), n_vocab, dim, ids_device.data(), int64_t(ids.size()), out.data());
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  WeightMatrix matrix;
+  matrix.n_rows = n_vocab;
+  matrix.n_cols = dim;
+  matrix.dtype = DType::bf16;
+  matrix.data = table.data();
+  std::vector<float> reference(ids.size() * size_t(dim));
+  cpu::embedding_rows(matrix, ids.data(), int64_t(ids.size()), reference.data());
+  std::vector<float> got = bf16_to_f32(out.to_host());
+  check(bitwise_equal(got.data(), reference.data(), got.size()), "embedding equals cpu::embedding_rows exactly");
+}
+
+void test_argmax(std::mt19937& rng) {
+  const int64_t n_rows = 6, n_vocab = 151936;
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> logits(size_t(n_rows * n_vocab));
+  for (float& v : logits) v = normal(rng);
+  // Row 1: a tie between two ids far apart; row 2: the maximum at the last id; row 3: NaNs and a
+  // tie at the very top; row 4: all -inf; row 5: ties everywhere.
+  float* row = logits.data() + n_vocab;
+  row[70000] = 50.0f;
+  row[123] = 50.0f;
+  logits[size_t(2 * n_vocab + n_vocab - 1)] = 60.0f;
+  row = logits.data() + 3 * n_vocab;
+  row[10] = NAN;
+  row[20000] = 40.0f;
+  row[20001] = 40.0f;
+  row[0] = NAN;
+  std::fill(logits.begin() + 4 * n_vocab, logits.begin() + 5 * n_vocab, -INFINITY);
+  std::fill(logits.begin() + 5 * n_vocab, logits.begin() + 6 * n_vocab, 1.0f);
+  auto logits_device = to_device(logits);
+  DeviceBuffer<int32_t> ids(static_cast<size_t>(n_rows));
+  ids.fill_bytes(0xff);
+  cuda::argmax_f32(logits_device.data(), n_rows, n_vocab, ids.data());
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<int32_t> got = ids.to_host();
+  bool ok = true;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const int32_t expected = argmax(logits.data() + r * n_vocab, n_vocab);
+    if (got[size_t(r)] != expected) {
+      std::printf("  argmax row %lld: gpu %d cpu %d\n", (long long)r, got[size_t(r)], expected);
+      ok = false;
+    }
+  }
+  check(ok, "argmax equals the cpu argmax (ties to the lowest id, NaN skipped, all -inf gives 0)");
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937 rng(7);
+  try {
+    test_rms_norm(rng);
+    test_rope(rng);
+    test_swiglu(rng);
+    test_embedding(rng);
+    test_argmax(rng);
+  } catch (const std::exception& e) {
+    check(false, std::string("exception: ") + e.what());
+  }
+  return finish("test_elementwise_kernels");
+}
