@@ -1,0 +1,246 @@
+// Suffix automaton with most-recent occurrence tracking, and the long-copy proposals made from it.
+#include "speculation/long_copy.h"
+
+#include <algorithm>
+#include <array>
+#include <unordered_map>
+
+namespace tf {
+namespace {
+
+// Each automaton state's latest end position is the newest position whose prefix state lies
+// below it in the suffix-link tree. Adding position i sets it to i on the whole path from the
+// new prefix state to the root, which a link-cut tree does in O(log n) amortized; walking the path
+// would cost its depth, which grows with the length of a repeated run (a model stuck in a loop).
+class LatestEndTree {
+ public:
+  int32_t add_node(int32_t latest_end) {
+    children_.push_back({-1, -1});
+    parent_.push_back(-1);
+    value_.push_back(latest_end);
+    pending_.push_back(-1);
+    return int32_t(parent_.size() - 1);
+  }
+
+  // `child` must be the root of its own tree.
+  void link(int32_t child, int32_t parent) {
+    access(child);
+    parent_[child] = parent;
+  }
+
+  // Detaches `node` from its parent.
+  void cut(int32_t node) {
+    access(node);
+    int32_t above = children_[node][0];
+    if (above >= 0) parent_[above] = -1;
+    children_[node][0] = -1;
+  }
+
+  int32_t latest_end(int32_t node) {
+    splay(node);  // pushes pending assignments down to `node`
+    return value_[node];
+  }
+
+  void set_latest_end_to_root(int32_t node, int32_t end) {
+    access(node);  // the splay tree of `node` now holds exactly the path to the root
+    value_[node] = end;
+    pending_[node] = end;
+  }
+
+ private:
+  bool is_splay_root(int32_t node) const {
+    int32_t parent = parent_[node];
+    return parent < 0 || (children_[parent][0] != node && children_[parent][1] != node);
+  }
+
+  void push_down(int32_t node) {
+    if (pending_[node] < 0) return;
+    for (int32_t child : children_[node]) {
+      if (child < 0) continue;
+      value_[child] = pending_[node];
+      pending_[child] = pending_[node];
+    }
+    pending_[node] = -1;
+  }
+
+  void rotate(int32_t node) {
+    int32_t parent = parent_[node];
+    int32_t grandparent = parent_[parent];
+    int side = children_[parent][1] == node ? 1 : 0;
+    if (!is_splay_root(parent))
+      children_[grandparent][children_[grandparent][1] == parent ? 1 : 0] = node;
+    parent_[node] = grandparent;
+    int32_t moved = children_[node][1 - side];
+    children_[parent][side] = moved;
+    if (moved >= 0) parent_[moved] = parent;
+    children_[node][1 - side] = parent;
+    parent_[parent] = node;
+  }
+
+  void splay(int32_t node) {
+    path_.clear();
+    for (int32_t up = node;; up = parent_[up]) {
+      path_.push_back(up);
+      if (is_splay_root(up)) break;
+    }
+    for (auto it = path_.rbegin(); it != path_.rend(); ++it) push_down(*it);
+    while (!is_splay_root(node)) {
+      int32_t parent = parent_[node];
+      if (!is_splay_root(parent)) {
+        int32_t grandparent = parent_[parent];
+        bool is_zig_zig = (children_[grandparent][0] == parent) == (children_[parent][0] == node);
+        rotate(is_zig_zig ? parent : node);
+      }
+      rotate(node);
+    }
+  }
+
+  void access(int32_t node) {
+    for (int32_t below = -1, up = node; up >= 0; below = up, up = parent_[up]) {
+      splay(up);
+      children_[up][1] = below;
+    }
+    splay(node);
+  }
+
+  std::vector<std::array<int32_t, 2>> children_;  // [n_nodes] splay children: shallower, deeper
+  std::vector<int32_t> parent_;   // [n_nodes] splay parent, or the path's parent in the tree
+  std::vector<int32_t> value_;    // [n_nodes] latest end position
+  std::vector<int32_t> pending_;  // [n_nodes] assignment not yet pushed to the children, or -1
+  std::vector<int32_t> path_;     // scratch for splay()
+};
+
+uint64_t edge_key(int32_t state, int32_t token) {
+  return (uint64_t(uint32_t(state)) << 32) | uint32_t(token);
+}
+
+}  // namespace
+
+// The classic online suffix automaton. Transitions live in one hash map keyed by (state, token),
+// since the vocabulary is large and most states have few; a per-state edge list lets a split
+// copy them.
+struct LongCopyProposer::Automaton {
+  std::vector<int32_t> length;                    // [n_states] longest string of the state
+  std::vector<int32_t> link;                      // [n_states] suffix link, -1 for the root
+  std::vector<int32_t> first_edge;                // [n_states] head of the state's edge list, or -1
+  std::vector<int32_t> edge_token;                // [n_edges]
+  std::vector<int32_t> edge_target;               // [n_edges]
+  std::vector<int32_t> edge_next;                 // [n_edges] next edge of the same state, or -1
+  std::unordered_map<uint64_t, int32_t> edge_of;  // (state, token) -> edge
+  LatestEndTree latest_end;
+  int32_t last_state = 0;
+  int64_t match_length = 0;
+  int64_t match_end = -1;
+
+  Automaton() { new_state(0, -1); }
+
+  int32_t new_state(int32_t state_length, int32_t state_latest_end) {
+    length.push_back(state_length);
+    link.push_back(-1);
+    first_edge.push_back(-1);
+    return latest_end.add_node(state_latest_end);
+  }
+
+  int32_t find_edge(int32_t state, int32_t token) const {
+    auto it = edge_of.find(edge_key(state, token));
+    return it == edge_of.end() ? -1 : it->second;
+  }
+
+  void add_edge(int32_t state, int32_t token, int32_t target) {
+    int32_t edge = int32_t(edge_token.size());
+    edge_token.push_back(token);
+    edge_target.push_back(target);
+    edge_next.push_back(first_edge[state]);
+    first_edge[state] = edge;
+    edge_of.emplace(edge_key(state, token), edge);
+  }
+
+  // Appends the token at `position`; afterwards match_length/match_end describe the new suffix.
+  void extend(int32_t token, int32_t position) {
+    int32_t current = new_state(length[last_state] + 1, -1);
+    int32_t state = last_state;
+    int32_t edge = -1;
+    for (; state >= 0; state = link[state]) {
+      edge = find_edge(state, token);
+      if (edge >= 0) break;
+      add_edge(state, token, current);
+    }
+    if (state < 0) {
+      link[current] = 0;
+    } else if (length[edge_target[edge]] == length[state] + 1) {
+      link[current] = edge_target[edge];
+    } else {
+      int32_t split = edge_target[edge];
+      int32_t clone = new_state(length[state] + 1, latest_end.latest_end(split));
+      for (int32_t e = first_edge[split]; e >= 0; e = edge_next[e])
+        add_edge(clone, edge_token[e], edge_target[e]);
+      for (; state >= 0; state = link[state]) {
+        int32_t redirected = find_edge(state, token);
+        if (edge_target[redirected] != split) break;
+        edge_target[redirected] = clone;
+      }
+      latest_end.cut(split);
+      latest_end.link(clone, link[split]);
+      latest_end.link(split, clone);
+      link[clone] = link[split];
+      link[split] = clone;
+      link[current] = clone;
+    }
+    latest_end.link(current, link[current]);
+    // The suffix link names the longest suffix seen before; its latest end, read before this
+    // position is recorded, is that suffix's most recent earlier occurrence.
+    int32_t matched = link[current];
+    match_length = length[matched];
+    match_end = match_length > 0 ? latest_end.latest_end(matched) : -1;
+    latest_end.set_latest_end_to_root(current, position);
+    last_state = current;
+  }
+};
+
+LongCopyProposer::LongCopyProposer(LongCopyOptions options)
+    : options_(options), automaton_(std::make_unique<Automaton>()) {}
+
+LongCopyProposer::~LongCopyProposer() = default;
+
+void LongCopyProposer::catch_up(const LaneHistory& history) {
+  const std::vector<int32_t>& tokens = history.tokens;
+  if (int64_t(tokens.size()) < n_observed_) {  // a different history: start over
+    automaton_ = std::make_unique<Automaton>();
+    n_observed_ = 0;
+  }
+  for (; n_observed_ < int64_t(tokens.size()); ++n_observed_) {
+    automaton_->extend(tokens[size_t(n_observed_)], int32_t(n_observed_));
+  }
+}
+
+void LongCopyProposer::observe(const LaneHistory& history) { catch_up(history); }
+
+int64_t LongCopyProposer::last_match_length() const { return automaton_->match_length; }
+
+int64_t LongCopyProposer::last_match_end() const { return automaton_->match_end; }
+
+void LongCopyProposer::propose(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) {
+  catch_up(history);
+  int64_t match_length = automaton_->match_length;
+  int64_t n_chain = 0;
+  if (match_length >= options_.min_confident_match) {
+    n_chain = options_.max_copy;
+  } else if (match_length >= options_.min_short_match) {
+    n_chain = options_.max_short_chain;
+  }
+  n_chain = std::min(n_chain, max_nodes - tree->size());
+  if (n_chain <= 0) return;
+
+  // Copy what followed the earlier occurrence; past the end of the history the copy reads its own
+  // output, so a repeating run keeps repeating (the earlier occurrence overlaps the current one).
+  const std::vector<int32_t>& tokens = history.tokens;
+  int64_t n_tokens = int64_t(tokens.size());
+  chain_.clear();
+  for (int64_t source = automaton_->match_end + 1; int64_t(chain_.size()) < n_chain; ++source) {
+    chain_.push_back(source < n_tokens ? tokens[size_t(source)]
+                                       : chain_[size_t(source - n_tokens)]);
+  }
+  tree->add_chain(-1, chain_, max_nodes, uint8_t(ProposerKind::long_copy));
+}
+
+}  // namespace tf

@@ -1,0 +1,280 @@
+// Model-free proposers and the draft tree: chain sharing and bounds, long-copy against a
+// brute-force suffix search, copies with edits, incremental observation, n-gram and replay.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "speculation/long_copy.h"
+#include "speculation/ngram.h"
+#include "speculation/proposer.h"
+#include "speculation/replay.h"
+
+namespace tf {
+namespace {
+
+std::vector<int32_t> propose_chain(Proposer& proposer, const std::vector<int32_t>& tokens,
+                                   int64_t n_prompt, int64_t max_nodes = 1000) {
+  LaneHistory history{tokens, n_prompt};
+  proposer.observe(history);
+  DraftTree tree;
+  proposer.propose(history, max_nodes, &tree);
+  for (int64_t node = 0; node < tree.size(); ++node)
+    EXPECT_EQ(tree.parents[size_t(node)], node - 1);
+  return tree.tokens;
+}
+
+// Tokens that never repeat, so every match in a test is one the test put there.
+std::vector<int32_t> distinct_tokens(int32_t first, int64_t n) {
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  std::iota(tokens.begin(), tokens.end(), first);
+  std::shuffle(tokens.begin(), tokens.end(), std::mt19937(uint32_t(first)));
+  return tokens;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(DraftTree, AddChainSharesPrefixesAndKeepsParentsFirst) {
+  DraftTree tree;
+  EXPECT_EQ(tree.add_chain(-1, {1, 2, 3}, 16, 0), 3);
+  EXPECT_EQ(tree.add_chain(-1, {1, 2, 4}, 16, 1), 1);
+  EXPECT_EQ(tree.add_chain(-1, {1, 2, 3}, 16, 1), 0);
+  EXPECT_EQ(tree.add_chain(-1, {5}, 16, 1), 1);
+  EXPECT_EQ(tree.add_chain(1, {3, 6}, 16, 2), 1);  // below node 1 (token 2): 3 exists, 6 is new
+  EXPECT_EQ(tree.tokens, (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(tree.parents, (std::vector<int32_t>{-1, 0, 1, 1, -1, 2}));
+  EXPECT_EQ(tree.sources, (std::vector<uint8_t>{0, 0, 0, 1, 1, 2}));
+  EXPECT_EQ(tree.depth(0), 1);
+  EXPECT_EQ(tree.depth(3), 3);
+  EXPECT_EQ(tree.depth(4), 1);
+  EXPECT_EQ(tree.depth(5), 4);
+  for (int64_t node = 0; node < tree.size(); ++node) EXPECT_LT(tree.parents[size_t(node)], node);
+  tree.clear();
+  EXPECT_EQ(tree.size(), 0);
+  EXPECT_TRUE(tree.parents.empty() && tree.sources.empty());
+}
+
+TEST(DraftTree, AddChainStopsAtMaxNodes) {
+  DraftTree tree;
+  EXPECT_EQ(tree.add_chain(-1, {1, 2, 3, 4, 5, 6}, 4, 0), 4);
+  EXPECT_EQ(tree.size(), 4);
+  EXPECT_EQ(tree.add_chain(-1, {1, 2, 9}, 4, 0), 0);  // walking shared nodes still works when full
+  EXPECT_EQ(tree.add_chain(-1, {1, 2, 9}, 5, 0), 1);
+  EXPECT_EQ(tree.parents.back(), 1);
+  EXPECT_EQ(tree.add_chain(-1, {7, 8}, 0, 0), 0);
+  EXPECT_STREQ(proposer_kind_name(ProposerKind::long_copy), "long_copy");
+  EXPECT_STREQ(proposer_kind_name(ProposerKind::drafter), "drafter");
+}
+
+TEST(LongCopy, CopyOfThePromptBecomesConfidentAfterTheThreshold) {
+  LongCopyOptions options;
+  const std::vector<int32_t> text = distinct_tokens(1000, 200);
+  const std::vector<int32_t> prompt =
+      concat(concat(distinct_tokens(5000, 30), text), distinct_tokens(6000, 20));
+  LongCopyProposer proposer(options);
+  std::vector<int32_t> tokens = prompt;
+  for (int64_t n_copied = 0; n_copied < 190; ++n_copied) {
+    if (n_copied > 0) tokens.push_back(text[size_t(n_copied - 1)]);
+    std::vector<int32_t> chain = propose_chain(proposer, tokens, int64_t(prompt.size()), 1000);
+    EXPECT_EQ(proposer.last_match_length(), n_copied) << n_copied;
+    std::vector<int32_t> rest(text.begin() + n_copied, text.end());
+    if (n_copied < options.min_short_match) {
+      EXPECT_TRUE(chain.empty()) << n_copied;
+    } else if (n_copied < options.min_confident_match) {
+      EXPECT_EQ(chain, std::vector<int32_t>(rest.begin(), rest.begin() + options.max_short_chain))
+          << n_copied;
+    } else {
+      ASSERT_EQ(int64_t(chain.size()), options.max_copy) << n_copied;
+      EXPECT_TRUE(std::equal(rest.begin(), rest.end(), chain.begin())) << n_copied;
+    }
+  }
+  // The long copy respects the room left in the tree.
+  DraftTree tree;
+  tree.add_chain(-1, {7}, 100, 0);
+  proposer.propose(LaneHistory{tokens, int64_t(prompt.size())}, 5, &tree);
+  EXPECT_EQ(tree.size(), 5);
+  EXPECT_EQ(tree.tokens[1], text[189]);
+}
+
+TEST(LongCopy, ResynchronisesAfterAnEdit) {
+  LongCopyOptions options;
+  const std::vector<int32_t> text = distinct_tokens(1000, 300);
+  const int64_t edit_at = 150;
+  const int32_t renamed = 99999;
+  std::vector<int32_t> tokens = text;
+  const int64_t n_prompt = int64_t(tokens.size());
+  LongCopyProposer proposer(options);
+  tokens.insert(tokens.end(), text.begin(), text.begin() + edit_at);
+  tokens.push_back(renamed);
+  for (int64_t n_after = 0; n_after < 60; ++n_after) {
+    if (n_after > 0) tokens.push_back(text[size_t(edit_at + n_after)]);
+    std::vector<int32_t> chain = propose_chain(proposer, tokens, n_prompt);
+    EXPECT_EQ(proposer.last_match_length(), n_after);
+    if (n_after < options.min_short_match) {
+      EXPECT_TRUE(chain.empty()) << n_after;
+      continue;
+    }
+    int64_t expected_size =
+        n_after < options.min_confident_match ? options.max_short_chain : options.max_copy;
+    ASSERT_EQ(int64_t(chain.size()), expected_size) << n_after;
+    EXPECT_EQ(chain[0], text[size_t(edit_at + n_after + 1)]) << n_after;
+    EXPECT_EQ(chain[5], text[size_t(edit_at + n_after + 6)]) << n_after;
+  }
+}
+
+TEST(LongCopy, MostRecentOccurrenceWins) {
+  LongCopyProposer proposer;
+  // 10 11 12 13 occurs twice before the end: first followed by 100, then by 200.
+  const std::vector<int32_t> tokens = {10, 11, 12, 13, 100, 50, 51,  //
+                                       10, 11, 12, 13, 200, 60,      //
+                                       10, 11, 12, 13};
+  std::vector<int32_t> chain = propose_chain(proposer, tokens, 12);
+  EXPECT_EQ(proposer.last_match_length(), 4);
+  EXPECT_EQ(proposer.last_match_end(), 10);
+  ASSERT_FALSE(chain.empty());
+  EXPECT_EQ(chain[0], 200);
+}
+
+TEST(LongCopy, RepeatingRunKeepsRepeating) {
+  LongCopyProposer proposer;
+  std::vector<int32_t> tokens = {1, 2};
+  for (int i = 0; i < 40; ++i) tokens.push_back(i % 2 ? 8 : 7);
+  std::vector<int32_t> chain = propose_chain(proposer, tokens, 2, 20);
+  ASSERT_EQ(chain.size(), 20u);
+  for (size_t i = 0; i < chain.size(); ++i) EXPECT_EQ(chain[i], i % 2 ? 8 : 7);
+}
+
+// Longest suffix of `tokens` that also ends earlier, and the latest such end (-1 for none).
+std::pair<int64_t, int64_t> brute_force_match(const std::vector<int32_t>& tokens) {
+  int64_t last = int64_t(tokens.size()) - 1;
+  int64_t best_length = 0, best_end = -1;
+  for (int64_t end = last - 1; end >= 0; --end) {
+    int64_t length = 0;
+    while (length <= end && tokens[size_t(end - length)] == tokens[size_t(last - length)]) ++length;
+    if (length > best_length) best_length = length, best_end = end;
+  }
+  return {best_length, best_end};
+}
+
+TEST(LongCopy, AgreesWithBruteForceSuffixSearch) {
+  std::mt19937 rng(7);
+  LongCopyOptions options;
+  options.min_short_match = 1;
+  options.max_short_chain = 6;
+  options.min_confident_match = 1 << 30;
+  for (int history_index = 0; history_index < 300; ++history_index) {
+    int alphabet = 1 + history_index % 5;
+    int64_t length = 1 + int64_t(rng() % 160);
+    LongCopyProposer proposer(options);
+    std::vector<int32_t> tokens;
+    for (int64_t i = 0; i < length; ++i) {
+      tokens.push_back(int32_t(rng() % alphabet) * 40000);  // spread ids out, as real ones are
+      std::vector<int32_t> chain = propose_chain(proposer, tokens, 0);
+      auto [match_length, match_end] = brute_force_match(tokens);
+      ASSERT_EQ(proposer.last_match_length(), match_length) << history_index << " at " << i;
+      ASSERT_EQ(proposer.last_match_end(), match_end) << history_index << " at " << i;
+      std::vector<int32_t> expected;
+      for (int64_t source = match_end + 1; match_length > 0 && int64_t(expected.size()) < 6;
+           ++source) {
+        expected.push_back(source < int64_t(tokens.size())
+                               ? tokens[size_t(source)]
+                               : expected[size_t(source - int64_t(tokens.size()))]);
+      }
+      ASSERT_EQ(chain, expected) << history_index << " at " << i;
+    }
+  }
+}
+
+TEST(LongCopy, IncrementalObserveMatchesOneObserve) {
+  std::mt19937 rng(11);
+  LongCopyOptions options;
+  options.min_confident_match = 6;
+  for (int history_index = 0; history_index < 20; ++history_index) {
+    std::vector<int32_t> all;
+    for (int i = 0; i < 600; ++i) all.push_back(int32_t(rng() % 3));
+    LongCopyProposer incremental(options);
+    std::vector<int32_t> tokens;
+    while (tokens.size() < all.size()) {
+      size_t step = std::min<size_t>(1 + rng() % 40, all.size() - tokens.size());
+      tokens.insert(tokens.end(), all.begin() + int64_t(tokens.size()),
+                    all.begin() + int64_t(tokens.size() + step));
+      std::vector<int32_t> stepped = propose_chain(incremental, tokens, 0, 64);
+      LongCopyProposer at_once(options);
+      EXPECT_EQ(propose_chain(at_once, tokens, 0, 64), stepped);
+      EXPECT_EQ(at_once.last_match_length(), incremental.last_match_length());
+    }
+  }
+}
+
+TEST(LongCopy, LongRunsStayFast) {
+  // A model stuck repeating one token: each new token must not walk the whole run.
+  LongCopyProposer proposer;
+  std::vector<int32_t> tokens(100000, 42);
+  for (int i = 0; i < 1000; ++i) tokens.push_back(i);
+  tokens.insert(tokens.end(), 20000, 42);
+  std::vector<int32_t> chain = propose_chain(proposer, tokens, 0, 300);
+  // The whole second run matches the end of the first one, which was followed by 0, 1, 2, ...
+  EXPECT_EQ(proposer.last_match_length(), 20000);
+  EXPECT_EQ(proposer.last_match_end(), 99999);
+  std::vector<int32_t> expected(256);
+  std::iota(expected.begin(), expected.end(), 0);
+  EXPECT_EQ(chain, expected);
+}
+
+TEST(Ngram, ChainsTheMostRecentContinuation) {
+  NgramProposer proposer;
+  std::vector<int32_t> tokens = {1, 2, 3, 4, 1, 2, 3, 5, 1, 2};
+  EXPECT_EQ(propose_chain(proposer, tokens, 4), (std::vector<int32_t>{3, 5, 1, 2, 3, 5, 1, 2}));
+  // A context never seen with two tokens falls back to the last token alone.
+  tokens.push_back(4);
+  tokens.push_back(3);
+  EXPECT_EQ(propose_chain(proposer, tokens, 4)[0], 5);
+  // An unseen token proposes nothing.
+  tokens.push_back(77);
+  EXPECT_TRUE(propose_chain(proposer, tokens, 4).empty());
+  // The budget bounds the chain.
+  tokens.push_back(1);
+  EXPECT_EQ(propose_chain(proposer, tokens, 4, 3).size(), 3u);
+  // Longer contexts take over as soon as the chain makes one known: 1 -> 2, then 1 2 -> 4, ...
+  NgramProposer four_gram(NgramOptions{4, 5});
+  EXPECT_EQ(propose_chain(four_gram, tokens, 4), (std::vector<int32_t>{2, 4, 3, 77, 1}));
+}
+
+TEST(Replay, ProposesTheExpectedReplyUntilItDiverges) {
+  ReplayProposer proposer({5, 6, 7, 8, 9}, 3);
+  EXPECT_EQ(propose_chain(proposer, {1, 2}, 2), (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ(propose_chain(proposer, {1, 2, 5, 6}, 2), (std::vector<int32_t>{7, 8, 9}));
+  EXPECT_EQ(propose_chain(proposer, {1, 2, 5, 6, 7, 8}, 2), (std::vector<int32_t>{9}));
+  EXPECT_EQ(propose_chain(proposer, {1, 2, 5, 6, 7, 8}, 2, 0), (std::vector<int32_t>{}));
+  EXPECT_TRUE(propose_chain(proposer, {1, 2, 5, 6, 7, 8, 9}, 2).empty());
+
+  ReplayProposer diverging({5, 6, 7, 8, 9}, 10);
+  EXPECT_EQ(propose_chain(diverging, {1, 2, 5}, 2), (std::vector<int32_t>{6, 7, 8, 9}));
+  EXPECT_TRUE(propose_chain(diverging, {1, 2, 5, 4}, 2).empty());
+  EXPECT_TRUE(propose_chain(diverging, {1, 2, 5, 4, 7}, 2).empty());
+}
+
+TEST(Proposers, ShareOneTree) {
+  std::vector<int32_t> tokens = {1, 2, 3, 4, 1, 2, 3, 4, 1, 2};
+  LaneHistory history{tokens, 4};
+  LongCopyProposer long_copy;
+  NgramProposer ngram;
+  DraftTree tree;
+  long_copy.propose(history, 16, &tree);
+  ngram.propose(history, 16, &tree);
+  EXPECT_EQ(tree.size(), 8);  // the n-gram chain repeats the copy's first eight tokens
+  EXPECT_EQ(tree.tokens[0], 3);
+  ReplayProposer replay({1, 2, 9, 9}, 2);
+  replay.propose(LaneHistory{tokens, 8}, 16, &tree);
+  EXPECT_EQ(tree.size(), 10);
+  EXPECT_EQ(tree.parents[8], -1);
+  EXPECT_EQ(tree.sources[9], uint8_t(ProposerKind::replay));
+}
+
+}  // namespace
+}  // namespace tf
