@@ -82,12 +82,14 @@ struct Bench {
   DeviceBuffer<uint16_t> x_hidden, x_wide, y_bf16;
   DeviceBuffer<float> y_f32;
   cublasHandle_t handle;
+  cudaStream_t stream;  // graphs cannot capture the legacy default stream
 
   void run_one(const Matrix& m, int64_t n_rows, Impl impl) {
     const uint16_t* x = m.is_input_wide ? x_wide.data() : x_hidden.data();
     void* y = m.is_f32_out ? static_cast<void*>(y_f32.data()) : static_cast<void*>(y_bf16.data());
     if (impl == Impl::ours) {
-      tf::cuda::linear_bf16(x, n_rows, m.data, m.n_out, m.n_in, y, m.is_f32_out ? LinearOutput::f32 : LinearOutput::bf16);
+      tf::cuda::linear_bf16(x, n_rows, m.data, m.n_out, m.n_in, y, m.is_f32_out ? LinearOutput::f32 : LinearOutput::bf16,
+                            stream);
       return;
     }
     // Row-major y[M][N] = x[M][K] W[N][K]^T is column-major y^T = W^T(op T on W) x^T.
@@ -98,16 +100,31 @@ struct Bench {
                               CUBLAS_GEMM_DEFAULT));
   }
 
-  // Times `matrices` back to back between two events: warm-up, then kReps timed repetitions.
-  Stats time(const std::vector<const Matrix*>& matrices, int64_t n_rows, Impl impl) {
+  // Times `matrices` back to back between two events: warm-up, then kReps timed repetitions;
+  // with is_graph, the launches are captured once and each repetition replays the graph.
+  Stats time(const std::vector<const Matrix*>& matrices, int64_t n_rows, Impl impl, bool is_graph = false) {
     cudaEvent_t start, stop;
     TF_CUDA_CHECK(cudaEventCreate(&start));
     TF_CUDA_CHECK(cudaEventCreate(&stop));
+    cudaGraphExec_t graph_exec = nullptr;
+    if (is_graph) {
+      for (const Matrix* m : matrices) run_one(*m, n_rows, impl);  // cuBLAS picks its kernels outside the capture
+      cudaGraph_t graph;
+      TF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      for (const Matrix* m : matrices) run_one(*m, n_rows, impl);
+      TF_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      TF_CUDA_CHECK(cudaGraphInstantiate(&graph_exec, graph, 0));
+      TF_CUDA_CHECK(cudaGraphDestroy(graph));
+    }
     std::vector<float> times;
     for (int rep = 0; rep < kWarmup + kReps; ++rep) {
-      TF_CUDA_CHECK(cudaEventRecord(start));
-      for (const Matrix* m : matrices) run_one(*m, n_rows, impl);
-      TF_CUDA_CHECK(cudaEventRecord(stop));
+      TF_CUDA_CHECK(cudaEventRecord(start, stream));
+      if (is_graph) {
+        TF_CUDA_CHECK(cudaGraphLaunch(graph_exec, stream));
+      } else {
+        for (const Matrix* m : matrices) run_one(*m, n_rows, impl);
+      }
+      TF_CUDA_CHECK(cudaEventRecord(stop, stream));
       TF_CUDA_CHECK(cudaEventSynchronize(stop));
       float ms = 0.0f;
       TF_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
@@ -115,6 +132,7 @@ struct Bench {
     }
     TF_CUDA_CHECK(cudaEventDestroy(start));
     TF_CUDA_CHECK(cudaEventDestroy(stop));
+    if (graph_exec) TF_CUDA_CHECK(cudaGraphExecDestroy(graph_exec));
     return stats_of(times);
   }
 };
@@ -144,10 +162,10 @@ double measure_copy_gbps() {
 double compare_with_cublas(Bench& bench, const Matrix& m, int64_t n_rows) {
   const size_t n = size_t(n_rows * m.n_out);
   bench.run_one(m, n_rows, Impl::ours);
-  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  TF_CUDA_CHECK(cudaStreamSynchronize(bench.stream));
   std::vector<uint16_t> ours = bench.y_bf16.to_host();
   bench.run_one(m, n_rows, Impl::cublas);
-  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  TF_CUDA_CHECK(cudaStreamSynchronize(bench.stream));
   std::vector<uint16_t> theirs = bench.y_bf16.to_host();
   double diff = 0.0, norm = 0.0;
   for (size_t i = 0; i < n; ++i) {
@@ -178,7 +196,9 @@ int main(int argc, char** argv) {
                             kHidden * kIntermediate;
   std::vector<DeviceBuffer<uint16_t>> layers;
   Bench bench{{}, DeviceBuffer<uint16_t>(size_t(kMaxRows * kHidden)), DeviceBuffer<uint16_t>(size_t(kMaxRows * kIntermediate)),
-              DeviceBuffer<uint16_t>(size_t(kMaxRows * kIntermediate)), DeviceBuffer<float>(size_t(kMaxRows * kVocab)), nullptr};
+              DeviceBuffer<uint16_t>(size_t(kMaxRows * 2 * kIntermediate)), DeviceBuffer<float>(size_t(kMaxRows * kVocab)),
+              nullptr, nullptr};
+  TF_CUDA_CHECK(cudaStreamCreate(&bench.stream));
   fill_synthetic(bench.x_hidden, 1);
   fill_synthetic(bench.x_wide, 2);
   for (int64_t layer = 0; layer < kLayers; ++layer) {
@@ -202,21 +222,49 @@ int main(int argc, char** argv) {
   bench.step.push_back({lm_head.data(), kVocab, kHidden, false, true, "lm_head"});
   TF_CUDA_CHECK(cudaDeviceSynchronize());
   CUBLAS_CHECK(cublasCreate(&bench.handle));
+  CUBLAS_CHECK(cublasSetStream(bench.handle, bench.stream));
+  // A workspace of our own, so cuBLAS allocates nothing while a graph is being captured.
+  DeviceBuffer<uint8_t> cublas_workspace(size_t(64) << 20);
+  CUBLAS_CHECK(cublasSetWorkspace(bench.handle, cublas_workspace.data(), cublas_workspace.size()));
   double step_bytes = 0.0;
   for (const Matrix& m : bench.step) step_bytes += double(m.n_out * m.n_in) * 2.0;
   std::printf("weights per decode step: %.2f GB in %zu matrices\n", step_bytes / 1e9, bench.step.size());
 
   std::vector<const Matrix*> all;
   for (const Matrix& m : bench.step) all.push_back(&m);
+  // The same weights as the model will hold them: q/k/v and gate/up are adjacent in each layer's
+  // buffer, so [q; k; v] and [gate; up] are single matrices of 6144 and 24576 rows.
+  std::vector<Matrix> fused_step;
+  for (size_t i = 0; i + 7 <= bench.step.size(); i += 7) {
+    const Matrix* layer = &bench.step[i];
+    fused_step.push_back({layer[0].data, kQWidth + 2 * kKvWidth, kHidden, false, false, "qkv_proj"});
+    fused_step.push_back(layer[3]);
+    fused_step.push_back({layer[4].data, 2 * kIntermediate, kHidden, false, false, "gate_up_proj"});
+    fused_step.push_back(layer[6]);
+  }
+  fused_step.push_back(bench.step.back());
+  std::vector<const Matrix*> all_fused;
+  for (const Matrix& m : fused_step) all_fused.push_back(&m);
   const std::vector<int64_t> row_counts = {1, 2, 4, 8, 16, 32, 64, 128};
   struct Row {
     int64_t n_rows;
     Stats ours, cublas;
   };
-  std::vector<Row> rows;
+  std::vector<Row> rows, fused_rows;
   for (int64_t n_rows : row_counts) {
     Row row{n_rows, bench.time(all, n_rows, Impl::ours), bench.time(all, n_rows, Impl::cublas)};
     rows.push_back(row);
+    try {
+      fused_rows.push_back({n_rows, bench.time(all_fused, n_rows, Impl::ours, true),
+                            bench.time(all_fused, n_rows, Impl::cublas, true)});
+    } catch (const std::exception& e) {  // keep the other numbers if graph capture fails
+      std::printf("fused+graph timing failed: %s\n", e.what());
+      cudaGetLastError();
+      fused_rows.push_back({n_rows, {NAN, NAN, NAN}, {NAN, NAN, NAN}});
+    }
+    std::printf("M=%3lld fused+graph: ours %.3f ms (%.0f GB/s)  cublas %.3f ms\n", (long long)n_rows,
+                fused_rows.back().ours.median_ms, step_bytes / (fused_rows.back().ours.median_ms * 1e-3) / 1e9,
+                fused_rows.back().cublas.median_ms);
     std::printf("M=%3lld  ours %.3f ms (%.0f GB/s)  cublas %.3f ms (%.0f GB/s)\n", (long long)n_rows, row.ours.median_ms,
                 step_bytes / (row.ours.median_ms * 1e-3) / 1e9, row.cublas.median_ms,
                 step_bytes / (row.cublas.median_ms * 1e-3) / 1e9);
@@ -278,6 +326,18 @@ int main(int argc, char** argv) {
                   row.ours.median_ms / row.cublas.median_ms, row.ours.median_ms / rows[0].ours.median_ms);
     add_line(line);
   }
+  add_line("\n## Whole decode step, q/k/v and gate/up fused (4 launches a layer), replayed as one CUDA graph\n");
+  add_line("| rows | ours ms (median [min, max]) | ours GB/s | of copy bw | cuBLAS ms | cuBLAS GB/s | ours / cuBLAS time | vs ours at 1 row |");
+  add_line("| ---: | --- | ---: | ---: | --- | ---: | ---: | ---: |");
+  for (const Row& row : fused_rows) {
+    const double ours_gbps = step_bytes / (row.ours.median_ms * 1e-3) / 1e9;
+    const double cublas_gbps = step_bytes / (row.cublas.median_ms * 1e-3) / 1e9;
+    std::snprintf(line, sizeof line, "| %lld | %.3f [%.3f, %.3f] | %.0f | %.1f%% | %.3f [%.3f, %.3f] | %.0f | %.2f | %.2fx |",
+                  (long long)row.n_rows, row.ours.median_ms, row.ours.min_ms, row.ours.max_ms, ours_gbps,
+                  100.0 * ours_gbps / copy_gbps, row.cublas.median_ms, row.cublas.min_ms, row.cublas.max_ms, cublas_gbps,
+                  row.ours.median_ms / row.cublas.median_ms, row.ours.median_ms / fused_rows[0].ours.median_ms);
+    add_line(line);
+  }
   add_line("\n## Per shape (each over its 36 layers; lm_head once)\n");
   add_line("| shape | N x K | rows | ours ms | ours GB/s | cuBLAS ms | cuBLAS GB/s | ours / cuBLAS |");
   add_line("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
@@ -299,5 +359,6 @@ int main(int argc, char** argv) {
     std::fclose(file);
   }
   CUBLAS_CHECK(cublasDestroy(bench.handle));
+  TF_CUDA_CHECK(cudaStreamDestroy(bench.stream));
   return 0;
 }

@@ -42,7 +42,9 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 // is a fixed permutation of those physical inputs, the same for x and W, so the dot product is
 // unchanged and the permutation is the same for every call: step s takes physical 8q+4s..8q+4s+3
 // as logical (2q, 2q+1, 2q+8, 2q+9).
-template <int kRowTiles, int kColTiles, int kUnroll, bool kF32Out>
+// kUpperRows = false: rows 8..15 of each 16-row tile are known empty (M <= 8), so they are never
+// loaded and their registers go to a deeper unroll.
+template <int kRowTiles, int kColTiles, int kUnroll, bool kUpperRows, bool kF32Out>
 __global__ void __launch_bounds__(kThreads) linear_bf16_kernel(const uint16_t* __restrict__ x, int n_rows,
                                                                const uint16_t* __restrict__ w, int n_out,
                                                                int n_in, void* __restrict__ y) {
@@ -88,7 +90,7 @@ __global__ void __launch_bounds__(kThreads) linear_bf16_kernel(const uint16_t* _
       for (int r = 0; r < kRowTiles; ++r)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          xv[u][r][h] = k_ok && x_ok[r][h] ? __ldg(reinterpret_cast<const uint4*>(x_row[r][h] + k)) : zero;
+          xv[u][r][h] = k_ok && x_ok[r][h] && (h == 0 || kUpperRows) ? __ldg(reinterpret_cast<const uint4*>(x_row[r][h] + k)) : zero;
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -131,17 +133,17 @@ __global__ void __launch_bounds__(kThreads) linear_bf16_kernel(const uint16_t* _
   }
 }
 
-template <int kRowTiles, int kColTiles, int kUnroll>
+template <int kRowTiles, int kColTiles, int kUnroll, bool kUpperRows>
 void launch(const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n_out, int64_t n_in, void* y,
             LinearOutput output, cudaStream_t stream) {
   // Row tiles vary fastest, so the blocks that share a weight slice run together and share it in L2.
   const dim3 grid(unsigned((n_rows + kMmaRows * kRowTiles - 1) / (kMmaRows * kRowTiles)),
                   unsigned((n_out + kMmaCols * kColTiles - 1) / (kMmaCols * kColTiles)));
   if (output == LinearOutput::f32) {
-    linear_bf16_kernel<kRowTiles, kColTiles, kUnroll, true>
+    linear_bf16_kernel<kRowTiles, kColTiles, kUnroll, kUpperRows, true>
         <<<grid, kThreads, 0, stream>>>(x, int(n_rows), w, int(n_out), int(n_in), y);
   } else {
-    linear_bf16_kernel<kRowTiles, kColTiles, kUnroll, false>
+    linear_bf16_kernel<kRowTiles, kColTiles, kUnroll, kUpperRows, false>
         <<<grid, kThreads, 0, stream>>>(x, int(n_rows), w, int(n_out), int(n_in), y);
   }
   TF_CUDA_CHECK_LAUNCH("linear_bf16_kernel");
@@ -160,13 +162,15 @@ void linear_bf16(const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n
   TF_CUDA_REQUIRE(n_cols_out <= int64_t(65535) * kMmaCols, "linear_bf16: too many output columns");
   if (n_rows == 0) return;
   // The tile shape only changes how many rows and columns share a weight or activation load;
-  // every element's K order is the same in all three (tests compare them bit for bit).
-  if (n_rows <= 16) {
-    launch<1, 1, 4>(x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
+  // every element's K order is the same in all four (tests compare them bit for bit).
+  if (n_rows <= 8) {
+    launch<1, 1, 8, false>(x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
+  } else if (n_rows <= 16) {
+    launch<1, 1, 4, true>(x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
   } else if (n_rows <= 32) {
-    launch<2, 1, 2>(x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
+    launch<2, 1, 2, true>(x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
   } else {
-    launch<4, 2, 1>(x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
+    launch<4, 2, 1, true>(x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
   }
 }
 
