@@ -8,82 +8,20 @@
 
 #include "engine/engine.h"
 #include "models/model.h"
+#include "support/engine_runner.h"
 #include "support/fixtures.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tf {
 namespace {
 
-struct Reply {
-  std::vector<int32_t> tokens;
-  std::string text;
-  GenerationUpdate final_update;
-};
-
-// Collects a reply's updates; wait() blocks until the final one.
-struct ReplyCollector {
-  Reply reply;
-  std::promise<void> done;
-  int64_t cancel_after = -1;
-
-  UpdateSink sink() {
-    return [this](const GenerationUpdate& u) {
-      reply.tokens.insert(reply.tokens.end(), u.tokens.begin(), u.tokens.end());
-      reply.text += u.text;
-      if (u.is_final) {
-        reply.final_update = u;
-        done.set_value();
-        return true;
-      }
-      return cancel_after < 0 || int64_t(reply.tokens.size()) < cancel_after;
-    };
-  }
-  Reply wait() {
-    done.get_future().wait();
-    return reply;
-  }
-};
-
-std::vector<GenerationRequest> random_requests(int n, bool sampled, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<GenerationRequest> requests;
-  for (int i = 0; i < n; ++i) {
-    GenerationRequest r;
-    int64_t len = 3 + rng() % 60;
-    for (int64_t j = 0; j < len; ++j) r.prompt.push_back(int32_t(rng() % uint32_t(vocab)));
-    r.max_tokens = 8 + rng() % 20;
-    r.ignore_eos = true;
-    if (sampled) {
-      r.sampling.temperature = 0.8f;
-      r.sampling.top_k = 20;
-      r.sampling.top_p = 0.95f;
-      r.sampling.seed = 1000 + uint64_t(i);
-    }
-    requests.push_back(r);
-  }
-  return requests;
-}
+using test::Reply;
+using test::ReplyCollector;
+using test::random_requests;
 
 std::vector<Reply> run_all(std::shared_ptr<Model> model, const std::vector<GenerationRequest>& requests,
                            EngineOptions options, bool together) {
-  std::vector<Reply> replies;
-  if (!together) {
-    for (const auto& r : requests) {
-      Engine engine(options, model, nullptr);
-      ReplyCollector c;
-      EXPECT_EQ(engine.submit(r, c.sink()).status, SubmitStatus::accepted);
-      replies.push_back(c.wait());
-    }
-    return replies;
-  }
-  Engine engine(options, model, nullptr);
-  std::vector<std::unique_ptr<ReplyCollector>> collectors;
-  for (const auto& r : requests) {
-    collectors.push_back(std::make_unique<ReplyCollector>());
-    EXPECT_EQ(engine.submit(r, collectors.back()->sink()).status, SubmitStatus::accepted);
-  }
-  for (auto& c : collectors) replies.push_back(c->wait());
-  return replies;
+  return test::run_requests(model, requests, options, together);
 }
 
 class ConcurrentEqualsSolo : public ::testing::TestWithParam<bool> {};

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/receipt.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/kv_cache.h"
@@ -32,21 +33,6 @@ struct BenchFlags {
   std::string receipt;
 };
 
-struct Summary {
-  double median, low, high;
-};
-
-Summary summarize(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  size_t n = values.size();
-  double median = n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-  return {median, values.front(), values.back()};
-}
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // The ceiling for decode: how fast all threads can stream a buffer far larger than the caches.
 double measure_read_bandwidth(int n_threads) {
   ThreadPool pool(n_threads);
@@ -68,17 +54,6 @@ double measure_read_bandwidth(int n_threads) {
     rates.push_back(double(buffer.size() * sizeof(float)) / seconds_since(start) / 1e9);
   }
   return summarize(rates).median;
-}
-
-std::string shell_line(const char* command) {
-  std::string out;
-  if (FILE* pipe = popen(command, "r")) {
-    char buffer[256];
-    while (fgets(buffer, sizeof(buffer), pipe)) out += buffer;
-    pclose(pipe);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out.empty() ? "unknown" : out;
 }
 
 void run_bench(const BenchFlags& flags, const std::string& command_line) {
@@ -130,9 +105,8 @@ void run_bench(const BenchFlags& flags, const std::string& command_line) {
   report << "# CPU bench: " << (flags.synthetic.empty() ? flags.model_dir : "synthetic " + flags.synthetic)
          << (flags.bits ? " (" + std::to_string(flags.bits) + "-bit)" : std::string()) << "\n\n"
          << "- command: `" << command_line << "`\n"
-         << "- commit: " << shell_line("git rev-parse --short HEAD 2>/dev/null") << "\n"
-         << "- machine: " << shell_line("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2") << ", "
-         << shell_line("nproc") << " cores, threads " << (flags.n_threads ? flags.n_threads : 0)
+         << "- commit: " << receipt_commit() << "\n"
+         << "- machine: " << receipt_machine() << ", threads " << (flags.n_threads ? flags.n_threads : 0)
          << " (0 = one per core)\n"
          << "- model: " << config.n_layers << " layers, hidden " << config.hidden_size << ", vocab "
          << n_vocab << ", " << bytes_per_step / 1e6 << " MB of weights read per decode step\n"
@@ -151,11 +125,7 @@ void run_bench(const BenchFlags& flags, const std::string& command_line) {
                 ceiling, 100.0 * gbs / ceiling);
   report << line;
   std::fputs(report.str().c_str(), stdout);
-  if (!flags.receipt.empty()) {
-    std::ofstream out(flags.receipt);
-    if (!out) fail("cannot write the receipt to " + flags.receipt);
-    out << report.str();
-  }
+  if (!flags.receipt.empty()) write_receipt(flags.receipt, report.str());
 }
 
 }  // namespace

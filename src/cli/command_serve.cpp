@@ -88,6 +88,7 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
   options.engine.n_parallel = flags.n_parallel;
   options.engine.n_ctx = flags.n_ctx;
   options.engine.max_queue = flags.max_queue;
+  options.engine.lane_policy = lane_policy_from_env();
   options.load.device = flags.device;
   options.load.n_threads = flags.n_threads;
   return options;

@@ -12,6 +12,7 @@ void register_eval_command(CLI::App& app);
 void register_quantize_command(CLI::App& app);
 void register_bench_command(CLI::App& app);
 void register_serve_command(CLI::App& app);
+void register_spec_bench_command(CLI::App& app);
 
 // The model used when --model is not given: the embedded default under the source tree.
 std::string default_model_dir();

@@ -2,17 +2,31 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <unordered_set>
 
 #include "core/error.h"
 #include "core/sha256.h"
 #include "engine/batch.h"
 #include "engine/kv_cache.h"
+#include "engine/lane.h"
 #include "engine/stop_matcher.h"
 #include "models/model.h"
+#include "speculation/long_copy.h"
+#include "speculation/ngram.h"
+#include "speculation/replay.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tf {
+
+LanePolicy lane_policy_from_env() {
+  const char* value = std::getenv("TF_LANES");
+  if (!value || !*value) return LanePolicy::automatic;
+  if (std::strcmp(value, "1") == 0) return LanePolicy::always_lanes;
+  if (std::strcmp(value, "0") == 0) return LanePolicy::always_lone;
+  fail(std::string("TF_LANES must be 0 (lone driver), 1 (lanes) or unset, not '") + value + "'");
+}
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
@@ -38,32 +52,13 @@ struct PendingRequest {
   UpdateSink sink;
 };
 
-// One live stream: its tokens, its KV lane, and the state that turns tokens into sent text.
-struct Lane {
-  uint64_t id = 0;
-  GenerationRequest request;
-  UpdateSink sink;
-  int32_t kv_lane = -1;
-  std::vector<int32_t> tokens;  // prompt, then the reply
-  int64_t n_prompt = 0;
-  int64_t n_cached = 0;         // positions whose K/V are in the cache
-  std::vector<int32_t> completion;
-  TokenCounts counts;
-  std::unique_ptr<StreamDecoder> decoder;
-  std::unique_ptr<StopMatcher> stop_matcher;
-  ReplyTimings timings;
-  Clock::time_point admitted;
-  Clock::time_point first_token;
-  bool is_finished = false;
-
-  bool is_prefilling() const { return n_cached + 1 < int64_t(tokens.size()); }
-};
-
-// Where a lane's rows sit in this round's batch.
+// Where a lane's rows sit in this round's batch. A decoding lane's rows are its root (the last
+// token) followed by its draft nodes in tree order.
 struct LaneRows {
   Lane* lane;
+  int64_t first_row;
   int64_t n_rows;
-  int64_t logits_row;  // index among logit rows, or -1
+  bool is_decode;
 };
 
 }  // namespace
@@ -84,22 +79,32 @@ struct Engine::Impl {
   EngineStats stats;  // guarded by mutex
 
   std::vector<std::unique_ptr<Lane>> lanes;  // engine thread only
+  int64_t n_waiting = 0;                     // queue depth seen at the last admission
+  int32_t scratch_lane;                      // slots for draft rows off their lane's main chain
   Sampler sampler;
   std::vector<float> logits;
+  std::vector<int64_t> logit_row_of;         // [batch rows] index among logit rows, or -1
   std::thread thread;
 
+  // Lanes get their whole budget up front; scratch gets a round's worth of rows.
   Impl(const EngineOptions& opts, std::shared_ptr<Model> m, std::shared_ptr<const Tokenizer> t)
       : options(opts),
         model(std::move(m)),
         tokenizer(std::move(t)),
         eos_ids(model->config().eos_token_ids),
         kv(model->config().n_layers, model->config().kv_dim(),
-           int64_t(opts.n_parallel) * kv_blocks_for(opts.n_ctx)) {}
+           int64_t(opts.n_parallel) * kv_blocks_for(opts.n_ctx) + kv_blocks_for(opts.max_rows_per_round)) {
+    scratch_lane = kv.lane_open();
+    kv.lane_reserve(scratch_lane, opts.max_rows_per_round);
+  }
 
   void run();
   void admit();
   bool take_cancellations();
   void round();
+  int64_t window_for(const Lane& lane, int64_t n_decoding) const;
+  void add_decode_rows(Lane& lane, int64_t max_rows, int64_t* n_scratch, Batch& batch);
+  void accept(Lane& lane, const LaneRows& placed, const Batch& batch);
   void on_token(Lane& lane, int32_t token, const float* lane_logits);
   void finish(Lane& lane, FinishReason reason, const std::string& error = {});
   bool send(Lane& lane, GenerationUpdate& update);
@@ -232,6 +237,14 @@ void Engine::Impl::admit() {
     lane->n_prompt = int64_t(lane->tokens.size());
     if (tokenizer) lane->decoder = std::make_unique<StreamDecoder>(*tokenizer);
     lane->stop_matcher = std::make_unique<StopMatcher>(lane->request.stop);
+    if (lane->request.use_draft) {
+      if (!lane->request.replay.empty())
+        lane->proposers.push_back(std::make_unique<ReplayProposer>(lane->request.replay, options.lone_window));
+      LongCopyOptions copy;
+      copy.min_confident_match = options.min_confident_match;
+      lane->proposers.push_back(std::make_unique<LongCopyProposer>(copy));
+      lane->proposers.push_back(std::make_unique<NgramProposer>(NgramOptions{}));
+    }
     lane->timings.prompt_n = lane->n_prompt;
     lane->admitted = Clock::now();
     stats.requests += 1;
@@ -240,39 +253,96 @@ void Engine::Impl::admit() {
     pending.pop_front();
   }
   stats.queue_depth = int64_t(pending.size());
+  n_waiting = stats.queue_depth;
+}
+
+int64_t Engine::Impl::window_for(const Lane& lane, int64_t n_decoding) const {
+  if (options.lane_policy == LanePolicy::always_lone) return options.lone_window;
+  if (options.lane_policy == LanePolicy::always_lanes) return options.lane_window;
+  // The lone driver: one greedy stream with nobody waiting gets the wide, copy-heavy tree; any
+  // arrival hands it back to the shared window.
+  bool is_lone = n_decoding == 1 && lanes.size() == 1 && n_waiting == 0 &&
+                 lane.request.sampling.is_greedy();
+  return is_lone ? options.lone_window : options.lane_window;
+}
+
+// The root row (the lane's last token) and its draft tree. Nodes on the main chain (first child of
+// a main node) write K/V straight to their lane's slots; siblings write to scratch slots and move
+// only if accepted.
+void Engine::Impl::add_decode_rows(Lane& lane, int64_t max_rows, int64_t* n_scratch, Batch& batch) {
+  DraftTree& tree = lane.tree;
+  tree.clear();
+  lane.tree_depth = 0;
+  // More drafts than the budget can emit would only cost rows.
+  int64_t max_nodes = std::min(max_rows - 1, lane.budget_left() - 1);
+  if (max_nodes > 0 && !lane.proposers.empty()) {
+    LaneHistory history = lane.history();
+    for (auto& proposer : lane.proposers) {
+      proposer->observe(history);
+      if (tree.size() < max_nodes) proposer->propose(history, max_nodes, &tree);
+    }
+  }
+  const int64_t root_row = int64_t(batch.rows.size());
+  const int32_t root_pos = int32_t(lane.n_cached);
+  batch.rows.push_back({lane.tokens.back(), root_pos, lane.kv_lane, -1,
+                        kv.slot(lane.kv_lane, root_pos), true});
+  std::vector<int32_t> depth(size_t(tree.size()));
+  std::vector<bool> is_main(size_t(tree.size()));
+  std::vector<bool> has_child(size_t(tree.size()) + 1, false);  // [0] is the root
+  for (int64_t i = 0; i < tree.size(); ++i) {
+    int32_t parent = tree.parents[size_t(i)];
+    depth[size_t(i)] = parent < 0 ? 1 : depth[size_t(parent)] + 1;
+    bool parent_is_main = parent < 0 || is_main[size_t(parent)];
+    is_main[size_t(i)] = parent_is_main && !has_child[size_t(parent + 1)];
+    has_child[size_t(parent + 1)] = true;
+    int32_t pos = root_pos + depth[size_t(i)];
+    lane.tree_depth = std::max<int64_t>(lane.tree_depth, depth[size_t(i)]);
+    int32_t slot = is_main[size_t(i)] ? kv.slot(lane.kv_lane, pos) : kv.slot(scratch_lane, (*n_scratch)++);
+    batch.rows.push_back({tree.tokens[size_t(i)], pos, lane.kv_lane,
+                          int32_t(parent < 0 ? root_row : root_row + 1 + parent), slot, true});
+  }
 }
 
 void Engine::Impl::round() {
   Batch batch;
   std::vector<LaneRows> placed;
   int64_t budget = options.max_rows_per_round;
-  int64_t n_logit_rows = 0;
-  // Decoding lanes first (one row each), then prompt chunks with what is left of the budget,
-  // so a long prompt never stalls the others.
+  int64_t n_scratch = 0;
+  int64_t n_decoding = 0;
+  for (auto& lane : lanes) n_decoding += !lane->is_finished && !lane->is_prefilling();
+  // Decoding lanes first (their root and drafts), then prompt chunks with what is left of the
+  // budget, so a long prompt never stalls the others.
   for (int pass = 0; pass < 2; ++pass) {
     for (auto& lane_ptr : lanes) {
       Lane& lane = *lane_ptr;
       if (lane.is_finished || lane.is_prefilling() != (pass == 1) || budget == 0) continue;
-      int64_t remaining = int64_t(lane.tokens.size()) - lane.n_cached;
-      int64_t n = std::min({remaining, budget, pass == 1 ? options.prefill_chunk : int64_t(1)});
       int64_t first = int64_t(batch.rows.size());
-      for (int64_t i = 0; i < n; ++i) {
-        BatchRow row;
-        row.pos = int32_t(lane.n_cached + i);
-        row.token = lane.tokens[size_t(row.pos)];
-        row.lane = lane.kv_lane;
-        row.parent = i == 0 ? -1 : int32_t(first + i - 1);
-        row.kv_slot = kv.slot(lane.kv_lane, row.pos);
-        row.wants_logits = row.pos + 1 == int64_t(lane.tokens.size());
-        batch.rows.push_back(row);
+      if (pass == 0) {
+        add_decode_rows(lane, std::min(budget, window_for(lane, n_decoding)), &n_scratch, batch);
+      } else {
+        int64_t n = std::min({int64_t(lane.tokens.size()) - lane.n_cached, budget, options.prefill_chunk});
+        for (int64_t i = 0; i < n; ++i) {
+          BatchRow row;
+          row.pos = int32_t(lane.n_cached + i);
+          row.token = lane.tokens[size_t(row.pos)];
+          row.lane = lane.kv_lane;
+          row.parent = i == 0 ? -1 : int32_t(first + i - 1);
+          row.kv_slot = kv.slot(lane.kv_lane, row.pos);
+          row.wants_logits = row.pos + 1 == int64_t(lane.tokens.size());
+          batch.rows.push_back(row);
+        }
       }
-      bool wants = batch.rows.back().wants_logits;
-      placed.push_back({&lane, n, wants ? n_logit_rows++ : -1});
-      budget -= n;
+      int64_t n_rows = int64_t(batch.rows.size()) - first;
+      placed.push_back({&lane, first, n_rows, pass == 0});
+      budget -= n_rows;
     }
   }
   if (batch.rows.empty()) return;
   const int64_t n_vocab = model->config().vocab_size;
+  logit_row_of.assign(batch.rows.size(), -1);
+  int64_t n_logit_rows = 0;
+  for (size_t r = 0; r < batch.rows.size(); ++r)
+    if (batch.rows[r].wants_logits) logit_row_of[r] = n_logit_rows++;
   logits.resize(size_t(n_logit_rows * n_vocab));
   model->forward(batch, kv, logits.data());
   {
@@ -281,13 +351,59 @@ void Engine::Impl::round() {
     stats.rows += int64_t(batch.rows.size());
   }
   for (const LaneRows& p : placed) {
+    if (p.is_decode) {
+      accept(*p.lane, p, batch);
+      continue;
+    }
     p.lane->n_cached += p.n_rows;
-    if (p.logits_row < 0) continue;
-    const float* lane_logits = logits.data() + p.logits_row * n_vocab;
-    int64_t position = int64_t(p.lane->tokens.size());
-    int32_t token = sampler.sample(lane_logits, n_vocab, p.lane->request.sampling, position,
-                                   p.lane->counts);
+    int64_t last = p.first_row + p.n_rows - 1;
+    if (logit_row_of[size_t(last)] < 0) continue;  // more prompt to come
+    const float* lane_logits = logits.data() + logit_row_of[size_t(last)] * n_vocab;
+    p.lane->timings.rounds += 1;
+    int32_t token = sampler.sample(lane_logits, n_vocab, p.lane->request.sampling,
+                                   int64_t(p.lane->tokens.size()), p.lane->counts);
     on_token(*p.lane, token, lane_logits);
+  }
+}
+
+// Walks the tree from the root: at each node the target's own choice (argmax, or the seeded
+// sample at that position) picks the child; the walk stops where no child holds that token. Every
+// emitted token is the target's choice, so drafts change speed, never tokens.
+void Engine::Impl::accept(Lane& lane, const LaneRows& placed, const Batch& batch) {
+  const int64_t n_vocab = model->config().vocab_size;
+  const DraftTree& tree = lane.tree;
+  lane.timings.rounds += 1;
+  // Counted before tokens are emitted: emitting the last one finishes the reply and reports them.
+  lane.timings.draft_n += tree.size();
+  int32_t node = -1;  // the root
+  int64_t n_accepted = 0;
+  for (;;) {
+    int64_t row = placed.first_row + 1 + node;
+    const float* row_logits = logits.data() + logit_row_of[size_t(row)] * n_vocab;
+    int32_t token = sampler.sample(row_logits, n_vocab, lane.request.sampling,
+                                   int64_t(lane.tokens.size()), lane.counts);
+    int32_t child = -1;
+    for (int64_t i = node + 1; i < tree.size() && child < 0; ++i)
+      if (tree.parents[size_t(i)] == node && tree.tokens[size_t(i)] == token) child = int32_t(i);
+    if (child >= 0) {
+      const BatchRow& child_row = batch.rows[size_t(placed.first_row + 1 + child)];
+      int32_t home = kv.slot(lane.kv_lane, child_row.pos);
+      if (child_row.kv_slot != home) kv.copy_slot(child_row.kv_slot, home);
+      lane.timings.draft_accepted_n += 1;
+      ++n_accepted;
+    }
+    on_token(lane, token, row_logits);
+    if (lane.is_finished || child < 0) break;
+    node = child;
+  }
+  lane.n_cached += 1 + n_accepted;
+  const int64_t max_depth = lane.tree_depth;
+  std::lock_guard<std::mutex> lock(mutex);
+  stats.drafted_tokens += tree.size();
+  stats.accepted_tokens += n_accepted;
+  for (int64_t d = 0; d < std::min<int64_t>(max_depth, kMaxTrackedDepth); ++d) {
+    stats.drafted_at_depth[d] += 1;
+    if (d < n_accepted) stats.accepted_at_depth[d] += 1;
   }
 }
 
@@ -297,7 +413,6 @@ void Engine::Impl::on_token(Lane& lane, int32_t token, const float* lane_logits)
     lane.first_token = now;
     lane.timings.prompt_ms = ms_between(lane.admitted, now);
   }
-  lane.timings.rounds += 1;
   if (!lane.request.ignore_eos && is_eos(token)) {
     finish(lane, FinishReason::stop);
     return;

@@ -17,13 +17,25 @@ namespace tf {
 class Model;
 class Tokenizer;
 
+// Which window a lane's draft tree gets (TF_LANES): the lone driver's wide, copy-heavy tree for a
+// lone greedy stream, or the shared lanes' window.
+enum class LanePolicy { automatic, always_lanes, always_lone };
+// TF_LANES: unset or empty = automatic, "1" = always lanes, "0" = always the lone driver.
+LanePolicy lane_policy_from_env();
+
 struct EngineOptions {
   int32_t n_parallel = 4;          // most lanes live at once
   int64_t n_ctx = 4096;            // most positions (prompt + completion) of one lane
   int32_t max_queue = 64;          // most requests waiting for a lane
   int64_t prefill_chunk = 256;     // most prompt rows of one lane per round
   int64_t max_rows_per_round = 512;
+  int64_t lane_window = 16;        // most rows (root + drafts) of one lane per round on lanes
+  int64_t lone_window = 64;        // the same for the lone driver
+  int64_t min_confident_match = 24;  // long-copy match length that proposes long copy rows
+  LanePolicy lane_policy = LanePolicy::automatic;
 };
+
+constexpr int kMaxTrackedDepth = 64;
 
 // Counters for /metrics; monotonic totals unless named otherwise.
 struct EngineStats {
@@ -34,6 +46,9 @@ struct EngineStats {
   int64_t rows = 0;  // summed over rounds: rows / rounds = rows per round
   int64_t drafted_tokens = 0;
   int64_t accepted_tokens = 0;
+  // Acceptance per depth: rounds whose tree reached depth d+1, and rounds that accepted it.
+  int64_t drafted_at_depth[kMaxTrackedDepth] = {};
+  int64_t accepted_at_depth[kMaxTrackedDepth] = {};
   int64_t queue_depth = 0;  // now
   int64_t lanes_live = 0;   // now
 };

@@ -1,5 +1,7 @@
 #include "engine/kv_cache.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace tf {
@@ -61,6 +63,13 @@ int32_t KvCache::slot(int32_t lane, int64_t pos) const {
     fail("internal: position " + std::to_string(pos) + " of lane " + std::to_string(lane) +
          " has no KV slot");
   return int32_t(table[size_t(block)] * block_size_ + pos % block_size_);
+}
+
+void KvCache::copy_slot(int32_t from, int32_t to) {
+  for (int64_t layer = 0; layer < n_layers_; ++layer) {
+    std::copy_n(keys(layer) + from * kv_dim_, kv_dim_, keys(layer) + to * kv_dim_);
+    std::copy_n(values(layer) + from * kv_dim_, kv_dim_, values(layer) + to * kv_dim_);
+  }
 }
 
 }  // namespace tf

@@ -33,6 +33,9 @@ class KvCache {
   void lane_truncate(int32_t lane, int64_t n_positions);
   int64_t lane_capacity(int32_t lane) const;
   int32_t slot(int32_t lane, int64_t pos) const;
+  // Copies one slot's keys and values in every layer (a verified draft row moving from scratch
+  // to its lane's position); the bits move unchanged.
+  void copy_slot(int32_t from, int32_t to);
 
  private:
   int64_t layer_stride() const { return n_blocks_ * block_size_ * kv_dim_; }

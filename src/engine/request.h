@@ -17,6 +17,9 @@ struct GenerationRequest {
   bool ignore_eos = false;
   bool use_draft = true;          // the "draft" extension: false turns speculation off
   int32_t n_top_logprobs = -1;    // -1: no logprobs; 0..20: logprob of each token plus the n best
+  // Benchmarks and tests: a reply to propose as drafts (the replay proposer), to force any
+  // acceptance length. Tokens still come from the target alone.
+  std::vector<int32_t> replay;
 };
 
 enum class FinishReason { stop, length, cancelled, error };

@@ -38,6 +38,19 @@ std::string prometheus_text(const EngineStats& stats) {
                 double(stats.drafted_tokens));
   append_metric(out, "accepted_tokens_total", "counter", "Drafted tokens accepted.",
                 double(stats.accepted_tokens));
+  // Acceptance per depth: of the rounds whose tree reached depth d, how many accepted it.
+  out += "# HELP tensorfold_draft_depth_reached_total Rounds whose draft tree reached this depth.\n"
+         "# TYPE tensorfold_draft_depth_reached_total counter\n";
+  std::string accepted_lines =
+      "# HELP tensorfold_draft_depth_accepted_total Rounds that accepted a draft at this depth.\n"
+      "# TYPE tensorfold_draft_depth_accepted_total counter\n";
+  for (int d = 0; d < kMaxTrackedDepth && stats.drafted_at_depth[d] > 0; ++d) {
+    std::string label = "{depth=\"" + std::to_string(d + 1) + "\"} ";
+    out += "tensorfold_draft_depth_reached_total" + label + std::to_string(stats.drafted_at_depth[d]) + "\n";
+    accepted_lines += "tensorfold_draft_depth_accepted_total" + label +
+                      std::to_string(stats.accepted_at_depth[d]) + "\n";
+  }
+  out += accepted_lines;
   return out;
 }
 

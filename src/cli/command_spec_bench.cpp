@@ -1,0 +1,174 @@
+// `tensorfold spec-bench`: tokens per round and decode speed of speculative rounds against
+// `"draft": false`, for a whole-file rename, prose and new code, at several stream counts.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/receipt.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "models/model.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tf::cli {
+namespace {
+
+struct SpecBenchFlags {
+  std::string model_dir = default_model_dir();
+  std::string rename_file = std::string(TF_SOURCE_DIR_FOR_BENCH) + "/src/server/openai_protocol.cpp";
+  std::vector<int> streams = {1, 4};
+  int waves = 3;
+  int64_t max_tokens = 256;
+  int n_threads = 0;
+  std::string receipt;
+};
+
+struct BenchCase {
+  std::string name;
+  std::vector<int32_t> prompt;
+};
+
+enum class DraftMode { off, proposers, replay_self };
+const char* mode_name(DraftMode mode) {
+  return mode == DraftMode::off ? "draft off" : mode == DraftMode::proposers ? "long-copy + n-gram" : "replay + long-copy";
+}
+
+std::vector<BenchCase> make_cases(const Tokenizer& tokenizer, const std::string& rename_file) {
+  std::ifstream in(rename_file);
+  if (!in) fail("cannot read --rename-file " + rename_file);
+  std::stringstream source;
+  source << in.rdbuf();
+  auto chat = [&](const std::string& user) {
+    return tokenizer.encode(render_chat({{"user", user, std::nullopt}}, ChatOptions{true, false}));
+  };
+  std::vector<BenchCase> cases;
+  cases.push_back({"rename", chat("Rename the identifier `request` to `incoming` in this file and reply "
+                                  "with the whole file, nothing else.\n\n```cpp\n" + source.str() + "```")});
+  cases.push_back({"prose", chat("Write a long, plain essay on the history of printing, from woodblocks "
+                                 "to the laser printer.")});
+  cases.push_back({"code", chat("Write a new Python module with a binary search tree class: insert, "
+                                "delete, search, in-order traversal, and tests.")});
+  return cases;
+}
+
+struct WaveResult {
+  double tokens_per_second;
+  double tokens_per_round;
+  int64_t drafted, accepted;
+  std::vector<std::vector<int32_t>> replies;
+};
+
+WaveResult run_wave(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
+                    const BenchCase& bench_case, int n_streams, int64_t max_tokens, DraftMode mode,
+                    const std::vector<int32_t>& own_reply) {
+  EngineOptions options;
+  options.n_parallel = n_streams;
+  options.n_ctx = int64_t(bench_case.prompt.size()) + max_tokens + 1;
+  options.lane_policy = lane_policy_from_env();
+  Engine engine(options, model, tokenizer);
+  std::vector<std::promise<GenerationUpdate>> finals(static_cast<size_t>(n_streams));
+  std::vector<std::vector<int32_t>> replies(static_cast<size_t>(n_streams));
+  for (int s = 0; s < n_streams; ++s) {
+    GenerationRequest request;
+    request.prompt = bench_case.prompt;
+    request.max_tokens = max_tokens;
+    request.ignore_eos = true;
+    request.use_draft = mode != DraftMode::off;
+    if (mode == DraftMode::replay_self) request.replay = own_reply;
+    auto* reply = &replies[size_t(s)];
+    auto* done = &finals[size_t(s)];
+    SubmitResult result = engine.submit(request, [reply, done](const GenerationUpdate& u) {
+      reply->insert(reply->end(), u.tokens.begin(), u.tokens.end());
+      if (u.is_final) done->set_value(u);
+      return true;
+    });
+    if (result.status != SubmitStatus::accepted) fail(result.message);
+  }
+  WaveResult wave{0, 0, 0, 0, {}};
+  int64_t tokens = 0, rounds = 0;
+  double decode_seconds = 0;
+  for (auto& f : finals) {
+    GenerationUpdate u = f.get_future().get();
+    tokens += u.timings.predicted_n;
+    rounds += u.timings.rounds;
+    wave.drafted += u.timings.draft_n;
+    wave.accepted += u.timings.draft_accepted_n;
+    decode_seconds = std::max(decode_seconds, u.timings.predicted_ms / 1000.0);
+  }
+  wave.tokens_per_second = decode_seconds > 0 ? double(tokens) / decode_seconds : 0;
+  wave.tokens_per_round = rounds ? double(tokens) / double(rounds) : 0;
+  wave.replies = std::move(replies);
+  return wave;
+}
+
+void run_spec_bench(const SpecBenchFlags& flags) {
+  auto model = load_model_for_cli(flags.model_dir, flags.n_threads);
+  auto tokenizer = load_tokenizer_if_present(flags.model_dir);
+  if (!tokenizer) fail(flags.model_dir + " has no tokenizer.json; spec-bench needs one");
+  std::ostringstream report;
+  report << "# Speculative rounds on the CPU: " << flags.model_dir << "\n\n"
+         << "- command: `tensorfold spec-bench --model " << flags.model_dir << " --waves " << flags.waves
+         << " --max-tokens " << flags.max_tokens << "`\n"
+         << "- commit: " << receipt_commit() << "\n- machine: " << receipt_machine() << "\n"
+         << "- TF_LANES: " << (std::getenv("TF_LANES") ? std::getenv("TF_LANES") : "unset") << "\n"
+         << "- decode tok/s per wave = completion tokens of all streams / the slowest stream's decode time;"
+            " medians and ranges over " << flags.waves << " waves (plus one warm-up wave, discarded)\n"
+         << "- every drafted reply was checked token for token against its `draft: false` reply\n\n"
+         << "| Streams | Case | prompt tokens | Drafts | tok/s | range | tokens per round | accepted / drafted | vs draft off |\n"
+         << "|---|---|---|---|---|---|---|---|---|\n";
+  for (const BenchCase& bench_case : make_cases(*tokenizer, flags.rename_file)) {
+    for (int n_streams : flags.streams) {
+      std::vector<int32_t> own_reply;
+      double off_median = 0;
+      for (DraftMode mode : {DraftMode::off, DraftMode::proposers, DraftMode::replay_self}) {
+        std::vector<double> rates, per_round;
+        int64_t drafted = 0, accepted = 0;
+        for (int wave = 0; wave <= flags.waves; ++wave) {
+          WaveResult r = run_wave(model, tokenizer, bench_case, n_streams, flags.max_tokens, mode, own_reply);
+          if (mode == DraftMode::off && own_reply.empty()) own_reply = r.replies[0];
+          for (const auto& reply : r.replies)
+            if (reply != own_reply) fail("a drafted reply differs from the draft-off reply: exactness is broken");
+          if (wave == 0) continue;
+          rates.push_back(r.tokens_per_second);
+          per_round.push_back(r.tokens_per_round);
+          drafted += r.drafted;
+          accepted += r.accepted;
+        }
+        Summary rate = summarize(rates), round = summarize(per_round);
+        if (mode == DraftMode::off) off_median = rate.median;
+        char line[512];
+        std::snprintf(line, sizeof line, "| %d | %s | %zu | %s | %.1f | %.1f – %.1f | %.2f | %lld / %lld | %.2fx |\n",
+                      n_streams, bench_case.name.c_str(), bench_case.prompt.size(), mode_name(mode), rate.median,
+                      rate.low, rate.high, round.median, (long long)accepted, (long long)drafted,
+                      off_median > 0 ? rate.median / off_median : 0.0);
+        report << line;
+        std::fputs(line, stderr);
+      }
+    }
+  }
+  std::fputs(report.str().c_str(), stdout);
+  if (!flags.receipt.empty()) write_receipt(flags.receipt, report.str());
+}
+
+}  // namespace
+
+void register_spec_bench_command(CLI::App& app) {
+  auto flags = std::make_shared<SpecBenchFlags>();
+  CLI::App* cmd = app.add_subcommand("spec-bench", "Measure speculative rounds against draft off (prints a receipt)");
+  cmd->add_option("--model", flags->model_dir, "Model directory")->envname("TF_MODEL")->capture_default_str();
+  cmd->add_option("--rename-file", flags->rename_file, "Source file of the whole-file rename case")->capture_default_str();
+  cmd->add_option("--streams", flags->streams, "Simultaneous streams, e.g. 1 4")->capture_default_str();
+  cmd->add_option("--waves", flags->waves, "Timed waves per row")->check(CLI::Range(1, 100))->capture_default_str();
+  cmd->add_option("--max-tokens", flags->max_tokens, "Completion tokens per stream")
+      ->check(CLI::Range(int64_t(2), int64_t(100000)))->capture_default_str();
+  cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")->envname("TF_THREADS");
+  cmd->add_option("--receipt", flags->receipt, "Also write the receipt to this file");
+  cmd->callback([flags] { run_spec_bench(*flags); });
+}
+
+}  // namespace tf::cli

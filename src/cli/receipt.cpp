@@ -1,0 +1,49 @@
+#include "cli/receipt.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace tf::cli {
+namespace {
+
+std::string shell_line(const char* command) {
+  std::string out;
+  if (FILE* pipe = popen(command, "r")) {
+    char buffer[256];
+    while (fgets(buffer, sizeof(buffer), pipe)) out += buffer;
+    pclose(pipe);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out.empty() ? "unknown" : out;
+}
+
+}  // namespace
+
+Summary summarize(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  double median = n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+  return {median, values.front(), values.back()};
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string receipt_commit() { return shell_line("git rev-parse --short HEAD 2>/dev/null"); }
+
+std::string receipt_machine() {
+  return shell_line("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'") + ", " +
+         shell_line("nproc") + " cores";
+}
+
+void write_receipt(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!out) fail("cannot write the receipt to " + path);
+  out << text;
+}
+
+}  // namespace tf::cli

@@ -1,0 +1,93 @@
+// Runs generation requests through a real Engine and collects the replies (tests only).
+#pragma once
+#include <gtest/gtest.h>
+
+#include <future>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "engine/engine.h"
+#include "models/model.h"
+
+namespace tf::test {
+
+struct Reply {
+  std::vector<int32_t> tokens;
+  std::string text;
+  GenerationUpdate final_update;
+};
+
+// Collects a reply's updates; wait() blocks until the final one. With cancel_after >= 0 the sink
+// reports the client gone after that many tokens.
+struct ReplyCollector {
+  Reply reply;
+  std::promise<void> done;
+  int64_t cancel_after = -1;
+
+  UpdateSink sink() {
+    return [this](const GenerationUpdate& u) {
+      reply.tokens.insert(reply.tokens.end(), u.tokens.begin(), u.tokens.end());
+      reply.text += u.text;
+      if (u.is_final) {
+        reply.final_update = u;
+        done.set_value();
+        return true;
+      }
+      return cancel_after < 0 || int64_t(reply.tokens.size()) < cancel_after;
+    };
+  }
+  Reply wait() {
+    done.get_future().wait();
+    return reply;
+  }
+};
+
+// Each request alone on a fresh engine (together = false), or all submitted at once to one engine.
+inline std::vector<Reply> run_requests(std::shared_ptr<Model> model,
+                                       const std::vector<GenerationRequest>& requests,
+                                       const EngineOptions& options, bool together,
+                                       std::shared_ptr<const Tokenizer> tokenizer = nullptr) {
+  std::vector<Reply> replies;
+  if (!together) {
+    for (const auto& r : requests) {
+      Engine engine(options, model, tokenizer);
+      ReplyCollector c;
+      EXPECT_EQ(engine.submit(r, c.sink()).status, SubmitStatus::accepted);
+      replies.push_back(c.wait());
+    }
+    return replies;
+  }
+  Engine engine(options, model, tokenizer);
+  std::vector<std::unique_ptr<ReplyCollector>> collectors;
+  for (const auto& r : requests) {
+    collectors.push_back(std::make_unique<ReplyCollector>());
+    EXPECT_EQ(engine.submit(r, collectors.back()->sink()).status, SubmitStatus::accepted);
+  }
+  for (auto& c : collectors) replies.push_back(c->wait());
+  return replies;
+}
+
+// Random prompts of random lengths; sampled requests use temperature 0.7, top-k 20, top-p 0.95.
+inline std::vector<GenerationRequest> random_requests(int n, bool sampled, int64_t vocab, uint32_t seed,
+                                                      int64_t max_prompt = 60, int64_t max_reply = 28) {
+  std::mt19937 rng(seed);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < n; ++i) {
+    GenerationRequest r;
+    int64_t len = 3 + int64_t(rng() % uint32_t(max_prompt - 2));
+    for (int64_t j = 0; j < len; ++j) r.prompt.push_back(int32_t(rng() % uint32_t(vocab)));
+    r.max_tokens = 8 + int64_t(rng() % uint32_t(max_reply - 7));
+    r.ignore_eos = true;
+    if (sampled) {
+      r.sampling.temperature = 0.7f;
+      r.sampling.top_k = 20;
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = 1000 + uint64_t(i);
+    }
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+}  // namespace tf::test

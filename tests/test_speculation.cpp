@@ -1,0 +1,210 @@
+// Speculative rounds are exact: drafted equals undrafted, concurrent equals solo, replay at full
+// acceptance equals plain decoding, wrong drafts change nothing, and tree masks isolate siblings.
+// Bitwise, over many prompts with random lengths, windows and trees.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "engine/kv_cache.h"
+#include "support/engine_runner.h"
+#include "support/fixtures.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tf {
+namespace {
+
+using test::random_requests;
+using test::Reply;
+using test::run_requests;
+
+constexpr int kPrompts = 50;
+
+std::vector<GenerationRequest> without_drafts(std::vector<GenerationRequest> requests) {
+  for (auto& r : requests) r.use_draft = false;
+  return requests;
+}
+
+EngineOptions random_windows(std::mt19937& rng, LanePolicy policy) {
+  EngineOptions options;
+  options.n_parallel = 8;
+  options.n_ctx = 160;
+  options.lane_window = 2 + int64_t(rng() % 15);
+  options.lone_window = 2 + int64_t(rng() % 63);
+  options.min_confident_match = 2 + int64_t(rng() % 24);
+  options.prefill_chunk = 1 + int64_t(rng() % 40);
+  options.lane_policy = policy;
+  return options;
+}
+
+void expect_same_tokens(const std::vector<Reply>& a, const std::vector<Reply>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << what << ", request " << i;
+    EXPECT_EQ(a[i].final_update.token_sha, b[i].final_update.token_sha);
+    EXPECT_EQ(a[i].final_update.finish_reason, b[i].final_update.finish_reason);
+  }
+}
+
+struct Case {
+  const char* model;
+  bool sampled;
+};
+
+class DraftedEqualsUndrafted : public ::testing::TestWithParam<Case> {};
+
+// Prompts made of repeated spans so long-copy and n-gram drafts are often right, plus random ones.
+std::vector<GenerationRequest> copy_friendly_requests(int n, bool sampled, int64_t vocab, uint32_t seed) {
+  auto requests = random_requests(n, sampled, vocab, seed, 40, 40);
+  std::mt19937 rng(seed + 1);
+  for (size_t i = 0; i < requests.size(); i += 2) {
+    auto& prompt = requests[i].prompt;
+    std::vector<int32_t> span(prompt.begin(), prompt.begin() + long(std::min<size_t>(prompt.size(), 12)));
+    for (int rep = 0; rep < 3; ++rep) prompt.insert(prompt.end(), span.begin(), span.end());
+  }
+  return requests;
+}
+
+TEST_P(DraftedEqualsUndrafted, OverManyPromptsWindowsAndPolicies) {
+  const Case c = GetParam();
+  auto model = load_model(test::fixture_model(c.model), {});
+  std::mt19937 rng(c.sampled ? 11 : 12);
+  auto requests = copy_friendly_requests(kPrompts, c.sampled, model->config().vocab_size, rng());
+  EngineOptions plain_options;
+  plain_options.n_ctx = 160;
+  auto plain = run_requests(model, without_drafts(requests), plain_options, false);
+  int64_t accepted = 0;
+  for (LanePolicy policy : {LanePolicy::automatic, LanePolicy::always_lanes, LanePolicy::always_lone}) {
+    auto drafted_solo = run_requests(model, requests, random_windows(rng, policy), false);
+    expect_same_tokens(plain, drafted_solo, "solo");
+    auto drafted_together = run_requests(model, requests, random_windows(rng, policy), true);
+    expect_same_tokens(plain, drafted_together, "together");
+    for (const auto& r : drafted_together) accepted += r.final_update.timings.draft_accepted_n;
+  }
+  EXPECT_GT(accepted, 0) << "the test must exercise accepted drafts";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, DraftedEqualsUndrafted,
+                         ::testing::Values(Case{"qwen3-tiny-a", false}, Case{"qwen3-tiny-a", true},
+                                           Case{"qwen3-tiny-b", false}, Case{"qwen3-tiny-b", true},
+                                           Case{"qwen3-tiny-c", false}, Case{"qwen3-tiny-c", true}));
+
+TEST(SpeculationTest, ReplayAtFullAcceptanceEqualsPlainDecoding) {
+  auto model = load_model(test::fixture_model("qwen3-tiny-b"), {});
+  std::mt19937 rng(3);
+  for (bool sampled : {false, true}) {
+    auto requests = random_requests(kPrompts, sampled, model->config().vocab_size, rng(), 40, 48);
+    EngineOptions options;
+    options.n_ctx = 160;
+    auto plain = run_requests(model, without_drafts(requests), options, true);
+    for (size_t i = 0; i < requests.size(); ++i) requests[i].replay = plain[i].tokens;
+    auto replayed = run_requests(model, requests, random_windows(rng, LanePolicy::automatic), true);
+    expect_same_tokens(plain, replayed, "replay");
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const ReplyTimings& t = replayed[i].final_update.timings;
+      // Every draft the replay made was right; rounds shrink accordingly.
+      EXPECT_GT(t.draft_accepted_n, 0) << "request " << i << " drafted " << t.draft_n << " rounds " << t.rounds
+                                       << " n " << t.predicted_n;
+      EXPECT_LT(t.rounds, t.predicted_n) << "request " << i;
+    }
+  }
+}
+
+TEST(SpeculationTest, AlwaysWrongDraftsStillGiveCorrectTokens) {
+  auto model = load_model(test::fixture_model("qwen3-tiny-c"), {});
+  std::mt19937 rng(4);
+  const int64_t vocab = model->config().vocab_size;
+  auto requests = random_requests(kPrompts, true, vocab, rng(), 40, 32);
+  EngineOptions options;
+  options.n_ctx = 160;
+  auto plain = run_requests(model, without_drafts(requests), options, true);
+  for (size_t i = 0; i < requests.size(); ++i)
+    for (int32_t t : plain[i].tokens) requests[i].replay.push_back((t + 1 + int32_t(rng() % 7)) % int32_t(vocab));
+  auto wrong = run_requests(model, requests, random_windows(rng, LanePolicy::always_lone), true);
+  expect_same_tokens(plain, wrong, "wrong drafts");
+}
+
+// A row's logits do not change when unrelated sibling branches join its tree.
+TEST(SpeculationTest, TreeMaskIsolatesSiblings) {
+  auto model = load_model(test::fixture_model("qwen3-tiny-a"), {});
+  const ModelConfig& c = model->config();
+  const int64_t vocab = c.vocab_size;
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 20; ++trial) {
+    KvCache kv(c.n_layers, c.kv_dim(), 64);
+    int32_t lane = kv.lane_open();
+    kv.lane_reserve(lane, 200);
+    int32_t scratch = kv.lane_open();
+    kv.lane_reserve(scratch, 200);
+    int64_t n_prompt = 5 + int64_t(rng() % 70);
+    Batch prefill;
+    for (int64_t i = 0; i < n_prompt; ++i)
+      prefill.rows.push_back({int32_t(rng() % vocab), int32_t(i), lane, int32_t(i) - 1, kv.slot(lane, i), false});
+    model->forward(prefill, kv, nullptr);
+    // A chain of 4 below the root, alone.
+    std::vector<int32_t> chain;
+    for (int i = 0; i < 5; ++i) chain.push_back(int32_t(rng() % vocab));
+    auto build = [&](int n_siblings) {
+      Batch b;
+      int32_t next_scratch = 0;
+      for (int i = 0; i < 5; ++i)
+        b.rows.push_back({chain[size_t(i)], int32_t(n_prompt + i), lane, i == 0 ? -1 : int32_t(b.rows.size() - 1),
+                          kv.slot(lane, n_prompt + i), true});
+      for (int s = 0; s < n_siblings; ++s) {  // a branch hanging off a random chain node
+        int32_t parent = int32_t(rng() % 4);
+        int32_t depth = 1 + int32_t(rng() % 3);
+        for (int d = 0; d < depth; ++d) {
+          int32_t pos = b.rows[size_t(parent)].pos + 1;
+          b.rows.push_back({int32_t(rng() % vocab), pos, lane, parent, kv.slot(scratch, next_scratch++), true});
+          parent = int32_t(b.rows.size() - 1);
+        }
+      }
+      std::vector<float> logits(b.rows.size() * size_t(vocab));
+      model->forward(b, kv, logits.data());
+      logits.resize(5 * size_t(vocab));  // the chain's rows come first
+      return logits;
+    };
+    auto alone = build(0);
+    auto crowded = build(1 + int(rng() % 12));
+    EXPECT_EQ(0, std::memcmp(alone.data(), crowded.data(), alone.size() * sizeof(float))) << trial;
+  }
+}
+
+// Budgets, EOS and stop strings land on the same token with and without drafts, also when the
+// stop falls inside an accepted run.
+TEST(SpeculationTest, BudgetsEosAndStopsLandOnTheSameToken) {
+  std::string dir = test::source_path("models/qwen3-tiny-chat");
+  auto model = load_model(dir, {});
+  auto tokenizer = Tokenizer::from_file(dir + "/tokenizer.json");
+  std::mt19937 rng(6);
+  std::vector<GenerationRequest> requests;
+  const char* prompts[] = {"def f(x):\n    return x\n\ndef f(x):\n", "hello hello hello hello", "a b c a b c a b"};
+  for (int i = 0; i < 12; ++i) {
+    GenerationRequest r;
+    r.prompt = tokenizer->encode(prompts[i % 3]);
+    r.max_tokens = 5 + int64_t(rng() % 40);
+    r.ignore_eos = i % 2 == 0;
+    r.sampling.temperature = i % 4 < 2 ? 0.0f : 0.7f;
+    r.sampling.seed = uint64_t(i);
+    requests.push_back(r);
+  }
+  EngineOptions options;
+  options.n_ctx = 200;
+  auto plain = run_requests(model, without_drafts(requests), options, true, tokenizer);
+  // Stop strings taken from the middle of each plain reply; replaying the plain reply makes the
+  // stop fall inside an accepted run.
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const std::string& text = plain[i].text;
+    if (text.size() > 6) requests[i].stop = {text.substr(text.size() / 2, 2)};
+    if (i % 3 == 0) requests[i].replay = plain[i].tokens;
+  }
+  auto plain_stopped = run_requests(model, without_drafts(requests), options, true, tokenizer);
+  for (LanePolicy policy : {LanePolicy::automatic, LanePolicy::always_lone}) {
+    auto drafted = run_requests(model, requests, random_windows(rng, policy), true, tokenizer);
+    expect_same_tokens(plain_stopped, drafted, "stops");
+    for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(plain_stopped[i].text, drafted[i].text);
+  }
+}
+
+}  // namespace
+}  // namespace tf
