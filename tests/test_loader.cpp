@@ -10,6 +10,7 @@
 #include <functional>
 #include <random>
 
+#include "support/expect_error.h"
 #include "core/error.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
@@ -36,18 +37,7 @@ struct TempDir {
   std::string operator/(const std::string& name) const { return path + "/" + name; }
 };
 
-// Runs `action`, expects a tf::Error, and checks that its message names every part.
-void expect_error_naming(const std::function<void()>& action, const std::vector<std::string>& parts) {
-  try {
-    action();
-  } catch (const tf::Error& error) {
-    const std::string message = error.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos) << "\"" << part << "\" not in: " << message;
-    return;
-  }
-  ADD_FAILURE() << "no tf::Error; expected one naming " << parts.front();
-}
+using tf::test::expect_error_naming;
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

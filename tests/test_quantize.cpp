@@ -9,6 +9,7 @@
 #include <functional>
 #include <random>
 
+#include "support/expect_error.h"
 #include "core/error.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
@@ -213,17 +214,7 @@ TEST(Quantize, ZeroStaysZero) {
   }
 }
 
-void expect_error_naming(const std::function<void()>& action, const std::vector<std::string>& parts) {
-  try {
-    action();
-  } catch (const tf::Error& error) {
-    const std::string message = error.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos) << "\"" << part << "\" not in: " << message;
-    return;
-  }
-  ADD_FAILURE() << "no tf::Error; expected one naming " << parts.front();
-}
+using tf::test::expect_error_naming;
 
 TEST(Quantize, RejectsBadOptionsAndInputs) {
   TempDir out;

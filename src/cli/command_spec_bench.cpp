@@ -20,7 +20,7 @@ namespace {
 
 struct SpecBenchFlags {
   std::string model_dir = default_model_dir();
-  std::string rename_file = std::string(TF_SOURCE_DIR_FOR_BENCH) + "/src/server/openai_protocol.cpp";
+  std::string rename_file = std::string(TF_SOURCE_DIR_FOR_BENCH) + "/bench/inputs/rename_source.cpp.txt";
   std::vector<int> streams = {1, 4};
   int waves = 3;
   int64_t max_tokens = 256;
