@@ -1,3 +1,4 @@
+// The engine thread: admission, rounds (prefill chunks, decode rows, draft trees), acceptance, emission.
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -142,6 +143,9 @@ SubmitResult Engine::submit(GenerationRequest request, UpdateSink sink) {
       return {SubmitStatus::invalid, 0,
               "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
                   std::to_string(config.vocab_size - 1) + ")"};
+  for (int32_t id : request.replay)
+    if (id < 0 || id >= config.vocab_size)
+      return {SubmitStatus::invalid, 0, "replay token id " + std::to_string(id) + " is outside the vocabulary"};
   if (request.max_tokens < 1) return {SubmitStatus::invalid, 0, "max_tokens must be at least 1"};
   int64_t total = int64_t(request.prompt.size()) + request.max_tokens;
   if (total > options_.n_ctx)
