@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Train the code target and its drafter from scratch on the GPU machine: corpus -> tokenizer -> target -> drafter.
+#
+# Usage (from the repository root):  tools/train/run_all.sh [--smoke] [--stages corpus,tokenizer,target,drafter]
+#   [--target-minutes M] [--drafter-minutes M] [--distill-minutes M]
+# Intermediate products live under $WORK (default /tmp/tensorfold-train) and a stage whose product is already
+# there is skipped, so the stages can be split over several device calls while the machine stays warm.
+# The exported models come back as $OUT/models.tar.part-* (split below the 16 MB transfer limit).
+set -euo pipefail
+
+stages=corpus,tokenizer,target,drafter
+smoke=0
+target_minutes=8
+drafter_minutes=7
+distill_minutes=1.5
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --smoke) smoke=1 ;;
+    --stages) stages="$2"; shift ;;
+    --target-minutes) target_minutes="$2"; shift ;;
+    --drafter-minutes) drafter_minutes="$2"; shift ;;
+    --distill-minutes) distill_minutes="$2"; shift ;;
+    *) echo "run_all.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+here="$(cd "$(dirname "$0")" && pwd)"
+out="${OUT:-$PWD/train-out}"
+work="${WORK:-/tmp/tensorfold-train}"
+export PYTHONUNBUFFERED=1
+mkdir -p "$out" "$work"
+
+if [ "$smoke" = 1 ]; then
+  # tiny everything: proves the pipeline end to end in a minute or two, numbers mean nothing
+  work="$work-smoke"
+  corpus_args=(--max-total-bytes 8000000)
+  tokenizer_args=(--vocab-size 2048 --max-bytes 2000000)
+  target_args=(--size smoke --minutes 0.3 --seq-len 512 --batch-size 16 --eval-batches 2)
+  drafter_args=(--minutes 0.3 --seq-len 512 --batch-size 8 --blocks-per-row 8 --eval-batches 2 --distill-minutes 0.1)
+else
+  corpus_args=()
+  tokenizer_args=()
+  target_args=(--size full --minutes "$target_minutes")
+  drafter_args=(--minutes "$drafter_minutes" --distill-minutes "$distill_minutes")
+fi
+models="$work/models"
+target_dir="$models/tensorfold-code-target"
+drafter_dir="$models/tensorfold-code-drafter"
+
+want() { [[ ",$stages," == *",$1,"* ]]; }
+
+if want corpus && [ ! -f "$work/corpus/manifest.json" ]; then
+  python3 "$here/corpus.py" --out "$work/corpus" "${corpus_args[@]}"
+fi
+if want tokenizer && [ ! -f "$work/tokenizer/tokenizer.json" ]; then
+  python3 "$here/tokenizer.py" --corpus "$work/corpus" --out "$work/tokenizer" "${tokenizer_args[@]}"
+fi
+if want target; then
+  python3 "$here/target.py" --corpus "$work/corpus" --tokenizer "$work/tokenizer" --cache "$work/tokens" \
+    --out "$target_dir" "${target_args[@]}"
+fi
+if want drafter; then
+  [ -f "$target_dir/config.json" ] || { echo "run_all.sh: no target at $target_dir; run the target stage first" >&2; exit 1; }
+  python3 "$here/dflash.py" --target "$target_dir" --corpus "$work/corpus" --cache "$work/tokens" \
+    --out "$drafter_dir" "${drafter_args[@]}"
+fi
+
+cp "$work/corpus/manifest.json" "$out/corpus-manifest.json"
+if [ -d "$models" ]; then
+  tar -C "$work" -cf - models | split -b 15m - "$out/models.tar.part-"
+  ls -l "$out"
+  echo "run_all.sh: unpack with: cat models.tar.part-* | tar -xf - -C <repo root>"
+fi

@@ -1,0 +1,180 @@
+"""Train the small Qwen3 code model on the corpus for a wall-clock budget and export it as a HF directory."""
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import (END_OF_TEXT, IM_END, PackedBatches, count_parameters, learning_rate, load_tokens,  # noqa: E402
+                    read_jsonl, render_chatml, set_learning_rate, split_path, write_json)
+
+# About 26M parameters: 6 layers of width 512 (8 query heads, 4 KV heads of 64), tied 15360-entry embedding.
+SIZES = {
+    "full": dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=6, num_attention_heads=8,
+                 num_key_value_heads=4, head_dim=64),
+    "smoke": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=32),
+}
+ROPE_THETA = 1_000_000.0
+
+
+def build_model(size, vocab_size, special_ids, max_positions):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    config = Qwen3Config(**SIZES[size], vocab_size=vocab_size, tie_word_embeddings=True, rms_norm_eps=1e-6,
+                         max_position_embeddings=max_positions, rope_parameters={"rope_type": "default",
+                                                                                 "rope_theta": ROPE_THETA},
+                         bos_token_id=None, eos_token_id=special_ids[IM_END], pad_token_id=special_ids[END_OF_TEXT],
+                         attn_implementation="sdpa")
+    return Qwen3ForCausalLM(config)
+
+
+@torch.no_grad()
+def evaluate(model, batches):
+    model.eval()
+    total, count = 0.0, 0
+    for rows in batches:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = next_token_loss(model, rows)
+        total += loss.item()
+        count += 1
+    model.train()
+    return total / max(count, 1)
+
+
+def next_token_loss(model, rows):
+    logits = model(input_ids=rows[:, :-1]).logits
+    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten())
+
+
+def sample_prompts(corpus_dir, n_code=3):
+    """Held-out prompts: the first lines of some test files, and one rename request."""
+    prompts, rename = [], None
+    for record in read_jsonl(split_path(corpus_dir, "test")):
+        if record["kind"] == "file" and len(prompts) < n_code and "def " in record["text"][:800]:
+            prompts.append(record["text"][:record["text"].index("def ") + 200])
+        if record["kind"] == "rename" and rename is None:
+            rename = render_chatml(record["messages"][:1], add_generation_prompt=True)
+        if len(prompts) >= n_code and rename is not None:
+            break
+    return prompts + ([rename] if rename else [])
+
+
+@torch.no_grad()
+def show_completions(model, tokenizer, prompts, n_new=80):
+    model.eval()
+    for prompt in prompts:
+        ids = torch.tensor([tokenizer.encode(prompt).ids[-1536:]], device="cuda")
+        out = model.generate(ids, max_new_tokens=n_new, do_sample=False)
+        completion = tokenizer.decode(out[0, ids.shape[1]:].tolist(), skip_special_tokens=False)
+        print(f"--- prompt (last 160 chars): {prompt[-160:]!r}\n+++ greedy: {completion!r}")
+    model.train()
+
+
+def export(model, tokenizer_dir, out_dir, card):
+    model = model.to(torch.bfloat16)
+    model.save_pretrained(out_dir, safe_serialization=True, max_shard_size="16MB")
+    config_path = os.path.join(out_dir, "config.json")
+    with open(config_path) as f:
+        config = json.load(f)
+    # real Qwen3 checkpoints keep rope_theta at the top level; the engine reads that spelling
+    config["rope_theta"] = ROPE_THETA
+    config["architectures"] = ["Qwen3ForCausalLM"]
+    write_json(config_path, config)
+    eos = [config["eos_token_id"], config["pad_token_id"]]
+    write_json(os.path.join(out_dir, "generation_config.json"),
+               {"bos_token_id": None, "eos_token_id": eos, "pad_token_id": config["pad_token_id"],
+                "do_sample": False, "max_new_tokens": 512})
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tokenizer_dir, name), os.path.join(out_dir, name))
+    with open(os.path.join(out_dir, "README.md"), "w") as f:
+        f.write(card)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--corpus", required=True)
+    parser.add_argument("--tokenizer", required=True)
+    parser.add_argument("--cache", required=True, help="folder for tokenized splits (shared with dflash.py)")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--size", choices=sorted(SIZES), default="full")
+    parser.add_argument("--minutes", type=float, required=True, help="wall-clock budget of the training loop")
+    parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--eval-batches", type=int, default=8)
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (slow start, faster steps)")
+    parser.add_argument("--seed", type=int, default=1234)
+    args = parser.parse_args()
+
+    from tokenizers import Tokenizer
+    torch.manual_seed(args.seed)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    tokenizer = Tokenizer.from_file(os.path.join(args.tokenizer, "tokenizer.json"))
+    special_ids = {t: tokenizer.token_to_id(t) for t in (END_OF_TEXT, IM_END)}
+    started = time.time()
+    train_tokens = load_tokens(args.corpus, args.tokenizer, "train", args.cache)
+    val_tokens = load_tokens(args.corpus, args.tokenizer, "val", args.cache)
+    print(f"target: tokens train {len(train_tokens) / 1e6:.1f}M, val {len(val_tokens) / 1e6:.2f}M "
+          f"(tokenized in {time.time() - started:.0f}s)")
+
+    model = build_model(args.size, tokenizer.get_vocab_size(), special_ids, max(4096, args.seq_len)).cuda()
+    n_params = count_parameters(model)
+    print(f"target: {n_params / 1e6:.1f}M parameters")
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=args.lr, betas=(0.9, 0.95), fused=True)
+    step_model = torch.compile(model) if args.compile else model
+    batches = PackedBatches(train_tokens, args.seq_len, args.batch_size, args.seed)
+    val_batches = list(PackedBatches(val_tokens, args.seq_len, args.batch_size, args.seed).fixed(args.eval_batches,
+                                                                                                  "cuda"))
+
+    budget = args.minutes * 60
+    train_start = time.time()
+    step, seen_tokens = 0, 0
+    while (elapsed := time.time() - train_start) < budget:
+        set_learning_rate(optimizer, learning_rate(args.lr, elapsed / budget))
+        rows = batches.next("cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = next_token_loss(step_model, rows)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        seen_tokens += rows[:, 1:].numel()
+        if step % 200 == 0:
+            print(f"target: step {step} {elapsed:.0f}s loss {loss.item():.3f} "
+                  f"{seen_tokens / max(elapsed, 1e-9) / 1e3:.0f}k tokens/s", flush=True)
+    train_seconds = time.time() - train_start
+    val_loss = evaluate(model, val_batches)
+    print(f"target: {step} steps, {seen_tokens / 1e6:.1f}M tokens in {train_seconds:.0f}s "
+          f"({seen_tokens / train_seconds / 1e3:.0f}k tokens/s); validation loss {val_loss:.3f}")
+    show_completions(model, tokenizer, sample_prompts(args.corpus))
+
+    with open(os.path.join(args.corpus, "manifest.json")) as f:
+        manifest = json.load(f)
+    metrics = {"parameters": n_params, "steps": step, "train_tokens": seen_tokens, "train_seconds": train_seconds,
+               "validation_loss": val_loss, "seq_len": args.seq_len, "batch_size": args.batch_size,
+               "peak_lr": args.lr, "size": args.size, "device": torch.cuda.get_device_name()}
+    card = (f"# TensorFold code target ({n_params / 1e6:.1f}M parameters, Qwen3 architecture)\n\n"
+            "Trained from scratch by `tools/train/run_all.sh` on Python sources installed on the GPU machine "
+            f"({sum(s['file_bytes'] for s in manifest['splits'].values()) / 1e6:.0f} MB after deduplication, "
+            "whole packages held out for validation and test) mixed with synthetic rename tasks in ChatML.\n\n"
+            f"- layers {model.config.num_hidden_layers}, width {model.config.hidden_size}, "
+            f"vocabulary {model.config.vocab_size} (byte-level BPE), tied embeddings\n"
+            f"- {step} steps of {args.batch_size} x {args.seq_len} tokens, {seen_tokens / 1e6:.0f}M tokens, "
+            f"{train_seconds / 60:.1f} minutes on {metrics['device']}\n"
+            f"- validation loss {val_loss:.3f} nats per token on held-out packages\n"
+            "- acceptance figures: see the drafter's card and bench/receipts/\n")
+    export(model, args.tokenizer, args.out, card)
+    write_json(os.path.join(args.out, "training_metrics.json"), metrics)
+    print(f"target: exported to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
