@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "engine/batch.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
@@ -23,6 +24,19 @@ class Model {
   // Bytes of weights one decode step must read (every layer and the LM head; one embedding row),
   // the numerator of achieved bandwidth.
   virtual int64_t weight_bytes_per_step() const = 0;
+
+  // Taps for a block drafter: after set_tap_layers({i, j, ...}), every forward also keeps the
+  // output hidden state of decoder layers i, j, ... (0-based, before the final norm) for every
+  // row, readable through taps() until the next forward. An empty list turns taps off. Backends
+  // without taps fail on a non-empty list.
+  virtual void set_tap_layers(std::vector<int> layers) {
+    if (!layers.empty()) fail("this backend cannot return hidden-state taps for a drafter");
+  }
+  // [n_rows of the last forward][n_tap_layers * hidden], layers in the order given.
+  virtual const std::vector<float>& taps() const {
+    static const std::vector<float> none;
+    return none;
+  }
 };
 
 struct ModelLoadOptions {

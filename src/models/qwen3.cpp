@@ -36,6 +36,15 @@ int64_t Qwen3CpuModel::weight_bytes_per_step() const {
   return total;
 }
 
+void Qwen3CpuModel::set_tap_layers(std::vector<int> layers) {
+  for (int layer : layers)
+    if (layer < 0 || layer >= config_.n_layers)
+      fail("tap layer " + std::to_string(layer) + " is outside the model's " +
+           std::to_string(config_.n_layers) + " layers");
+  tap_layers_ = std::move(layers);
+  taps_.clear();
+}
+
 void Qwen3CpuModel::resolve_key_slots(const Batch& batch, const KvCache& kv) {
   const auto& rows = batch.rows;
   key_slots_.resize(rows.size());
@@ -137,9 +146,18 @@ void Qwen3CpuModel::forward(const Batch& batch, KvCache& kv, float* logits) {
   resolve_key_slots(batch, kv);
   cpu::embedding_rows(weights_.embed_tokens, tokens.data(), n_rows, hidden_.data());
 
+  // Taps are copies of the residual stream; they never feed back into the forward.
+  const int64_t n_taps = int64_t(tap_layers_.size());
+  taps_.resize(size_t(n_rows * n_taps * hidden));
   for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
     attention_block(layer, batch, kv);
     mlp_block(layer, n_rows);
+    for (int64_t t = 0; t < n_taps; ++t) {
+      if (tap_layers_[size_t(t)] != layer) continue;
+      for (int64_t r = 0; r < n_rows; ++r)
+        std::memcpy(taps_.data() + (r * n_taps + t) * hidden, hidden_.data() + r * hidden,
+                    size_t(hidden) * sizeof(float));
+    }
   }
 
   // Only rows that asked for logits pay for the final norm and the LM head.

@@ -18,6 +18,10 @@ class Qwen3CpuModel : public Model {
   const ModelConfig& config() const override { return config_; }
   void forward(const Batch& batch, KvCache& kv, float* logits) override;
   int64_t weight_bytes_per_step() const override;
+  void set_tap_layers(std::vector<int> layers) override;
+  const std::vector<float>& taps() const override { return taps_; }
+  // The bound weights; a drafter shares the embedding and the LM head.
+  const Qwen3Weights& weights() const { return weights_; }
 
  private:
   // For each row, the physical slot of every logical position 0..pos it attends to.
@@ -30,6 +34,8 @@ class Qwen3CpuModel : public Model {
   std::shared_ptr<const void> storage_;
   ThreadPool pool_;
   std::vector<float> inverse_frequencies_;
+  std::vector<int> tap_layers_;
+  std::vector<float> taps_;  // [n_rows][tap_layers_.size() * hidden]
 
   // Scratch, resized per forward.
   std::vector<float> hidden_;    // [n_rows][hidden]   residual stream

@@ -1,0 +1,314 @@
+// DFlash drafter: config and weights of a drafter directory, context K/V and the block forward.
+#include "models/dflash_drafter.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/rope.h"
+#include "loader/file_helpers.h"
+
+namespace tf {
+
+namespace {
+
+using Json = nlohmann::json;
+
+[[noreturn]] void fail_field(const std::string& field, const std::string& path, const std::string& problem) {
+  fail("field \"" + field + "\" in " + path + " " + problem);
+}
+
+const Json& required_field(const Json& object, const char* field, const std::string& path) {
+  auto it = object.find(field);
+  if (it == object.end() || it->is_null()) fail_field(field, path, "is missing");
+  return *it;
+}
+
+int64_t required_int(const Json& object, const char* field, const std::string& path) {
+  const Json& value = required_field(object, field, path);
+  if (!value.is_number_integer()) fail_field(field, path, "must be an integer");
+  return value.get<int64_t>();
+}
+
+double required_number(const Json& object, const char* field, const std::string& path) {
+  const Json& value = required_field(object, field, path);
+  if (!value.is_number()) fail_field(field, path, "must be a number");
+  return value.get<double>();
+}
+
+// The drafter's own tensors are dense (f32, f16 or bf16); the kernels read them as typed arrays.
+const TensorView& dense_tensor(const Checkpoint& checkpoint, const std::string& name,
+                               const std::vector<int64_t>& shape) {
+  const TensorView& tensor = checkpoint.get(name, shape);
+  if (tensor.dtype != DType::f32 && tensor.dtype != DType::f16 && tensor.dtype != DType::bf16)
+    fail("tensor \"" + name + "\" in " + checkpoint.file_of(name) + " has dtype " +
+         dtype_name(tensor.dtype) + ", expected f32, f16 or bf16");
+  if (reinterpret_cast<uintptr_t>(tensor.data) % dtype_size(tensor.dtype) != 0)
+    fail("tensor \"" + name + "\" in " + checkpoint.file_of(name) + " is not aligned to its element size");
+  return tensor;
+}
+
+WeightMatrix dense_matrix(const Checkpoint& checkpoint, const std::string& name, int64_t n_rows,
+                          int64_t n_cols) {
+  const TensorView& tensor = dense_tensor(checkpoint, name, {n_rows, n_cols});
+  WeightMatrix matrix;
+  matrix.n_rows = n_rows;
+  matrix.n_cols = n_cols;
+  matrix.dtype = tensor.dtype;
+  matrix.data = tensor.data;
+  return matrix;
+}
+
+WeightVector dense_vector(const Checkpoint& checkpoint, const std::string& name, int64_t n) {
+  const TensorView& tensor = dense_tensor(checkpoint, name, {n});
+  return WeightVector{n, tensor.dtype, tensor.data};
+}
+
+DFlashWeights bind_dflash_weights(const Checkpoint& checkpoint, const DFlashConfig& config,
+                                  const Qwen3Weights& target) {
+  const int64_t hidden = config.hidden_size, intermediate = config.intermediate_size;
+  DFlashWeights weights;
+  weights.fc = dense_matrix(checkpoint, "fc.weight", hidden, config.tap_width());
+  weights.hidden_norm = dense_vector(checkpoint, "hidden_norm.weight", hidden);
+  weights.final_norm = dense_vector(checkpoint, "norm.weight", hidden);
+  for (int64_t i = 0; i < config.n_layers; ++i) {
+    const std::string layer = "layers." + std::to_string(i) + ".";
+    const std::string attention = layer + "self_attn.";
+    const std::string mlp = layer + "mlp.";
+    Qwen3LayerWeights w;
+    w.input_norm = dense_vector(checkpoint, layer + "input_layernorm.weight", hidden);
+    w.q_proj = dense_matrix(checkpoint, attention + "q_proj.weight", config.q_dim(), hidden);
+    w.k_proj = dense_matrix(checkpoint, attention + "k_proj.weight", config.kv_dim(), hidden);
+    w.v_proj = dense_matrix(checkpoint, attention + "v_proj.weight", config.kv_dim(), hidden);
+    w.o_proj = dense_matrix(checkpoint, attention + "o_proj.weight", hidden, config.q_dim());
+    w.q_norm = dense_vector(checkpoint, attention + "q_norm.weight", config.head_dim);
+    w.k_norm = dense_vector(checkpoint, attention + "k_norm.weight", config.head_dim);
+    w.post_attention_norm = dense_vector(checkpoint, layer + "post_attention_layernorm.weight", hidden);
+    w.gate_proj = dense_matrix(checkpoint, mlp + "gate_proj.weight", intermediate, hidden);
+    w.up_proj = dense_matrix(checkpoint, mlp + "up_proj.weight", intermediate, hidden);
+    w.down_proj = dense_matrix(checkpoint, mlp + "down_proj.weight", hidden, intermediate);
+    weights.layers.push_back(w);
+  }
+  weights.embed_tokens = target.embed_tokens;
+  weights.lm_head = target.lm_head;
+  return weights;
+}
+
+}  // namespace
+
+DFlashConfig DFlashConfig::load(const std::string& drafter_dir) {
+  const std::string path = drafter_dir + "/config.json";
+  if (!file_exists(path)) fail("no config.json in drafter directory " + drafter_dir);
+  const Json json = read_json_file(path);
+  if (!json.is_object()) fail(path + " must hold a JSON object");
+
+  const Json& architectures = required_field(json, "architectures", path);
+  if (!architectures.is_array() || architectures.empty() || !architectures[0].is_string())
+    fail_field("architectures", path, "must be a non-empty list of strings");
+  if (architectures[0] != "DFlashDrafter")
+    fail("unsupported drafter architecture " + architectures[0].get<std::string>() + " in " + path +
+         " (supported: DFlashDrafter)");
+
+  DFlashConfig config;
+  config.block_size = required_int(json, "block_size", path);
+  const Json& layer_ids = required_field(json, "target_layer_ids", path);
+  if (!layer_ids.is_array() || layer_ids.empty())
+    fail_field("target_layer_ids", path, "must be a non-empty list of layer indices");
+  for (const Json& id : layer_ids) {
+    if (!id.is_number_integer()) fail_field("target_layer_ids", path, "must hold integers");
+    config.target_layer_ids.push_back(id.get<int32_t>());
+  }
+  config.mask_token_id = int32_t(required_int(json, "mask_token_id", path));
+  config.hidden_size = required_int(json, "hidden_size", path);
+  config.intermediate_size = required_int(json, "intermediate_size", path);
+  config.n_layers = required_int(json, "num_hidden_layers", path);
+  config.n_heads = required_int(json, "num_attention_heads", path);
+  config.n_kv_heads = required_int(json, "num_key_value_heads", path);
+  config.head_dim = required_int(json, "head_dim", path);
+  config.rms_norm_eps = float(required_number(json, "rms_norm_eps", path));
+  config.rope_theta = required_number(json, "rope_theta", path);
+  config.target_hidden_size = required_int(json, "target_hidden_size", path);
+  config.vocab_size = required_int(json, "vocab_size", path);
+  return config;
+}
+
+void DFlashConfig::validate(const std::string& source, const ModelConfig& target) const {
+  auto require_positive = [&](int64_t value, const char* field) {
+    if (value <= 0)
+      fail_field(field, source, "must be positive, got " + std::to_string(value));
+  };
+  require_positive(hidden_size, "hidden_size");
+  require_positive(intermediate_size, "intermediate_size");
+  require_positive(n_layers, "num_hidden_layers");
+  require_positive(n_heads, "num_attention_heads");
+  require_positive(n_kv_heads, "num_key_value_heads");
+  require_positive(head_dim, "head_dim");
+  require_positive(target_hidden_size, "target_hidden_size");
+  require_positive(vocab_size, "vocab_size");
+  if (block_size < 2)
+    fail_field("block_size", source, "must be at least 2, got " + std::to_string(block_size));
+  if (head_dim % 2 != 0) fail_field("head_dim", source, "must be even (RoPE rotates pairs)");
+  if (!(rope_theta > 0)) fail_field("rope_theta", source, "must be positive");
+  if (!(rms_norm_eps > 0)) fail_field("rms_norm_eps", source, "must be positive");
+  if (n_heads % n_kv_heads != 0)
+    fail_field("num_attention_heads", source, "must be a multiple of num_key_value_heads");
+  // The drafter shares the target's embedding and LM head, so it works in the target's width.
+  if (hidden_size != target.hidden_size)
+    fail_field("hidden_size", source, "is " + std::to_string(hidden_size) + " but the target's is " +
+                                          std::to_string(target.hidden_size));
+  if (target_hidden_size != target.hidden_size)
+    fail_field("target_hidden_size", source, "is " + std::to_string(target_hidden_size) +
+                                                 " but the target's hidden_size is " +
+                                                 std::to_string(target.hidden_size));
+  if (vocab_size != target.vocab_size)
+    fail_field("vocab_size", source, "is " + std::to_string(vocab_size) + " but the target's is " +
+                                         std::to_string(target.vocab_size));
+  if (mask_token_id < 0 || mask_token_id >= vocab_size)
+    fail_field("mask_token_id", source, "is outside the vocabulary of " + std::to_string(vocab_size));
+  for (int32_t id : target_layer_ids)
+    if (id < 0 || id >= target.n_layers)
+      fail_field("target_layer_ids", source, "names layer " + std::to_string(id) + " but the target has " +
+                                                 std::to_string(target.n_layers) + " layers");
+}
+
+DFlashDrafter::DFlashDrafter(const std::string& drafter_dir, const ModelConfig& target_config,
+                             const Qwen3Weights& target_weights, int n_threads)
+    : config_(DFlashConfig::load(drafter_dir)), pool_(n_threads) {
+  config_.validate(drafter_dir + "/config.json", target_config);
+  checkpoint_ = std::make_shared<Checkpoint>(Checkpoint::open(drafter_dir));
+  weights_ = bind_dflash_weights(*checkpoint_, config_, target_weights);
+  inverse_frequencies_ = cpu::rope_inverse_frequencies(config_.head_dim, config_.rope_theta);
+}
+
+void DFlashDrafter::ensure_room(DrafterContext& context, int64_t n_slots) const {
+  const size_t n_floats = size_t(n_slots * config_.kv_dim());
+  context.keys_.resize(size_t(config_.n_layers));
+  context.values_.resize(size_t(config_.n_layers));
+  for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
+    if (context.keys_[size_t(layer)].size() < n_floats) context.keys_[size_t(layer)].resize(n_floats);
+    if (context.values_[size_t(layer)].size() < n_floats) context.values_[size_t(layer)].resize(n_floats);
+  }
+}
+
+void DFlashDrafter::write_kv(DrafterContext& context, int64_t layer, const float* inputs,
+                             int64_t n_rows, int64_t first_slot, const int32_t* positions) {
+  const auto& w = weights_.layers[size_t(layer)];
+  const int64_t kv_dim = config_.kv_dim();
+  k_.resize(size_t(n_rows * kv_dim));
+  cpu::linear(inputs, n_rows, w.k_proj, k_.data(), pool_);
+  cpu::rms_norm(k_.data(), n_rows * config_.n_kv_heads, config_.head_dim, w.k_norm,
+                config_.rms_norm_eps, k_.data());
+  cpu::rope_apply(k_.data(), n_rows, config_.n_kv_heads, config_.head_dim, positions,
+                  inverse_frequencies_);
+  float* keys = context.keys_[size_t(layer)].data() + first_slot * kv_dim;
+  float* values = context.values_[size_t(layer)].data() + first_slot * kv_dim;
+  std::memcpy(keys, k_.data(), size_t(n_rows * kv_dim) * sizeof(float));
+  // Values go straight to their slots: no norm and no rotation.
+  cpu::linear(inputs, n_rows, w.v_proj, values, pool_);
+}
+
+void DFlashDrafter::append_context(DrafterContext& context, const float* taps, int64_t n_tokens) {
+  if (n_tokens <= 0) return;
+  const int64_t hidden = config_.hidden_size;
+  const int64_t first = context.n_entries_;
+  ensure_room(context, first + n_tokens + config_.block_size);
+  features_.resize(size_t(n_tokens * hidden));
+  cpu::linear(taps, n_tokens, weights_.fc, features_.data(), pool_);
+  cpu::rms_norm(features_.data(), n_tokens, hidden, weights_.hidden_norm, config_.rms_norm_eps,
+                features_.data());
+  std::vector<int32_t> positions(static_cast<size_t>(n_tokens));
+  for (int64_t i = 0; i < n_tokens; ++i) positions[size_t(i)] = int32_t(first + i);
+  for (int64_t layer = 0; layer < config_.n_layers; ++layer)
+    write_kv(context, layer, features_.data(), n_tokens, first, positions.data());
+  context.n_entries_ = first + n_tokens;
+}
+
+void DFlashDrafter::propose_block(DrafterContext& context, int32_t last_token, int64_t position,
+                                  float* logits) {
+  if (position < 0 || position > context.size())
+    fail("internal: drafter block at position " + std::to_string(position) + " but the context holds " +
+         std::to_string(context.size()) + " entries");
+  if (last_token < 0 || last_token >= config_.vocab_size)
+    fail("token id " + std::to_string(last_token) + " is outside the drafter's vocabulary");
+  const int64_t n_rows = config_.block_size;
+  const int64_t hidden = config_.hidden_size, inter = config_.intermediate_size;
+  const int64_t q_dim = config_.q_dim();
+  const float eps = config_.rms_norm_eps;
+  // Block K/V live in the scratch slots just past the committed entries.
+  const int64_t block_slot = context.size();
+  ensure_room(context, block_slot + n_rows);
+
+  std::vector<int32_t> tokens(size_t(n_rows), config_.mask_token_id);
+  tokens[0] = last_token;
+  std::vector<int32_t> positions(static_cast<size_t>(n_rows));
+  for (int64_t i = 0; i < n_rows; ++i) positions[size_t(i)] = int32_t(position + i);
+  // Every block row sees the same keys in logical order: context 0..position-1, then the block.
+  key_slots_.resize(size_t(position + n_rows));
+  for (int64_t j = 0; j < position; ++j) key_slots_[size_t(j)] = int32_t(j);
+  for (int64_t i = 0; i < n_rows; ++i) key_slots_[size_t(position + i)] = int32_t(block_slot + i);
+  std::vector<const int32_t*> slot_lists(size_t(n_rows), key_slots_.data());
+  std::vector<int32_t> n_keys(size_t(n_rows), int32_t(position + n_rows));
+
+  features_.resize(size_t(n_rows * hidden));
+  normed_.resize(size_t(n_rows * hidden));
+  proj_.resize(size_t(n_rows * hidden));
+  q_.resize(size_t(n_rows * q_dim));
+  attn_out_.resize(size_t(n_rows * q_dim));
+  gate_.resize(size_t(n_rows * inter));
+  up_.resize(size_t(n_rows * inter));
+  cpu::embedding_rows(weights_.embed_tokens, tokens.data(), n_rows, features_.data());
+  const cpu::AttentionShape shape{config_.n_heads, config_.n_kv_heads, config_.head_dim,
+                                  float(1.0 / std::sqrt(double(config_.head_dim)))};
+
+  for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
+    const auto& w = weights_.layers[size_t(layer)];
+    cpu::rms_norm(features_.data(), n_rows, hidden, w.input_norm, eps, normed_.data());
+    cpu::linear(normed_.data(), n_rows, w.q_proj, q_.data(), pool_);
+    cpu::rms_norm(q_.data(), n_rows * config_.n_heads, config_.head_dim, w.q_norm, eps, q_.data());
+    cpu::rope_apply(q_.data(), n_rows, config_.n_heads, config_.head_dim, positions.data(),
+                    inverse_frequencies_);
+    write_kv(context, layer, normed_.data(), n_rows, block_slot, positions.data());
+    cpu::attention(q_.data(), n_rows, context.keys_[size_t(layer)].data(),
+                   context.values_[size_t(layer)].data(), slot_lists.data(), n_keys.data(), shape,
+                   attn_out_.data(), pool_);
+    cpu::linear(attn_out_.data(), n_rows, w.o_proj, proj_.data(), pool_);
+    for (int64_t i = 0; i < n_rows * hidden; ++i) features_[size_t(i)] += proj_[size_t(i)];
+
+    cpu::rms_norm(features_.data(), n_rows, hidden, w.post_attention_norm, eps, normed_.data());
+    cpu::linear(normed_.data(), n_rows, w.gate_proj, gate_.data(), pool_);
+    cpu::linear(normed_.data(), n_rows, w.up_proj, up_.data(), pool_);
+    cpu::swiglu(gate_.data(), up_.data(), n_rows * inter, gate_.data());
+    cpu::linear(gate_.data(), n_rows, w.down_proj, proj_.data(), pool_);
+    for (int64_t i = 0; i < n_rows * hidden; ++i) features_[size_t(i)] += proj_[size_t(i)];
+  }
+
+  // Row 0 holds the known token; only rows 1..B-1 predict.
+  cpu::rms_norm(features_.data() + hidden, n_rows - 1, hidden, weights_.final_norm, eps, normed_.data());
+  cpu::linear(normed_.data(), n_rows - 1, weights_.lm_head, logits, pool_);
+}
+
+std::vector<int32_t> top_k_tokens(const float* logits, int64_t n_vocab, int64_t k) {
+  k = std::max<int64_t>(0, std::min(k, n_vocab));
+  std::vector<int32_t> ids(static_cast<size_t>(n_vocab));
+  for (int64_t i = 0; i < n_vocab; ++i) ids[size_t(i)] = int32_t(i);
+  auto better = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), better);
+  ids.resize(size_t(k));
+  return ids;
+}
+
+int32_t argmax_token(const float* logits, int64_t n_vocab) {
+  int32_t best = 0;
+  for (int64_t i = 1; i < n_vocab; ++i)
+    if (logits[i] > logits[best]) best = int32_t(i);
+  return best;
+}
+
+}  // namespace tf

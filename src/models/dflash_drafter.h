@@ -1,0 +1,128 @@
+// DFlash block drafter on the CPU: a few Qwen3-style layers that, conditioned on taps of the
+// target's hidden states, predict a block of tokens in one non-causal forward.
+//
+// Context: for each committed token t, the taps of the target layers target_layer_ids (output of
+// each layer, before the final norm) are concatenated, projected by fc and normed by hidden_norm
+// into c_t; every drafter layer turns c_t into a context key/value (its own k_proj/v_proj,
+// k_norm, RoPE at t) kept in the lane's DrafterContext, one entry per committed token.
+// Block: [last token at p, mask, ..., mask] at positions p..p+B-1, embedded with the target's
+// embedding; each block row attends to context entries 0..p-1 and to all B block rows (no causal
+// mask inside the block). Rows 1..B-1 go through the final norm and the target's LM head and
+// predict tokens p+1..p+B-1.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "loader/checkpoint.h"
+#include "loader/model_config.h"
+#include "models/qwen3_weights.h"
+
+namespace tf {
+
+// The drafter's config.json ("architectures": ["DFlashDrafter"]), validated once at load.
+struct DFlashConfig {
+  int64_t block_size = 0;                // B: tokens per block, the last verified one included
+  std::vector<int32_t> target_layer_ids;  // target layers whose outputs are tapped, in fc order
+  int32_t mask_token_id = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  float rms_norm_eps = 0;
+  double rope_theta = 0;
+  int64_t target_hidden_size = 0;
+  int64_t vocab_size = 0;
+
+  // Reads DIR/config.json; throws tf::Error naming the file and the field.
+  static DFlashConfig load(const std::string& drafter_dir);
+  // Checks ranges, and that the drafter fits `target` (hidden size, vocabulary, tapped layers).
+  void validate(const std::string& source, const ModelConfig& target) const;
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  int64_t n_taps() const { return int64_t(target_layer_ids.size()); }
+  // Floats of taps per token: [n_taps][target_hidden_size].
+  int64_t tap_width() const { return n_taps() * target_hidden_size; }
+};
+
+struct DFlashWeights {
+  WeightMatrix fc;                        // [hidden][n_taps * target_hidden]
+  WeightVector hidden_norm;               // [hidden]
+  std::vector<Qwen3LayerWeights> layers;  // same shapes as a Qwen3 layer of the drafter's config
+  WeightVector final_norm;                // [hidden]
+  WeightMatrix embed_tokens;              // the target's [vocab][hidden]
+  WeightMatrix lm_head;                   // the target's [vocab][hidden]
+};
+
+// One lane's injected context: the K/V of every committed token in every drafter layer, plus
+// scratch room at the end for the block being drafted.
+class DrafterContext {
+ public:
+  int64_t size() const { return n_entries_; }
+  // Drops entries at positions >= n (tokens the target rejected, or a rolled-back lane).
+  void truncate(int64_t n) {
+    if (n < n_entries_) n_entries_ = n;
+  }
+
+ private:
+  friend class DFlashDrafter;
+  int64_t n_entries_ = 0;
+  std::vector<std::vector<float>> keys_;    // [n_layers][n_entries_ + scratch][kv_dim]
+  std::vector<std::vector<float>> values_;  // [n_layers][n_entries_ + scratch][kv_dim]
+};
+
+class DFlashDrafter {
+ public:
+  // Loads DIR/config.json and DIR/model.safetensors. The embedding and LM head are the target's:
+  // `target_weights` must outlive the drafter. Throws tf::Error naming the file and the field or
+  // tensor.
+  DFlashDrafter(const std::string& drafter_dir, const ModelConfig& target_config,
+                const Qwen3Weights& target_weights, int n_threads);
+
+  const DFlashConfig& config() const { return config_; }
+  int64_t n_block_logits() const { return config_.block_size - 1; }
+
+  // Appends the entries of the next n_tokens committed tokens (positions context.size() ...);
+  // taps: [n_tokens][config().tap_width()]. Each entry depends on its own token's taps alone.
+  void append_context(DrafterContext& context, const float* taps, int64_t n_tokens);
+
+  // Drafts the block after last_token at `position`, seeing context entries 0..position-1
+  // (context.size() must be at least position). logits: [B-1][vocab], row j predicting the
+  // token at position + 1 + j. Uses the context's scratch room; committed entries are unchanged.
+  void propose_block(DrafterContext& context, int32_t last_token, int64_t position, float* logits);
+
+ private:
+  void ensure_room(DrafterContext& context, int64_t n_slots) const;
+  // Rotated, normed K and V of `rows` inputs of layer `layer`, written to slots first_slot...
+  void write_kv(DrafterContext& context, int64_t layer, const float* inputs, int64_t n_rows,
+                int64_t first_slot, const int32_t* positions);
+
+  DFlashConfig config_;
+  std::shared_ptr<Checkpoint> checkpoint_;
+  DFlashWeights weights_;
+  ThreadPool pool_;
+  std::vector<float> inverse_frequencies_;
+
+  // Scratch, resized per call.
+  std::vector<float> features_;  // [n_rows][hidden]  context features c_t, or block hidden
+  std::vector<float> normed_;    // [n_rows][hidden]
+  std::vector<float> q_;         // [n_rows][q_dim]
+  std::vector<float> k_;         // [n_rows][kv_dim]
+  std::vector<float> v_;         // [n_rows][kv_dim]
+  std::vector<float> attn_out_;  // [n_rows][q_dim]
+  std::vector<float> proj_;      // [n_rows][hidden]
+  std::vector<float> gate_;      // [n_rows][intermediate]
+  std::vector<float> up_;        // [n_rows][intermediate]
+  std::vector<int32_t> key_slots_;
+};
+
+// The k highest logits' token ids, best first; ties go to the lower id (as the sampler's argmax).
+std::vector<int32_t> top_k_tokens(const float* logits, int64_t n_vocab, int64_t k);
+// top_k_tokens(logits, n_vocab, 1)[0] without the sort.
+int32_t argmax_token(const float* logits, int64_t n_vocab);
+
+}  // namespace tf

@@ -1,0 +1,57 @@
+// Drafter proposer: the DFlash block drafter's greedy block as a chain, and the top-k of its
+// first position as root siblings.
+//
+// How the engine feeds it (the taps protocol):
+//   1. At startup, model.set_tap_layers(drafter.config().target_layer_ids) so every forward keeps
+//      the taps of every row (Model::taps(), [n_rows][tap_width]).
+//   2. After each round's commit, for each lane, call observe_taps(first_position, taps, n) with
+//      the taps of the rows whose K/V became the lane's history this round (prefill chunk rows,
+//      the tree root and the accepted draft rows), in position order, first_position being the
+//      position of the first of them. Rows may be handed over one call per row (each entry
+//      depends on its own row alone). Entries at positions >= first_position are replaced, so a
+//      lane rolled back needs no separate call.
+//   3. The lane's last token (the target's own next token) has no taps yet: it is the block's
+//      first token, and its taps arrive next round, when it has been forwarded as the root.
+// When the context does not cover every position before the root (a prefix restored from a cache
+// without taps), propose() adds nothing: speculation only ever costs speed, never tokens.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "models/dflash_drafter.h"
+#include "speculation/proposer.h"
+
+namespace tf {
+
+struct DrafterProposerOptions {
+  int64_t n_root_candidates = 4;  // top-k at the first position: the chain's head plus k-1 siblings
+  int64_t max_chain = 15;         // most chain nodes; the drafter proposes at most block_size - 1
+};
+
+// A proposer serves one lane; the drafter (weights and scratch) is shared by every lane of the
+// engine thread.
+class DrafterProposer final : public Proposer {
+ public:
+  DrafterProposer(std::shared_ptr<DFlashDrafter> drafter, DrafterProposerOptions options = {});
+
+  ProposerKind kind() const override { return ProposerKind::drafter; }
+  // Tokens alone teach the drafter nothing; it learns through observe_taps.
+  void observe(const LaneHistory& history) override;
+  void propose(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) override;
+
+  // taps: [n_tokens][drafter tap_width] of the committed tokens at first_position ...; taps that
+  // start past the context's end are ignored (the gap cannot be filled).
+  void observe_taps(int64_t first_position, const float* taps, int64_t n_tokens);
+  int64_t n_context() const { return context_.size(); }
+  // The block logits of the last propose() that ran the drafter: [B-1][vocab].
+  const std::vector<float>& last_logits() const { return logits_; }
+
+ private:
+  std::shared_ptr<DFlashDrafter> drafter_;
+  DrafterProposerOptions options_;
+  DrafterContext context_;
+  std::vector<float> logits_;
+};
+
+}  // namespace tf

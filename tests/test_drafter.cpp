@@ -1,0 +1,359 @@
+// DFlash drafter: target taps, the drafter's block logits against the PyTorch reference dump,
+// batch invariance of its context and block, its loader errors, and the proposer's tree shape.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "engine/kv_cache.h"
+#include "loader/safetensors.h"
+#include "models/dflash_drafter.h"
+#include "models/model.h"
+#include "models/qwen3.h"
+#include "speculation/drafter_proposer.h"
+#include "support/expect_error.h"
+#include "support/fixtures.h"
+
+namespace tf {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+
+// The reference runs PyTorch in float32 on the stored weights; ours is float32 too, so the only
+// differences are summation orders.
+constexpr float kTolerance = 1e-4f;
+
+const char* kTarget = "qwen3-tiny-a";
+const char* kReferenceDrafter = "tests/fixtures/drafter/tiny-a-drafter";
+const char* kReferenceDump = "tests/fixtures/drafter/tiny-a-drafter-reference.json";
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "tf_drafter_XXXXXX").string();
+    path = mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+const Qwen3Weights& target_weights(const Model& model) {
+  return dynamic_cast<const Qwen3CpuModel&>(model).weights();
+}
+
+// One prefill forward over `ids` (optionally split into chunks at `chunk_starts`); returns the
+// taps of every row and writes the logits of every row.
+std::vector<float> prefill_taps(Model& model, const std::vector<int32_t>& ids,
+                                std::vector<float>* logits, const std::vector<size_t>& chunk_starts = {0}) {
+  const ModelConfig& c = model.config();
+  KvCache kv(c.n_layers, c.kv_dim(), kv_blocks_for(int64_t(ids.size())));
+  int32_t lane = kv.lane_open();
+  kv.lane_reserve(lane, int64_t(ids.size()));
+  logits->assign(ids.size() * size_t(c.vocab_size), 0.0f);
+  std::vector<float> taps;
+  for (size_t k = 0; k < chunk_starts.size(); ++k) {
+    size_t begin = chunk_starts[k], end = k + 1 < chunk_starts.size() ? chunk_starts[k + 1] : ids.size();
+    Batch batch;
+    for (size_t i = begin; i < end; ++i)
+      batch.rows.push_back({ids[i], int32_t(i), lane, i == begin ? -1 : int32_t(i - begin) - 1,
+                            kv.slot(lane, int64_t(i)), true});
+    model.forward(batch, kv, logits->data() + begin * size_t(c.vocab_size));
+    taps.insert(taps.end(), model.taps().begin(), model.taps().end());
+  }
+  return taps;
+}
+
+// A random drafter directory fitting the target `target` (f32 weights, two layers, GQA).
+void write_random_drafter(const std::string& dir, const ModelConfig& target, uint32_t seed,
+                          Json* config_out = nullptr) {
+  const int64_t hidden = target.hidden_size, inter = 128, head_dim = 32, n_heads = 3, n_kv = 1;
+  const std::vector<int32_t> layer_ids = {0, int32_t(target.n_layers - 1)};
+  Json config = {{"architectures", {"DFlashDrafter"}},
+                 {"block_size", 16},
+                 {"target_layer_ids", layer_ids},
+                 {"mask_token_id", int32_t(target.vocab_size - 2)},
+                 {"hidden_size", hidden},
+                 {"intermediate_size", inter},
+                 {"num_hidden_layers", 2},
+                 {"num_attention_heads", n_heads},
+                 {"num_key_value_heads", n_kv},
+                 {"head_dim", head_dim},
+                 {"rms_norm_eps", 1e-6},
+                 {"rope_theta", 10000.0},
+                 {"target_hidden_size", hidden},
+                 {"vocab_size", target.vocab_size}};
+  if (config_out) *config_out = config;
+  std::ofstream(dir + "/config.json") << config.dump(2);
+
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<float>> storage;
+  std::vector<TensorToWrite> tensors;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale, float offset) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    storage.emplace_back(size_t(n));
+    for (float& x : storage.back()) x = offset + scale * normal(rng);
+    tensors.push_back({name, DType::f32, shape, storage.back().data(), size_t(n) * sizeof(float)});
+  };
+  storage.reserve(64);
+  const int64_t n_taps = int64_t(layer_ids.size());
+  add("fc.weight", {hidden, n_taps * hidden}, 0.1f, 0.0f);
+  add("hidden_norm.weight", {hidden}, 0.1f, 1.0f);
+  add("norm.weight", {hidden}, 0.1f, 1.0f);
+  for (int i = 0; i < 2; ++i) {
+    const std::string l = "layers." + std::to_string(i) + ".";
+    add(l + "input_layernorm.weight", {hidden}, 0.1f, 1.0f);
+    add(l + "self_attn.q_proj.weight", {n_heads * head_dim, hidden}, 0.1f, 0.0f);
+    add(l + "self_attn.k_proj.weight", {n_kv * head_dim, hidden}, 0.1f, 0.0f);
+    add(l + "self_attn.v_proj.weight", {n_kv * head_dim, hidden}, 0.1f, 0.0f);
+    add(l + "self_attn.o_proj.weight", {hidden, n_heads * head_dim}, 0.1f, 0.0f);
+    add(l + "self_attn.q_norm.weight", {head_dim}, 0.1f, 1.0f);
+    add(l + "self_attn.k_norm.weight", {head_dim}, 0.1f, 1.0f);
+    add(l + "post_attention_layernorm.weight", {hidden}, 0.1f, 1.0f);
+    add(l + "mlp.gate_proj.weight", {inter, hidden}, 0.1f, 0.0f);
+    add(l + "mlp.up_proj.weight", {inter, hidden}, 0.1f, 0.0f);
+    add(l + "mlp.down_proj.weight", {hidden, inter}, 0.1f, 0.0f);
+  }
+  write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+}
+
+std::vector<int32_t> random_ids(size_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) id = int32_t(rng() % uint32_t(vocab));
+  return ids;
+}
+
+float largest_difference(const float* a, const std::vector<float>& b) {
+  float worst = 0;
+  for (size_t i = 0; i < b.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+std::vector<float> flatten(const nlohmann::json& rows) {
+  std::vector<float> out;
+  for (const auto& row : rows)
+    for (const auto& x : row) out.push_back(x.get<float>());
+  return out;
+}
+
+TEST(DrafterTaps, TapsDoNotChangeLogitsAndAreChunkInvariant) {
+  auto model = load_model(test::fixture_model(kTarget), {});
+  const ModelConfig& c = model->config();
+  std::vector<int32_t> ids = random_ids(37, c.vocab_size, 7);
+  std::vector<float> plain_logits, tapped_logits, chunked_logits;
+  prefill_taps(*model, ids, &plain_logits);
+  EXPECT_TRUE(model->taps().empty());
+  model->set_tap_layers({int(c.n_layers - 1), 0});
+  std::vector<float> taps = prefill_taps(*model, ids, &tapped_logits);
+  ASSERT_EQ(taps.size(), ids.size() * 2 * size_t(c.hidden_size));
+  EXPECT_EQ(plain_logits, tapped_logits) << "taps must not move the logits";
+  std::vector<float> chunked = prefill_taps(*model, ids, &chunked_logits, {0, 1, 9, 30});
+  EXPECT_EQ(taps, chunked) << "a token's taps must not depend on how the prompt was chunked";
+  test::expect_error_naming([&] { model->set_tap_layers({int(c.n_layers)}); }, {"tap layer"});
+  model->set_tap_layers({});
+}
+
+// A drafter fed its context in one call, token by token, or after a truncation, drafts the same
+// bits; lanes do not see each other.
+TEST(DrafterForward, ContextAndBlockAreBatchInvariant) {
+  TempDir dir;
+  auto model = load_model(test::fixture_model(kTarget), {});
+  const ModelConfig& c = model->config();
+  write_random_drafter(dir.path, c, 11);
+  DFlashDrafter drafter(dir.path, c, target_weights(*model), 3);
+  const auto& layer_ids = drafter.config().target_layer_ids;
+  model->set_tap_layers({layer_ids.begin(), layer_ids.end()});
+  std::vector<int32_t> ids = random_ids(41, c.vocab_size, 12);
+  std::vector<float> logits;
+  std::vector<float> taps = prefill_taps(*model, ids, &logits);
+  const int64_t width = drafter.config().tap_width();
+  const size_t n_out = size_t(drafter.n_block_logits() * c.vocab_size);
+  const int64_t p = int64_t(ids.size()) - 1;  // the last token is the block's head
+
+  DrafterContext whole;
+  drafter.append_context(whole, taps.data(), p);
+  std::vector<float> expected(n_out);
+  drafter.propose_block(whole, ids.back(), p, expected.data());
+  for (float x : expected) ASSERT_TRUE(std::isfinite(x));
+
+  DrafterContext single, other;
+  std::vector<int32_t> other_ids = random_ids(20, c.vocab_size, 13);
+  std::vector<float> other_logits;
+  std::vector<float> other_taps = prefill_taps(*model, other_ids, &other_logits);
+  for (int64_t t = 0; t < p; ++t) {
+    drafter.append_context(single, taps.data() + t * width, 1);
+    if (t < 19) drafter.append_context(other, other_taps.data() + t * width, 1);
+  }
+  std::vector<float> got(n_out), scratch(n_out);
+  drafter.propose_block(other, other_ids.back(), 19, scratch.data());
+  drafter.propose_block(single, ids.back(), p, got.data());
+  EXPECT_EQ(got, expected) << "token-by-token context, with another lane interleaved";
+
+  // Rejected entries replaced: append garbage taps past p - 5, truncate, append the real ones.
+  DrafterContext rolled;
+  drafter.append_context(rolled, taps.data(), p - 5);
+  drafter.append_context(rolled, other_taps.data(), 9);
+  drafter.propose_block(rolled, other_ids[3], p - 5, scratch.data());
+  rolled.truncate(p - 5);
+  drafter.append_context(rolled, taps.data() + (p - 5) * width, 5);
+  drafter.propose_block(rolled, ids.back(), p, got.data());
+  EXPECT_EQ(got, expected) << "after a truncation";
+
+  // A block sees context positions < p only; entries past p do not matter.
+  drafter.append_context(rolled, taps.data() + p * width, 1);
+  drafter.propose_block(rolled, ids.back(), p, got.data());
+  EXPECT_EQ(got, expected) << "with an entry at position p present";
+}
+
+TEST(DrafterLoader, ErrorsNameTheFileAndTheField) {
+  auto model = load_model(test::fixture_model(kTarget), {});
+  const ModelConfig& c = model->config();
+  const Qwen3Weights& weights = target_weights(*model);
+  TempDir dir;
+  Json config;
+  write_random_drafter(dir.path, c, 3, &config);
+  const std::string config_path = dir.path + "/config.json";
+  auto rewrite = [&](const Json& j) { std::ofstream(config_path) << j.dump(2); };
+  auto load = [&] { DFlashDrafter drafter(dir.path, c, weights, 1); };
+
+  for (const char* field : {"block_size", "target_layer_ids", "mask_token_id", "hidden_size",
+                            "num_hidden_layers", "head_dim", "rope_theta", "target_hidden_size"}) {
+    Json broken = config;
+    broken.erase(field);
+    rewrite(broken);
+    test::expect_error_naming(load, {config_path, std::string("\"") + field + "\"", "missing"});
+  }
+  Json wrong = config;
+  wrong["target_layer_ids"] = {0, int32_t(c.n_layers)};
+  rewrite(wrong);
+  test::expect_error_naming(load, {config_path, "target_layer_ids", std::to_string(c.n_layers)});
+  wrong = config;
+  wrong["hidden_size"] = c.hidden_size + 32;
+  rewrite(wrong);
+  test::expect_error_naming(load, {config_path, "hidden_size"});
+  wrong = config;
+  wrong["architectures"] = {"Qwen3ForCausalLM"};
+  rewrite(wrong);
+  test::expect_error_naming(load, {config_path, "Qwen3ForCausalLM", "DFlashDrafter"});
+
+  rewrite(config);
+  EXPECT_NO_THROW(load());
+  fs::remove(dir.path + "/model.safetensors");
+  test::expect_error_naming(load, {dir.path});
+}
+
+TEST(DrafterProposer, GreedyChainAndRootSiblings) {
+  TempDir dir;
+  auto model = load_model(test::fixture_model(kTarget), {});
+  const ModelConfig& c = model->config();
+  write_random_drafter(dir.path, c, 21);
+  auto drafter = std::make_shared<DFlashDrafter>(dir.path, c, target_weights(*model), 2);
+  const auto& layer_ids = drafter->config().target_layer_ids;
+  model->set_tap_layers({layer_ids.begin(), layer_ids.end()});
+  std::vector<int32_t> ids = random_ids(30, c.vocab_size, 22);
+  std::vector<float> logits;
+  std::vector<float> taps = prefill_taps(*model, ids, &logits);
+  const int64_t n_vocab = c.vocab_size;
+
+  DrafterProposer proposer(drafter, {});
+  LaneHistory history{ids, int64_t(ids.size())};
+  DraftTree tree;
+  proposer.observe(history);
+  proposer.propose(history, 64, &tree);
+  EXPECT_EQ(tree.size(), 0) << "no context yet: nothing to propose";
+
+  proposer.observe_taps(0, taps.data(), int64_t(ids.size()) - 1);
+  EXPECT_EQ(proposer.n_context(), int64_t(ids.size()) - 1);
+  proposer.propose(history, 64, &tree);
+  const std::vector<float>& block = proposer.last_logits();
+  const int64_t n_chain = drafter->n_block_logits();
+  std::vector<int32_t> first = top_k_tokens(block.data(), n_vocab, 4);
+  // Layout: chain head, three siblings, then the chain's remaining 14 nodes below the head.
+  ASSERT_EQ(tree.size(), 1 + 3 + (n_chain - 1));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(tree.tokens[size_t(i)], first[size_t(i)]);
+    EXPECT_EQ(tree.parents[size_t(i)], -1);
+  }
+  for (int64_t j = 1; j < n_chain; ++j) {
+    const size_t node = size_t(3 + j);
+    EXPECT_EQ(tree.tokens[node], argmax_token(block.data() + j * n_vocab, n_vocab)) << "depth " << j;
+    EXPECT_EQ(tree.parents[node], j == 1 ? 0 : int32_t(node - 1));
+  }
+  for (uint8_t source : tree.sources) EXPECT_EQ(source, uint8_t(ProposerKind::drafter));
+  EXPECT_EQ(first[0], argmax_token(block.data(), n_vocab));
+
+  // A 16-row window keeps the head, the siblings and the shallowest 12 chain nodes.
+  DraftTree window;
+  proposer.propose(history, 16, &window);
+  ASSERT_EQ(window.size(), 16);
+  EXPECT_EQ(std::vector<int32_t>(tree.tokens.begin(), tree.tokens.begin() + 16), window.tokens);
+
+  // Taps re-sent from an earlier position replace the entries past it.
+  proposer.observe_taps(10, taps.data() + 10 * drafter->config().tap_width(), int64_t(ids.size()) - 11);
+  DraftTree again;
+  proposer.propose(history, 64, &again);
+  EXPECT_EQ(again.tokens, tree.tokens);
+}
+
+// The PyTorch reference (tools/train/make_drafter_fixture.py, dflash.py): the target's taps and
+// the drafter's block logits in tests/fixtures/drafter/. A missing dump is a failure, not a skip.
+TEST(DrafterParity, BlockLogitsMatchPyTorchReference) {
+  const std::string dump_path = test::source_path(kReferenceDump);
+  const std::string drafter_dir = test::source_path(kReferenceDrafter);
+  ASSERT_TRUE(fs::exists(dump_path)) << "reference dump missing: " << dump_path
+                                     << " (written by tools/train/make_drafter_fixture.py)";
+  ASSERT_TRUE(fs::exists(drafter_dir + "/config.json")) << "reference drafter missing: " << drafter_dir;
+  auto ref = test::read_json(dump_path);
+  auto model = load_model(test::fixture_model(kTarget), {});
+  const ModelConfig& c = model->config();
+  DFlashDrafter drafter(drafter_dir, c, target_weights(*model), 2);
+  const auto& layer_ids = drafter.config().target_layer_ids;
+  model->set_tap_layers({layer_ids.begin(), layer_ids.end()});
+
+  std::vector<int32_t> ids = ref["prompt_ids"].get<std::vector<int32_t>>();
+  std::vector<float> logits;
+  std::vector<float> taps = prefill_taps(*model, ids, &logits);
+  std::vector<float> ref_taps = flatten(ref["taps"]);
+  ASSERT_EQ(taps.size(), ref_taps.size()) << "taps: [n_prompt][n_taps * hidden]";
+  const float taps_difference = largest_difference(taps.data(), ref_taps);
+  EXPECT_LT(taps_difference, kTolerance) << "target taps";
+
+  std::vector<int32_t> block_ids = ref["block_input_ids"].get<std::vector<int32_t>>();
+  ASSERT_EQ(int64_t(block_ids.size()), drafter.config().block_size);
+  for (size_t i = 1; i < block_ids.size(); ++i) EXPECT_EQ(block_ids[i], drafter.config().mask_token_id);
+  // The reference block follows the whole prompt: context positions 0..n-1, block at n.
+  const int64_t position = ref["block_start_position"].get<int64_t>();
+  ASSERT_LE(position, int64_t(ids.size()));
+  // The drafter's context is built from our taps, as the engine would; the taps check above
+  // keeps the two sources equal within tolerance.
+  DrafterContext context;
+  drafter.append_context(context, taps.data(), position);
+  const int64_t n_vocab = c.vocab_size;
+  std::vector<float> block(size_t(drafter.n_block_logits() * n_vocab));
+  drafter.propose_block(context, block_ids[0], position, block.data());
+  // The reference has logits for every block entry; entry 0 (the known token) predicts nothing.
+  const auto& ref_rows = ref["block_logits"];
+  ASSERT_EQ(int64_t(ref_rows.size()), drafter.config().block_size) << "block_logits: [block_size][vocab]";
+  std::vector<float> ref_block = flatten(ref_rows);
+  ref_block.erase(ref_block.begin(), ref_block.begin() + n_vocab);
+  ASSERT_EQ(block.size(), ref_block.size());
+  const float block_difference = largest_difference(block.data(), ref_block);
+  EXPECT_LT(block_difference, kTolerance) << "drafter block logits";
+  std::printf("largest differences to the reference: taps %.3g, block logits %.3g\n", taps_difference,
+              block_difference);
+  std::vector<int32_t> ref_argmax = ref["block_argmax"].get<std::vector<int32_t>>();
+  for (int64_t j = 0; j < drafter.n_block_logits(); ++j) {
+    const float* row = block.data() + j * n_vocab;
+    EXPECT_FLOAT_EQ(row[argmax_token(row, n_vocab)], row[ref_argmax[size_t(j + 1)]])
+        << "block entry " << j + 1;
+  }
+}
+
+}  // namespace
+}  // namespace tf
