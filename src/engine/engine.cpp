@@ -14,6 +14,7 @@
 #include "engine/lane.h"
 #include "engine/stop_matcher.h"
 #include "models/model.h"
+#include "speculation/drafter_proposer.h"
 #include "speculation/long_copy.h"
 #include "speculation/ngram.h"
 #include "speculation/replay.h"
@@ -68,6 +69,7 @@ struct Engine::Impl {
   EngineOptions options;
   std::shared_ptr<Model> model;
   std::shared_ptr<const Tokenizer> tokenizer;
+  std::shared_ptr<DFlashDrafter> drafter;
   std::vector<int32_t> eos_ids;
   KvCache kv;
 
@@ -85,18 +87,25 @@ struct Engine::Impl {
   Sampler sampler;
   std::vector<float> logits;
   std::vector<int64_t> logit_row_of;         // [batch rows] index among logit rows, or -1
+  std::vector<float> committed_taps;         // [n_tokens][tap width] gathered for one lane
   std::thread thread;
 
   // Lanes get their whole budget up front; scratch gets a round's worth of rows.
-  Impl(const EngineOptions& opts, std::shared_ptr<Model> m, std::shared_ptr<const Tokenizer> t)
+  Impl(const EngineOptions& opts, std::shared_ptr<Model> m, std::shared_ptr<const Tokenizer> t,
+       std::shared_ptr<DFlashDrafter> d)
       : options(opts),
         model(std::move(m)),
         tokenizer(std::move(t)),
+        drafter(std::move(d)),
         eos_ids(model->config().eos_token_ids),
         kv(model->config().n_layers, model->config().kv_dim(),
            int64_t(opts.n_parallel) * kv_blocks_for(opts.n_ctx) + kv_blocks_for(opts.max_rows_per_round)) {
     scratch_lane = kv.lane_open();
     kv.lane_reserve(scratch_lane, opts.max_rows_per_round);
+    if (drafter) {
+      const auto& ids = drafter->config().target_layer_ids;
+      model->set_tap_layers(std::vector<int>(ids.begin(), ids.end()));
+    }
   }
 
   void run();
@@ -107,6 +116,7 @@ struct Engine::Impl {
   void add_decode_rows(Lane& lane, int64_t max_rows, int64_t* n_scratch, Batch& batch);
   void accept(Lane& lane, const LaneRows& placed, const Batch& batch);
   void on_token(Lane& lane, int32_t token, const float* lane_logits);
+  void feed_drafter(Lane& lane, int64_t first_position, const std::vector<int64_t>& rows);
   void finish(Lane& lane, FinishReason reason, const std::string& error = {});
   bool send(Lane& lane, GenerationUpdate& update);
   bool is_eos(int32_t token) const {
@@ -115,14 +125,14 @@ struct Engine::Impl {
 };
 
 Engine::Engine(const EngineOptions& options, std::shared_ptr<Model> model,
-               std::shared_ptr<const Tokenizer> tokenizer)
+               std::shared_ptr<const Tokenizer> tokenizer, std::shared_ptr<DFlashDrafter> drafter)
     : options_(options) {
   if (options.n_parallel < 1) fail("--parallel must be at least 1");
   if (options.n_ctx < 2) fail("--ctx must be at least 2");
   if (options.n_ctx > model->config().max_position_embeddings)
     fail("--ctx " + std::to_string(options.n_ctx) + " exceeds the model's max_position_embeddings (" +
          std::to_string(model->config().max_position_embeddings) + ")");
-  impl_ = std::make_unique<Impl>(options, std::move(model), std::move(tokenizer));
+  impl_ = std::make_unique<Impl>(options, std::move(model), std::move(tokenizer), std::move(drafter));
   impl_->thread = std::thread([this] { impl_->run(); });
 }
 
@@ -247,6 +257,11 @@ void Engine::Impl::admit() {
       LongCopyOptions copy;
       copy.min_confident_match = options.min_confident_match;
       lane->proposers.push_back(std::make_unique<LongCopyProposer>(copy));
+      if (drafter) {
+        auto block_drafter = std::make_unique<DrafterProposer>(drafter);
+        lane->drafter = block_drafter.get();
+        lane->proposers.push_back(std::move(block_drafter));
+      }
       lane->proposers.push_back(std::make_unique<NgramProposer>(NgramOptions{}));
     }
     lane->timings.prompt_n = lane->n_prompt;
@@ -359,6 +374,9 @@ void Engine::Impl::round() {
       accept(*p.lane, p, batch);
       continue;
     }
+    std::vector<int64_t> rows(size_t(p.n_rows));
+    for (int64_t i = 0; i < p.n_rows; ++i) rows[size_t(i)] = p.first_row + i;
+    feed_drafter(*p.lane, p.lane->n_cached, rows);
     p.lane->n_cached += p.n_rows;
     int64_t last = p.first_row + p.n_rows - 1;
     if (logit_row_of[size_t(last)] < 0) continue;  // more prompt to come
@@ -381,6 +399,8 @@ void Engine::Impl::accept(Lane& lane, const LaneRows& placed, const Batch& batch
   lane.timings.draft_n += tree.size();
   int32_t node = -1;  // the root
   int64_t n_accepted = 0;
+  std::vector<int64_t> committed_rows = {placed.first_row};
+  std::vector<uint8_t> accepted_sources;
   for (;;) {
     int64_t row = placed.first_row + 1 + node;
     const float* row_logits = logits.data() + logit_row_of[size_t(row)] * n_vocab;
@@ -394,21 +414,38 @@ void Engine::Impl::accept(Lane& lane, const LaneRows& placed, const Batch& batch
       int32_t home = kv.slot(lane.kv_lane, child_row.pos);
       if (child_row.kv_slot != home) kv.copy_slot(child_row.kv_slot, home);
       lane.timings.draft_accepted_n += 1;
+      accepted_sources.push_back(tree.sources[size_t(child)]);
+      committed_rows.push_back(placed.first_row + 1 + child);
       ++n_accepted;
     }
     on_token(lane, token, row_logits);
     if (lane.is_finished || child < 0) break;
     node = child;
   }
+  feed_drafter(lane, lane.n_cached, committed_rows);
   lane.n_cached += 1 + n_accepted;
   const int64_t max_depth = lane.tree_depth;
   std::lock_guard<std::mutex> lock(mutex);
   stats.drafted_tokens += tree.size();
   stats.accepted_tokens += n_accepted;
+  for (uint8_t source : tree.sources) stats.drafted_by_proposer[source % kProposerKinds] += 1;
+  for (uint8_t source : accepted_sources) stats.accepted_by_proposer[source % kProposerKinds] += 1;
   for (int64_t d = 0; d < std::min<int64_t>(max_depth, kMaxTrackedDepth); ++d) {
     stats.drafted_at_depth[d] += 1;
     if (d < n_accepted) stats.accepted_at_depth[d] += 1;
   }
+}
+
+// Hands the block drafter the taps of the rows that just became the lane's history, in position
+// order (the taps protocol in drafter_proposer.h).
+void Engine::Impl::feed_drafter(Lane& lane, int64_t first_position, const std::vector<int64_t>& rows) {
+  if (!lane.drafter || rows.empty()) return;
+  const std::vector<float>& taps = model->taps();
+  const size_t width = size_t(drafter->config().tap_width());
+  committed_taps.resize(rows.size() * width);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(taps.data() + size_t(rows[i]) * width, width, committed_taps.data() + i * width);
+  lane.drafter->observe_taps(first_position, committed_taps.data(), int64_t(rows.size()));
 }
 
 void Engine::Impl::on_token(Lane& lane, int32_t token, const float* lane_logits) {

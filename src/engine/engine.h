@@ -11,11 +11,13 @@
 #include <thread>
 
 #include "engine/request.h"
+#include "speculation/proposer.h"
 
 namespace tf {
 
 class Model;
 class Tokenizer;
+class DFlashDrafter;
 
 // Which window a lane's draft tree gets (TF_LANES): the lone driver's wide, copy-heavy tree for a
 // lone greedy stream, or the shared lanes' window.
@@ -49,6 +51,9 @@ struct EngineStats {
   // Acceptance per depth: rounds whose tree reached depth d+1, and rounds that accepted it.
   int64_t drafted_at_depth[kMaxTrackedDepth] = {};
   int64_t accepted_at_depth[kMaxTrackedDepth] = {};
+  // Drafted and accepted tokens by the proposer that put them in the tree (ProposerKind order).
+  int64_t drafted_by_proposer[kProposerKinds] = {};
+  int64_t accepted_by_proposer[kProposerKinds] = {};
   int64_t queue_depth = 0;  // now
   int64_t lanes_live = 0;   // now
 };
@@ -63,8 +68,10 @@ struct SubmitResult {
 
 class Engine {
  public:
+  // With a drafter, the model keeps taps of the drafter's target layers, and drafted requests get
+  // the block drafter among their proposers.
   Engine(const EngineOptions& options, std::shared_ptr<Model> model,
-         std::shared_ptr<const Tokenizer> tokenizer);
+         std::shared_ptr<const Tokenizer> tokenizer, std::shared_ptr<DFlashDrafter> drafter = nullptr);
   ~Engine();  // stops the thread; pending requests finish with `cancelled`
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

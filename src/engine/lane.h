@@ -9,6 +9,7 @@
 #include "engine/request.h"
 #include "engine/stop_matcher.h"
 #include "sampling/sampler.h"
+#include "speculation/drafter_proposer.h"
 #include "speculation/proposer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,6 +30,7 @@ struct Lane {
   std::unique_ptr<StreamDecoder> decoder;
   std::unique_ptr<StopMatcher> stop_matcher;
   std::vector<std::unique_ptr<Proposer>> proposers;  // asked in order; earlier ones fill first
+  DrafterProposer* drafter = nullptr;                // among `proposers`; fed taps after commits
   DraftTree tree;                                    // this round's drafts below the root
   int64_t tree_depth = 0;                            // deepest node of this round's tree
   ReplyTimings timings;

@@ -51,6 +51,16 @@ std::string prometheus_text(const EngineStats& stats) {
                       std::to_string(stats.accepted_at_depth[d]) + "\n";
   }
   out += accepted_lines;
+  out += "# HELP tensorfold_drafted_by_proposer_total Drafted tokens by the proposer that drafted them.\n"
+         "# TYPE tensorfold_drafted_by_proposer_total counter\n";
+  std::string accepted_by = "# HELP tensorfold_accepted_by_proposer_total Accepted tokens by proposer.\n"
+                            "# TYPE tensorfold_accepted_by_proposer_total counter\n";
+  for (int k = 0; k < kProposerKinds; ++k) {
+    std::string label = std::string("{proposer=\"") + proposer_kind_name(ProposerKind(k)) + "\"} ";
+    out += "tensorfold_drafted_by_proposer_total" + label + std::to_string(stats.drafted_by_proposer[k]) + "\n";
+    accepted_by += "tensorfold_accepted_by_proposer_total" + label + std::to_string(stats.accepted_by_proposer[k]) + "\n";
+  }
+  out += accepted_by;
   return out;
 }
 

@@ -30,6 +30,7 @@ struct DraftTree {
 };
 
 enum class ProposerKind : uint8_t { long_copy = 0, ngram = 1, replay = 2, drafter = 3 };
+constexpr int kProposerKinds = 4;
 const char* proposer_kind_name(ProposerKind kind);
 
 class Proposer {

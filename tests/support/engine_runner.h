@@ -47,18 +47,19 @@ struct ReplyCollector {
 inline std::vector<Reply> run_requests(std::shared_ptr<Model> model,
                                        const std::vector<GenerationRequest>& requests,
                                        const EngineOptions& options, bool together,
-                                       std::shared_ptr<const Tokenizer> tokenizer = nullptr) {
+                                       std::shared_ptr<const Tokenizer> tokenizer = nullptr,
+                                       std::shared_ptr<DFlashDrafter> drafter = nullptr) {
   std::vector<Reply> replies;
   if (!together) {
     for (const auto& r : requests) {
-      Engine engine(options, model, tokenizer);
+      Engine engine(options, model, tokenizer, drafter);
       ReplyCollector c;
       EXPECT_EQ(engine.submit(r, c.sink()).status, SubmitStatus::accepted);
       replies.push_back(c.wait());
     }
     return replies;
   }
-  Engine engine(options, model, tokenizer);
+  Engine engine(options, model, tokenizer, drafter);
   std::vector<std::unique_ptr<ReplyCollector>> collectors;
   for (const auto& r : requests) {
     collectors.push_back(std::make_unique<ReplyCollector>());
