@@ -1,6 +1,8 @@
 // DFlash drafter: config and weights of a drafter directory, context K/V and the block forward.
 #include "models/dflash_drafter.h"
 
+#include "models/qwen3.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -309,6 +311,13 @@ int32_t argmax_token(const float* logits, int64_t n_vocab) {
   for (int64_t i = 1; i < n_vocab; ++i)
     if (logits[i] > logits[best]) best = int32_t(i);
   return best;
+}
+
+std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, const Model& target,
+                                            int n_threads) {
+  const auto* qwen3 = dynamic_cast<const Qwen3CpuModel*>(&target);
+  if (!qwen3) fail("the drafter in " + drafter_dir + " needs the CPU backend's target model");
+  return std::make_shared<DFlashDrafter>(drafter_dir, qwen3->config(), qwen3->weights(), n_threads);
 }
 
 }  // namespace tf

@@ -18,6 +18,7 @@
 #include "core/thread_pool.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
+#include "models/model.h"
 #include "models/qwen3_weights.h"
 
 namespace tf {
@@ -119,6 +120,11 @@ class DFlashDrafter {
   std::vector<float> up_;        // [n_rows][intermediate]
   std::vector<int32_t> key_slots_;
 };
+
+// Loads a drafter for a loaded target (which must be a backend that can share its embedding,
+// LM head and taps: the CPU Qwen3 model); tf::Error naming the directory otherwise.
+std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, const Model& target,
+                                            int n_threads);
 
 // The k highest logits' token ids, best first; ties go to the lower id (as the sampler's argmax).
 std::vector<int32_t> top_k_tokens(const float* logits, int64_t n_vocab, int64_t k);

@@ -2,6 +2,8 @@
 // JSON, and the model loaded on a background thread while /health answers 503.
 #include "server/http_server.h"
 
+#include "models/dflash_drafter.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +16,7 @@
 #include <httplib.h>
 
 #include "core/error.h"
+#include "models/dflash_drafter.h"
 #include "server/completion_handler.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
@@ -237,7 +240,10 @@ struct HttpServer::Impl {
         auto tokenizer = Tokenizer::from_file(options.model_dir + "/tokenizer.json");
         auto model = load_model(options.model_dir, options.load);
         auto serving = std::make_shared<ServingContext>();
-        serving->engine = std::make_shared<Engine>(options.engine, model, tokenizer);
+        std::shared_ptr<DFlashDrafter> drafter;
+        if (!options.drafter_dir.empty())
+          drafter = load_drafter(options.drafter_dir, *model, options.load.n_threads);
+        serving->engine = std::make_shared<Engine>(options.engine, model, tokenizer, drafter);
         serving->tokenizer = tokenizer;
         serving->limits.model_id = options.model_id;
         serving->limits.model_aliases = {options.model_dir};

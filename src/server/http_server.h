@@ -14,6 +14,7 @@ namespace tf::server {
 struct ServerOptions {
   std::string model_dir;
   std::string model_id;  // what /v1/models lists and replies name
+  std::string drafter_dir;  // a DFlash block drafter for the model; empty: none
   std::string host = "127.0.0.1";
   int port = 8080;                   // 0: any free port (printed when listening)
   std::string api_key;               // empty: no authentication
