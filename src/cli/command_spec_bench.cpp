@@ -11,6 +11,7 @@
 #include "cli/receipt.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "models/dflash_drafter.h"
 #include "models/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -20,6 +21,7 @@ namespace {
 
 struct SpecBenchFlags {
   std::string model_dir = default_model_dir();
+  std::string drafter_dir;
   std::string rename_file = std::string(TF_SOURCE_DIR_FOR_BENCH) + "/bench/inputs/rename_source.cpp.txt";
   std::vector<int> streams = {1, 4};
   int waves = 3;
@@ -35,7 +37,7 @@ struct BenchCase {
 
 enum class DraftMode { off, proposers, replay_self };
 const char* mode_name(DraftMode mode) {
-  return mode == DraftMode::off ? "draft off" : mode == DraftMode::proposers ? "long-copy + n-gram" : "replay + long-copy";
+  return mode == DraftMode::off ? "draft off" : mode == DraftMode::proposers ? "proposers" : "replay + proposers";
 }
 
 std::vector<BenchCase> make_cases(const Tokenizer& tokenizer, const std::string& rename_file) {
@@ -64,13 +66,14 @@ struct WaveResult {
 };
 
 WaveResult run_wave(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
+                    std::shared_ptr<DFlashDrafter> drafter,
                     const BenchCase& bench_case, int n_streams, int64_t max_tokens, DraftMode mode,
                     const std::vector<int32_t>& own_reply) {
   EngineOptions options;
   options.n_parallel = n_streams;
   options.n_ctx = int64_t(bench_case.prompt.size()) + max_tokens + 1;
   options.lane_policy = lane_policy_from_env();
-  Engine engine(options, model, tokenizer);
+  Engine engine(options, model, tokenizer, drafter);
   std::vector<std::promise<GenerationUpdate>> finals(static_cast<size_t>(n_streams));
   std::vector<std::vector<int32_t>> replies(static_cast<size_t>(n_streams));
   for (int s = 0; s < n_streams; ++s) {
@@ -110,9 +113,12 @@ void run_spec_bench(const SpecBenchFlags& flags) {
   auto model = load_model_for_cli(flags.model_dir, flags.n_threads);
   auto tokenizer = load_tokenizer_if_present(flags.model_dir);
   if (!tokenizer) fail(flags.model_dir + " has no tokenizer.json; spec-bench needs one");
+  std::shared_ptr<DFlashDrafter> drafter;
+  if (!flags.drafter_dir.empty()) drafter = load_drafter(flags.drafter_dir, *model, flags.n_threads);
   std::ostringstream report;
   report << "# Speculative rounds on the CPU: " << flags.model_dir << "\n\n"
-         << "- command: `tensorfold spec-bench --model " << flags.model_dir << " --waves " << flags.waves
+         << "- command: `tensorfold spec-bench --model " << flags.model_dir
+         << (flags.drafter_dir.empty() ? std::string() : " --drafter " + flags.drafter_dir) << " --waves " << flags.waves
          << " --max-tokens " << flags.max_tokens << "`\n"
          << "- commit: " << receipt_commit() << "\n- machine: " << receipt_machine() << "\n"
          << "- TF_LANES: " << (std::getenv("TF_LANES") ? std::getenv("TF_LANES") : "unset") << "\n"
@@ -129,7 +135,7 @@ void run_spec_bench(const SpecBenchFlags& flags) {
         std::vector<double> rates, per_round;
         int64_t drafted = 0, accepted = 0;
         for (int wave = 0; wave <= flags.waves; ++wave) {
-          WaveResult r = run_wave(model, tokenizer, bench_case, n_streams, flags.max_tokens, mode, own_reply);
+          WaveResult r = run_wave(model, tokenizer, drafter, bench_case, n_streams, flags.max_tokens, mode, own_reply);
           if (mode == DraftMode::off && own_reply.empty()) own_reply = r.replies[0];
           for (const auto& reply : r.replies)
             if (reply != own_reply) fail("a drafted reply differs from the draft-off reply: exactness is broken");
@@ -161,6 +167,7 @@ void register_spec_bench_command(CLI::App& app) {
   auto flags = std::make_shared<SpecBenchFlags>();
   CLI::App* cmd = app.add_subcommand("spec-bench", "Measure speculative rounds against draft off (prints a receipt)");
   cmd->add_option("--model", flags->model_dir, "Model directory")->envname("TF_MODEL")->capture_default_str();
+  cmd->add_option("--drafter", flags->drafter_dir, "DFlash block drafter directory (joins the proposers)");
   cmd->add_option("--rename-file", flags->rename_file, "Source file of the whole-file rename case")->capture_default_str();
   cmd->add_option("--streams", flags->streams, "Simultaneous streams, e.g. 1 4")->capture_default_str();
   cmd->add_option("--waves", flags->waves, "Timed waves per row")->check(CLI::Range(1, 100))->capture_default_str();
