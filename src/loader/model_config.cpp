@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "loader/config_fields.h"
 #include "loader/file_helpers.h"
 
 namespace tf {
@@ -12,17 +13,6 @@ namespace tf {
 namespace {
 
 using Json = nlohmann::json;
-
-const Json* find_field(const Json& object, const char* field) {
-  auto it = object.find(field);
-  // HF writes null for unset optional fields; treat it as absent.
-  if (it == object.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-[[noreturn]] void fail_field(const char* field, const std::string& path, const char* problem) {
-  fail(std::string("field \"") + field + "\" in " + path + " " + problem);
-}
 
 int64_t read_int(const Json& value, const char* field, const std::string& path) {
   if (!value.is_number_integer()) fail_field(field, path, "must be an integer");
@@ -32,18 +22,6 @@ int64_t read_int(const Json& value, const char* field, const std::string& path) 
 double read_number(const Json& value, const char* field, const std::string& path) {
   if (!value.is_number()) fail_field(field, path, "must be a number");
   return value.get<double>();
-}
-
-int64_t required_int(const Json& object, const char* field, const std::string& path) {
-  const Json* value = find_field(object, field);
-  if (!value) fail_field(field, path, "is missing");
-  return read_int(*value, field, path);
-}
-
-double required_number(const Json& object, const char* field, const std::string& path) {
-  const Json* value = find_field(object, field);
-  if (!value) fail_field(field, path, "is missing");
-  return read_number(*value, field, path);
 }
 
 // "eos_token_id" is an int or a list of ints in config.json and generation_config.json.
@@ -133,17 +111,10 @@ QuantizationConfig read_quantization(const Json& config, const std::string& path
 }  // namespace
 
 ModelConfig ModelConfig::load(const std::string& model_dir) {
-  const std::string path = model_dir + "/config.json";
-  if (!file_exists(path)) fail("no config.json in model directory " + model_dir);
-  const Json json = read_json_file(path);
-  if (!json.is_object()) fail(path + " must hold a JSON object");
-
+  std::string path;
+  const Json json = read_config_object(model_dir, "model", &path);
   ModelConfig config;
-  const Json* architectures = find_field(json, "architectures");
-  if (!architectures) fail_field("architectures", path, "is missing");
-  if (!architectures->is_array() || architectures->empty() || !(*architectures)[0].is_string())
-    fail_field("architectures", path, "must be a non-empty list of strings");
-  config.architecture = (*architectures)[0].get<std::string>();
+  config.architecture = config_architecture(json, path);
   if (config.architecture != "Qwen3ForCausalLM")
     fail("unsupported architecture " + config.architecture + " in " + path +
          " (supported: Qwen3ForCausalLM)");

@@ -13,6 +13,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
+#include "loader/config_fields.h"
 #include "loader/file_helpers.h"
 
 namespace tf {
@@ -20,28 +21,6 @@ namespace tf {
 namespace {
 
 using Json = nlohmann::json;
-
-[[noreturn]] void fail_field(const std::string& field, const std::string& path, const std::string& problem) {
-  fail("field \"" + field + "\" in " + path + " " + problem);
-}
-
-const Json& required_field(const Json& object, const char* field, const std::string& path) {
-  auto it = object.find(field);
-  if (it == object.end() || it->is_null()) fail_field(field, path, "is missing");
-  return *it;
-}
-
-int64_t required_int(const Json& object, const char* field, const std::string& path) {
-  const Json& value = required_field(object, field, path);
-  if (!value.is_number_integer()) fail_field(field, path, "must be an integer");
-  return value.get<int64_t>();
-}
-
-double required_number(const Json& object, const char* field, const std::string& path) {
-  const Json& value = required_field(object, field, path);
-  if (!value.is_number()) fail_field(field, path, "must be a number");
-  return value.get<double>();
-}
 
 // The drafter's own tensors are dense (f32, f16 or bf16); the kernels read them as typed arrays.
 const TensorView& dense_tensor(const Checkpoint& checkpoint, const std::string& name,
@@ -104,16 +83,11 @@ DFlashWeights bind_dflash_weights(const Checkpoint& checkpoint, const DFlashConf
 }  // namespace
 
 DFlashConfig DFlashConfig::load(const std::string& drafter_dir) {
-  const std::string path = drafter_dir + "/config.json";
-  if (!file_exists(path)) fail("no config.json in drafter directory " + drafter_dir);
-  const Json json = read_json_file(path);
-  if (!json.is_object()) fail(path + " must hold a JSON object");
-
-  const Json& architectures = required_field(json, "architectures", path);
-  if (!architectures.is_array() || architectures.empty() || !architectures[0].is_string())
-    fail_field("architectures", path, "must be a non-empty list of strings");
-  if (architectures[0] != "DFlashDrafter")
-    fail("unsupported drafter architecture " + architectures[0].get<std::string>() + " in " + path +
+  std::string path;
+  const Json json = read_config_object(drafter_dir, "drafter", &path);
+  const std::string architecture = config_architecture(json, path);
+  if (architecture != "DFlashDrafter")
+    fail("unsupported drafter architecture " + architecture + " in " + path +
          " (supported: DFlashDrafter)");
 
   DFlashConfig config;
