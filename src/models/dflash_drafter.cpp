@@ -22,57 +22,32 @@ namespace {
 
 using Json = nlohmann::json;
 
-// The drafter's own tensors are dense (f32, f16 or bf16); the kernels read them as typed arrays.
-const TensorView& dense_tensor(const Checkpoint& checkpoint, const std::string& name,
-                               const std::vector<int64_t>& shape) {
-  const TensorView& tensor = checkpoint.get(name, shape);
-  if (tensor.dtype != DType::f32 && tensor.dtype != DType::f16 && tensor.dtype != DType::bf16)
-    fail("tensor \"" + name + "\" in " + checkpoint.file_of(name) + " has dtype " +
-         dtype_name(tensor.dtype) + ", expected f32, f16 or bf16");
-  if (reinterpret_cast<uintptr_t>(tensor.data) % dtype_size(tensor.dtype) != 0)
-    fail("tensor \"" + name + "\" in " + checkpoint.file_of(name) + " is not aligned to its element size");
-  return tensor;
-}
-
-WeightMatrix dense_matrix(const Checkpoint& checkpoint, const std::string& name, int64_t n_rows,
-                          int64_t n_cols) {
-  const TensorView& tensor = dense_tensor(checkpoint, name, {n_rows, n_cols});
-  WeightMatrix matrix;
-  matrix.n_rows = n_rows;
-  matrix.n_cols = n_cols;
-  matrix.dtype = tensor.dtype;
-  matrix.data = tensor.data;
-  return matrix;
-}
-
-WeightVector dense_vector(const Checkpoint& checkpoint, const std::string& name, int64_t n) {
-  const TensorView& tensor = dense_tensor(checkpoint, name, {n});
-  return WeightVector{n, tensor.dtype, tensor.data};
-}
+// The drafter is exported in bf16: its matrices are dense.
+const QuantizationConfig kDense{};
 
 DFlashWeights bind_dflash_weights(const Checkpoint& checkpoint, const DFlashConfig& config,
                                   const Qwen3Weights& target) {
   const int64_t hidden = config.hidden_size, intermediate = config.intermediate_size;
   DFlashWeights weights;
-  weights.fc = dense_matrix(checkpoint, "fc.weight", hidden, config.tap_width());
-  weights.hidden_norm = dense_vector(checkpoint, "hidden_norm.weight", hidden);
-  weights.final_norm = dense_vector(checkpoint, "norm.weight", hidden);
+  weights.fc = bind_matrix(checkpoint, "fc", hidden, config.tap_width(), kDense);
+  weights.hidden_norm = bind_vector(checkpoint, "hidden_norm.weight", hidden);
+  weights.final_norm = bind_vector(checkpoint, "norm.weight", hidden);
   for (int64_t i = 0; i < config.n_layers; ++i) {
     const std::string layer = "layers." + std::to_string(i) + ".";
     const std::string attention = layer + "self_attn.";
     const std::string mlp = layer + "mlp.";
     Qwen3LayerWeights w;
-    w.input_norm = dense_vector(checkpoint, layer + "input_layernorm.weight", hidden);
-    w.q_proj = dense_matrix(checkpoint, attention + "q_proj.weight", config.q_dim(), hidden);
-    w.k_proj = dense_matrix(checkpoint, attention + "k_proj.weight", config.kv_dim(), hidden);
-    w.v_proj = dense_matrix(checkpoint, attention + "v_proj.weight", config.kv_dim(), hidden);
-    w.o_proj = dense_matrix(checkpoint, attention + "o_proj.weight", hidden, config.q_dim());
-    w.q_norm = dense_vector(checkpoint, attention + "q_norm.weight", config.head_dim);
-    w.k_norm = dense_vector(checkpoint, attention + "k_norm.weight", config.head_dim);
-    w.post_attention_norm = dense_vector(checkpoint, layer + "post_attention_layernorm.weight", hidden);
-    w.gate_proj = dense_matrix(checkpoint, mlp + "gate_proj.weight", intermediate, hidden);
-    w.up_proj = dense_matrix(checkpoint, mlp + "up_proj.weight", intermediate, hidden);
-    w.down_proj = dense_matrix(checkpoint, mlp + "down_proj.weight", hidden, intermediate);
+    w.input_norm = bind_vector(checkpoint, layer + "input_layernorm.weight", hidden);
+    w.q_proj = bind_matrix(checkpoint, attention + "q_proj", config.q_dim(), hidden, kDense);
+    w.k_proj = bind_matrix(checkpoint, attention + "k_proj", config.kv_dim(), hidden, kDense);
+    w.v_proj = bind_matrix(checkpoint, attention + "v_proj", config.kv_dim(), hidden, kDense);
+    w.o_proj = bind_matrix(checkpoint, attention + "o_proj", hidden, config.q_dim(), kDense);
+    w.q_norm = bind_vector(checkpoint, attention + "q_norm.weight", config.head_dim);
+    w.k_norm = bind_vector(checkpoint, attention + "k_norm.weight", config.head_dim);
+    w.post_attention_norm = bind_vector(checkpoint, layer + "post_attention_layernorm.weight", hidden);
+    w.gate_proj = bind_matrix(checkpoint, mlp + "gate_proj", intermediate, hidden, kDense);
+    w.up_proj = bind_matrix(checkpoint, mlp + "up_proj", intermediate, hidden, kDense);
+    w.down_proj = bind_matrix(checkpoint, mlp + "down_proj", hidden, intermediate, kDense);
     weights.layers.push_back(w);
   }
   weights.embed_tokens = target.embed_tokens;

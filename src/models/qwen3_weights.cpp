@@ -22,6 +22,9 @@ void check_dtype_and_alignment(const Checkpoint& checkpoint, const TensorView& t
          " is not aligned to its element size");
 }
 
+
+}  // namespace
+
 WeightVector bind_vector(const Checkpoint& checkpoint, const std::string& name, int64_t n) {
   const TensorView& tensor = checkpoint.get(name, {n});
   check_dtype_and_alignment(checkpoint, tensor, /*want_float=*/true);
@@ -74,8 +77,6 @@ WeightMatrix bind_matrix(const Checkpoint& checkpoint, const std::string& prefix
   matrix.biases = biases.data;
   return matrix;
 }
-
-}  // namespace
 
 Qwen3Weights bind_qwen3_weights(const Checkpoint& checkpoint, const ModelConfig& config) {
   const QuantizationConfig& quantization = config.quantization;

@@ -1,5 +1,6 @@
 // Qwen3 weights bound from a checkpoint (dense or MLX-quantized), with every shape checked.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -33,5 +34,12 @@ struct Qwen3Weights {
 // ".weight" (u32), ".scales" and ".biases". Throws tf::Error naming the file and tensor on a
 // missing tensor, a wrong shape or dtype.
 Qwen3Weights bind_qwen3_weights(const Checkpoint& checkpoint, const ModelConfig& config);
+
+// One norm gain NAME of n floats (f32, f16 or bf16), checked for shape, dtype and alignment.
+WeightVector bind_vector(const Checkpoint& checkpoint, const std::string& name, int64_t n);
+// PREFIX.weight as a [n_rows][n_cols] matrix: dense, or MLX-quantized with PREFIX.scales and
+// PREFIX.biases when `quantization` says so (a .scales tensor without it is an error).
+WeightMatrix bind_matrix(const Checkpoint& checkpoint, const std::string& prefix, int64_t n_rows,
+                         int64_t n_cols, const QuantizationConfig& quantization);
 
 }  // namespace tf
