@@ -2,7 +2,7 @@
 # Train the code target and its drafter from scratch on the GPU machine: corpus -> tokenizer -> target -> drafter.
 #
 # Usage (from the repository root):  tools/train/run_all.sh [--smoke] [--stages corpus,tokenizer,target,drafter]
-#   [--target-minutes M] [--drafter-minutes M] [--distill-minutes M]
+#   [--target-minutes M] [--drafter-minutes M] [--distill-minutes M] [--corpus-bytes N] [--tokenizer-bytes N]
 # Intermediate products live under $WORK (default /tmp/tensorfold-train) and a stage whose product is already
 # there is skipped, so the stages can be split over several device calls while the machine stays warm.
 # The exported models come back as $OUT/models.tar.part-* (split below the 16 MB transfer limit).
@@ -13,6 +13,8 @@ smoke=0
 target_minutes=8
 drafter_minutes=7
 distill_minutes=1.5
+corpus_bytes=0      # 0: every Python source found
+tokenizer_bytes=60000000
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1 ;;
@@ -20,6 +22,8 @@ while [ $# -gt 0 ]; do
     --target-minutes) target_minutes="$2"; shift ;;
     --drafter-minutes) drafter_minutes="$2"; shift ;;
     --distill-minutes) distill_minutes="$2"; shift ;;
+    --corpus-bytes) corpus_bytes="$2"; shift ;;
+    --tokenizer-bytes) tokenizer_bytes="$2"; shift ;;
     *) echo "run_all.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -39,8 +43,8 @@ if [ "$smoke" = 1 ]; then
   target_args=(--size smoke --minutes 0.3 --seq-len 512 --batch-size 16 --eval-batches 2)
   drafter_args=(--minutes 0.3 --seq-len 512 --batch-size 8 --blocks-per-row 8 --eval-batches 2 --distill-minutes 0.1)
 else
-  corpus_args=()
-  tokenizer_args=()
+  corpus_args=(--max-total-bytes "$corpus_bytes")
+  tokenizer_args=(--max-bytes "$tokenizer_bytes")
   target_args=(--size full --minutes "$target_minutes")
   drafter_args=(--minutes "$drafter_minutes" --distill-minutes "$distill_minutes")
 fi
@@ -49,21 +53,27 @@ target_dir="$models/tensorfold-code-target"
 drafter_dir="$models/tensorfold-code-drafter"
 
 want() { [[ ",$stages," == *",$1,"* ]]; }
+stage_start=$SECONDS
+stage_done() { echo "run_all.sh: $1 done at $((SECONDS - stage_start)) s"; }
 
 if want corpus && [ ! -f "$work/corpus/manifest.json" ]; then
   python3 "$here/corpus.py" --out "$work/corpus" "${corpus_args[@]}"
+  stage_done corpus
 fi
 if want tokenizer && [ ! -f "$work/tokenizer/tokenizer.json" ]; then
   python3 "$here/tokenizer.py" --corpus "$work/corpus" --out "$work/tokenizer" "${tokenizer_args[@]}"
+  stage_done tokenizer
 fi
 if want target; then
   python3 "$here/target.py" --corpus "$work/corpus" --tokenizer "$work/tokenizer" --cache "$work/tokens" \
     --out "$target_dir" "${target_args[@]}"
+  stage_done target
 fi
 if want drafter; then
   [ -f "$target_dir/config.json" ] || { echo "run_all.sh: no target at $target_dir; run the target stage first" >&2; exit 1; }
   python3 "$here/dflash.py" --target "$target_dir" --corpus "$work/corpus" --cache "$work/tokens" \
     --out "$drafter_dir" "${drafter_args[@]}"
+  stage_done drafter
 fi
 
 cp "$work/corpus/manifest.json" "$out/corpus-manifest.json"
