@@ -13,8 +13,14 @@ void register_quantize_command(CLI::App& app);
 void register_bench_command(CLI::App& app);
 void register_serve_command(CLI::App& app);
 void register_spec_bench_command(CLI::App& app);
+void register_spec_eval_command(CLI::App& app);
 
 // The model used when --model is not given: the embedded default under the source tree.
 std::string default_model_dir();
+// The block drafter trained for the default model.
+std::string default_drafter_dir();
+// The --drafter flag: "auto" (the default drafter when serving the default model, else none),
+// "none", or a directory.
+std::string resolve_drafter_dir(const std::string& model_dir, const std::string& drafter_flag);
 
 }  // namespace tf::cli

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   tf::cli::register_quantize_command(app);
   tf::cli::register_bench_command(app);
   tf::cli::register_spec_bench_command(app);
+  tf::cli::register_spec_eval_command(app);
   tf::cli::register_serve_command(app);
   try {
     app.parse(argc, argv);

@@ -252,17 +252,20 @@ void Engine::Impl::admit() {
     if (tokenizer) lane->decoder = std::make_unique<StreamDecoder>(*tokenizer);
     lane->stop_matcher = std::make_unique<StopMatcher>(lane->request.stop);
     if (lane->request.use_draft) {
-      if (!lane->request.replay.empty())
+      auto allowed = [&](ProposerKind kind) { return (lane->request.proposers & proposer_bit(kind)) != 0; };
+      if (!lane->request.replay.empty() && allowed(ProposerKind::replay))
         lane->proposers.push_back(std::make_unique<ReplayProposer>(lane->request.replay, options.lone_window));
-      LongCopyOptions copy;
-      copy.min_confident_match = options.min_confident_match;
-      lane->proposers.push_back(std::make_unique<LongCopyProposer>(copy));
-      if (drafter) {
+      if (allowed(ProposerKind::long_copy)) {
+        LongCopyOptions copy;
+        copy.min_confident_match = options.min_confident_match;
+        lane->proposers.push_back(std::make_unique<LongCopyProposer>(copy));
+      }
+      if (drafter && allowed(ProposerKind::drafter)) {
         auto block_drafter = std::make_unique<DrafterProposer>(drafter);
         lane->drafter = block_drafter.get();
         lane->proposers.push_back(std::move(block_drafter));
       }
-      lane->proposers.push_back(std::make_unique<NgramProposer>(NgramOptions{}));
+      if (allowed(ProposerKind::ngram)) lane->proposers.push_back(std::make_unique<NgramProposer>(NgramOptions{}));
     }
     lane->timings.prompt_n = lane->n_prompt;
     lane->admitted = Clock::now();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "sampling/sampler.h"
+#include "speculation/proposer.h"
 
 namespace tf {
 
@@ -20,6 +21,7 @@ struct GenerationRequest {
   // Benchmarks and tests: a reply to propose as drafts (the replay proposer), to force any
   // acceptance length. Tokens still come from the target alone.
   std::vector<int32_t> replay;
+  ProposerSet proposers = kAllProposers;  // benchmarks: which proposers may draft for this request
 };
 
 enum class FinishReason { stop, length, cancelled, error };

@@ -33,6 +33,11 @@ enum class ProposerKind : uint8_t { long_copy = 0, ngram = 1, replay = 2, drafte
 constexpr int kProposerKinds = 4;
 const char* proposer_kind_name(ProposerKind kind);
 
+// Which proposers a request may use, bit k for ProposerKind k; benchmarks isolate one at a time.
+using ProposerSet = uint8_t;
+constexpr ProposerSet proposer_bit(ProposerKind kind) { return ProposerSet(1u << uint8_t(kind)); }
+constexpr ProposerSet kAllProposers = ProposerSet((1u << kProposerKinds) - 1);
+
 class Proposer {
  public:
   virtual ~Proposer() = default;

@@ -8,40 +8,13 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/reply_collector.h"
 #include "models/model.h"
 
 namespace tf::test {
 
-struct Reply {
-  std::vector<int32_t> tokens;
-  std::string text;
-  GenerationUpdate final_update;
-};
-
-// Collects a reply's updates; wait() blocks until the final one. With cancel_after >= 0 the sink
-// reports the client gone after that many tokens.
-struct ReplyCollector {
-  Reply reply;
-  std::promise<void> done;
-  int64_t cancel_after = -1;
-
-  UpdateSink sink() {
-    return [this](const GenerationUpdate& u) {
-      reply.tokens.insert(reply.tokens.end(), u.tokens.begin(), u.tokens.end());
-      reply.text += u.text;
-      if (u.is_final) {
-        reply.final_update = u;
-        done.set_value();
-        return true;
-      }
-      return cancel_after < 0 || int64_t(reply.tokens.size()) < cancel_after;
-    };
-  }
-  Reply wait() {
-    done.get_future().wait();
-    return reply;
-  }
-};
+using ::tf::Reply;
+using ::tf::ReplyCollector;
 
 // Each request alone on a fresh engine (together = false), or all submitted at once to one engine.
 inline std::vector<Reply> run_requests(std::shared_ptr<Model> model,

@@ -1,0 +1,216 @@
+// `tensorfold spec-eval`: acceptance and speed of each proposer on held-out cases (code completion,
+// prose, whole-file renames; bench/inputs/heldout-eval.jsonl from tools/train/eval_set.py), against
+// `"draft": false`, at several stream counts. Every drafted reply must equal its draft-off reply.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/receipt.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/reply_collector.h"
+#include "models/dflash_drafter.h"
+#include "models/model.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tf::cli {
+namespace {
+
+struct SpecEvalFlags {
+  std::string model_dir = default_model_dir();
+  std::string drafter_dir = "auto";
+  std::string cases_file = std::string(TF_SOURCE_DIR_FOR_BENCH) + "/bench/inputs/heldout-eval.jsonl";
+  std::vector<std::string> kinds = {"code", "prose", "rename"};
+  std::vector<std::string> modes = {"long-copy", "drafter", "both", "all"};
+  std::vector<int> streams = {1, 4};
+  int per_kind = 12;
+  int64_t code_tokens = 128;
+  int64_t prose_tokens = 96;
+  int n_threads = 0;
+  std::string receipt;
+};
+
+struct EvalCase {
+  std::vector<int32_t> prompt;
+  std::string answer;  // renames: the known right file
+  int64_t max_tokens;
+};
+
+// Named proposer sets; "all" is what the server drafts with.
+ProposerSet proposers_of_mode(const std::string& mode) {
+  const ProposerSet copy = proposer_bit(ProposerKind::long_copy), drafter = proposer_bit(ProposerKind::drafter);
+  if (mode == "long-copy") return copy;
+  if (mode == "drafter") return drafter;
+  if (mode == "both") return copy | drafter;
+  if (mode == "all") return copy | drafter | proposer_bit(ProposerKind::ngram);
+  if (mode == "ngram") return proposer_bit(ProposerKind::ngram);
+  fail("--modes: unknown mode '" + mode + "' (long-copy, drafter, both, all, ngram)");
+}
+
+std::map<std::string, std::vector<EvalCase>> read_cases(const SpecEvalFlags& flags, const Tokenizer& tokenizer) {
+  std::ifstream in(flags.cases_file);
+  if (!in) fail("cannot read --cases " + flags.cases_file);
+  std::map<std::string, std::vector<EvalCase>> cases;
+  std::string line;
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
+    nlohmann::json record;
+    try {
+      record = nlohmann::json::parse(line);
+      std::string kind = record.at("kind"), prompt = record.at("prompt"), answer = record.at("answer");
+      if (std::find(flags.kinds.begin(), flags.kinds.end(), kind) == flags.kinds.end()) continue;
+      auto& list = cases[kind];
+      if (int(list.size()) >= flags.per_kind) continue;
+      EvalCase c;
+      c.answer = answer;
+      if (kind == "rename") {
+        // the assistant reply is the whole edited file, then <|im_end|>
+        c.prompt = tokenizer.encode(render_chat({{"user", prompt, std::nullopt}}, ChatOptions{}));
+        c.max_tokens = int64_t(tokenizer.encode(answer).size()) + 32;
+      } else {
+        c.prompt = tokenizer.encode(prompt);
+        c.max_tokens = kind == "code" ? flags.code_tokens : flags.prose_tokens;
+      }
+      list.push_back(std::move(c));
+    } catch (const nlohmann::json::exception& e) {
+      fail(flags.cases_file + " line " + std::to_string(line_no) + ": " + e.what());
+    }
+  }
+  return cases;
+}
+
+struct ModeResult {
+  std::vector<Reply> replies;
+  double seconds;
+};
+
+// Every case submitted at once to an engine of n_streams lanes (the rest queue), greedy.
+ModeResult run_cases(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
+                     std::shared_ptr<DFlashDrafter> drafter, const std::vector<EvalCase>& cases, int n_streams,
+                     bool use_draft, ProposerSet proposers) {
+  EngineOptions options;
+  options.n_parallel = n_streams;
+  options.max_queue = int32_t(cases.size());
+  options.lane_policy = lane_policy_from_env();
+  options.n_ctx = 0;
+  for (const auto& c : cases) options.n_ctx = std::max(options.n_ctx, int64_t(c.prompt.size()) + c.max_tokens + 1);
+  Engine engine(options, model, tokenizer, drafter);
+  std::vector<std::unique_ptr<ReplyCollector>> collectors;
+  auto start = std::chrono::steady_clock::now();
+  for (const auto& c : cases) {
+    GenerationRequest request;
+    request.prompt = c.prompt;
+    request.max_tokens = c.max_tokens;
+    request.use_draft = use_draft;
+    request.proposers = proposers;
+    collectors.push_back(std::make_unique<ReplyCollector>());
+    SubmitResult result = engine.submit(request, collectors.back()->sink());
+    if (result.status != SubmitStatus::accepted) fail(result.message);
+  }
+  ModeResult out;
+  for (auto& c : collectors) out.replies.push_back(c->wait());
+  out.seconds = seconds_since(start);
+  return out;
+}
+
+std::string trimmed(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+void run_spec_eval(const SpecEvalFlags& flags) {
+  auto model = load_model_for_cli(flags.model_dir, flags.n_threads);
+  auto tokenizer = load_tokenizer_if_present(flags.model_dir);
+  if (!tokenizer) fail(flags.model_dir + " has no tokenizer.json; spec-eval needs one");
+  std::shared_ptr<DFlashDrafter> drafter;
+  const std::string drafter_dir = resolve_drafter_dir(flags.model_dir, flags.drafter_dir);
+  if (!drafter_dir.empty()) drafter = load_drafter(drafter_dir, *model, flags.n_threads);
+  auto cases = read_cases(flags, *tokenizer);
+
+  std::ostringstream report;
+  report << "# Proposers on held-out cases: " << flags.model_dir << "\n\n"
+         << "- command: `tensorfold spec-eval --model " << flags.model_dir << " --drafter "
+         << (drafter_dir.empty() ? "none" : drafter_dir) << " --per-kind " << flags.per_kind << "`\n"
+         << "- cases: " << flags.cases_file << "\n- commit: " << receipt_commit() << "\n- machine: " << receipt_machine()
+         << "\n- greedy; all cases of a kind submitted at once to an engine of N lanes; tok/s = completion tokens"
+            " / wall time from the first submit to the last reply (prefill included)\n"
+         << "- acceptance length = completion tokens / target rounds (the round's own token included)\n"
+         << "- every drafted reply was checked token for token against its `draft: false` reply\n\n"
+         << "| Kind | Cases | Streams | Drafts | acceptance length | accepted / drafted | tok/s | vs draft off |\n"
+         << "|---|---|---|---|---|---|---|---|\n";
+  std::ostringstream correctness;
+  for (const std::string& kind : flags.kinds) {
+    const auto& list = cases[kind];
+    if (list.empty()) continue;
+    for (int n_streams : flags.streams) {
+      ModeResult off = run_cases(model, tokenizer, drafter, list, n_streams, false, 0);
+      auto row = [&](const std::string& mode, const ModeResult& r) {
+        int64_t tokens = 0, rounds = 0, drafted = 0, accepted = 0;
+        for (size_t i = 0; i < r.replies.size(); ++i) {
+          const auto& t = r.replies[i].final_update.timings;
+          tokens += t.predicted_n;
+          rounds += t.rounds;
+          drafted += t.draft_n;
+          accepted += t.draft_accepted_n;
+          if (r.replies[i].tokens != off.replies[i].tokens)
+            fail(kind + " case " + std::to_string(i) + " (" + mode + "): the drafted reply differs from the "
+                 "draft-off reply: exactness is broken");
+        }
+        char line[512];
+        std::snprintf(line, sizeof line, "| %s | %zu | %d | %s | %.2f | %lld / %lld | %.1f | %.2fx |\n", kind.c_str(),
+                      list.size(), n_streams, mode.c_str(), rounds ? double(tokens) / double(rounds) : 0.0,
+                      (long long)accepted, (long long)drafted, double(tokens) / r.seconds, off.seconds / r.seconds);
+        report << line;
+        std::fputs(line, stderr);
+      };
+      row("draft off", off);
+      for (const std::string& mode : flags.modes) {
+        if (mode != "long-copy" && mode != "ngram" && !drafter) continue;
+        row(mode, run_cases(model, tokenizer, drafter, list, n_streams, true, proposers_of_mode(mode)));
+      }
+      if (kind == "rename" && n_streams == flags.streams.front()) {
+        int exact = 0, modulo_trailing = 0;
+        for (size_t i = 0; i < list.size(); ++i) {
+          const std::string& text = off.replies[i].text;
+          exact += text == list[i].answer;
+          modulo_trailing += trimmed(text) == trimmed(list[i].answer);
+        }
+        correctness << "\nRename correctness (the reply against the file Python's tokenize module renamed): "
+                    << exact << " of " << list.size() << " byte for byte, " << modulo_trailing << " of "
+                    << list.size() << " ignoring trailing blank lines.\n";
+      }
+    }
+  }
+  report << correctness.str();
+  std::fputs(report.str().c_str(), stdout);
+  if (!flags.receipt.empty()) write_receipt(flags.receipt, report.str());
+}
+
+}  // namespace
+
+void register_spec_eval_command(CLI::App& app) {
+  auto flags = std::make_shared<SpecEvalFlags>();
+  CLI::App* cmd = app.add_subcommand("spec-eval", "Acceptance of each proposer on held-out cases (prints a receipt)");
+  cmd->add_option("--model", flags->model_dir, "Model directory")->envname("TF_MODEL")->capture_default_str();
+  cmd->add_option("--drafter", flags->drafter_dir, "DFlash block drafter directory, 'auto' or 'none'")
+      ->capture_default_str();
+  cmd->add_option("--cases", flags->cases_file, "Held-out cases (JSON lines: kind, prompt, answer)")
+      ->capture_default_str();
+  cmd->add_option("--kinds", flags->kinds, "Case kinds to run")->capture_default_str();
+  cmd->add_option("--modes", flags->modes, "Proposer sets: long-copy drafter both all ngram")->capture_default_str();
+  cmd->add_option("--streams", flags->streams, "Lanes of the engine, e.g. 1 4")->capture_default_str();
+  cmd->add_option("--per-kind", flags->per_kind, "Cases of each kind")->check(CLI::Range(1, 1000))->capture_default_str();
+  cmd->add_option("--code-tokens", flags->code_tokens, "Completion tokens for a code case")->capture_default_str();
+  cmd->add_option("--prose-tokens", flags->prose_tokens, "Completion tokens for a prose case")->capture_default_str();
+  cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")->envname("TF_THREADS");
+  cmd->add_option("--receipt", flags->receipt, "Also write the receipt to this file");
+  cmd->callback([flags] { run_spec_eval(*flags); });
+}
+
+}  // namespace tf::cli
