@@ -101,7 +101,9 @@ TEST(LongCopy, CopyOfThePromptBecomesConfidentAfterTheThreshold) {
   EXPECT_EQ(tree.tokens[1], text[189]);
 }
 
-TEST(LongCopy, ResynchronisesAfterAnEdit) {
+// A copy that departs from its source and rejoins it two tokens later is aligned again at once:
+// the next proposal is the long copy from just after the rejoin point.
+TEST(LongCopy, RejoinsTheSourceAfterAnEdit) {
   LongCopyOptions options;
   const std::vector<int32_t> text = distinct_tokens(1000, 300);
   const int64_t edit_at = 150;
@@ -115,16 +117,37 @@ TEST(LongCopy, ResynchronisesAfterAnEdit) {
     if (n_after > 0) tokens.push_back(text[size_t(edit_at + n_after)]);
     std::vector<int32_t> chain = propose_chain(proposer, tokens, n_prompt);
     EXPECT_EQ(proposer.last_match_length(), n_after);
-    if (n_after < options.min_short_match) {
+    if (n_after < options.rejoin_tokens) {
       EXPECT_TRUE(chain.empty()) << n_after;
       continue;
     }
-    int64_t expected_size =
-        n_after < options.min_confident_match ? options.max_short_chain : options.max_copy;
-    ASSERT_EQ(int64_t(chain.size()), expected_size) << n_after;
+    ASSERT_EQ(int64_t(chain.size()), options.max_copy) << n_after;
     EXPECT_EQ(chain[0], text[size_t(edit_at + n_after + 1)]) << n_after;
     EXPECT_EQ(chain[5], text[size_t(edit_at + n_after + 6)]) << n_after;
   }
+}
+
+// A rename: the source uses name A (two tokens) at several places; once the reply has written B
+// (three tokens) for A at the first place, copies proposed before later places already say B.
+TEST(LongCopy, AppliesALearnedEditAtLaterOccurrences) {
+  const std::vector<int32_t> old_name = {7, 8}, new_name = {90001, 90002, 90003};
+  std::vector<int32_t> source, renamed;
+  for (int part = 0; part < 4; ++part) {
+    auto words = distinct_tokens(1000 + 100 * part, 40);
+    source = concat(concat(source, words), old_name);
+    renamed = concat(concat(renamed, words), new_name);
+  }
+  source = concat(source, distinct_tokens(2000, 10));
+  renamed = concat(renamed, distinct_tokens(2000, 10));
+  std::vector<int32_t> tokens = concat(source, {5});  // 5: "rename A to B"
+  const int64_t n_prompt = int64_t(tokens.size());
+  LongCopyProposer proposer;
+  // The reply so far: the first part, B, and two tokens past it.
+  tokens.insert(tokens.end(), renamed.begin(), renamed.begin() + 40 + 3 + 2);
+  std::vector<int32_t> chain = propose_chain(proposer, tokens, n_prompt, 1000);
+  std::vector<int32_t> rest(renamed.begin() + 45, renamed.end());
+  ASSERT_GE(chain.size(), rest.size());
+  EXPECT_TRUE(std::equal(rest.begin(), rest.end(), chain.begin()));
 }
 
 TEST(LongCopy, MostRecentOccurrenceWins) {

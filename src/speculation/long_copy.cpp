@@ -207,10 +207,69 @@ void LongCopyProposer::catch_up(const LaneHistory& history) {
   if (int64_t(tokens.size()) < n_observed_) {  // a different history: start over
     automaton_ = std::make_unique<Automaton>();
     n_observed_ = 0;
+    cursor_ = departed_source_ = departed_at_ = -1;
+    edits_.clear();
   }
   for (; n_observed_ < int64_t(tokens.size()); ++n_observed_) {
     automaton_->extend(tokens[size_t(n_observed_)], int32_t(n_observed_));
+    follow_source(tokens, n_observed_);
   }
+}
+
+void LongCopyProposer::follow_source(const std::vector<int32_t>& tokens, int64_t n) {
+  if (cursor_ >= 0) {
+    if (cursor_ < n && tokens[size_t(cursor_)] == tokens[size_t(n)]) {
+      ++cursor_;
+      return;
+    }
+    departed_source_ = cursor_;
+    departed_at_ = n;
+    cursor_ = -1;
+  }
+  if (departed_source_ >= 0) {
+    if (try_rejoin(tokens, n)) return;
+    if (n - departed_at_ > options_.max_edit_tokens) departed_source_ = -1;  // lost: wait for a long match
+  }
+  if (automaton_->match_length >= options_.min_confident_match) cursor_ = automaton_->match_end + 1;
+}
+
+// The last rejoin_tokens tokens, all at or after the departure, equal the source just after the
+// departure point (within max_edit_tokens): what lies between is an edit.
+bool LongCopyProposer::try_rejoin(const std::vector<int32_t>& tokens, int64_t n) {
+  const int64_t k = options_.rejoin_tokens;
+  if (n - k + 1 < departed_at_) return false;
+  int64_t last_start = std::min(departed_source_ + options_.max_edit_tokens, n - k);
+  for (int64_t start = departed_source_; start <= last_start; ++start) {
+    bool same = true;
+    for (int64_t j = 0; j < k && same; ++j) same = tokens[size_t(start + j)] == tokens[size_t(n - k + 1 + j)];
+    if (!same) continue;
+    Edit edit;
+    edit.old_tokens.assign(tokens.begin() + departed_source_, tokens.begin() + start);
+    edit.new_tokens.assign(tokens.begin() + departed_at_, tokens.begin() + (n - k + 1));
+    learn_edit(std::move(edit));
+    cursor_ = start + k;
+    departed_source_ = departed_at_ = -1;
+    return true;
+  }
+  return false;
+}
+
+void LongCopyProposer::learn_edit(Edit edit) {
+  // An insertion has no old tokens to recognise at the next occurrence.
+  if (edit.old_tokens.empty() || int64_t(edit.new_tokens.size()) > options_.max_edit_tokens) return;
+  auto same = [&](const Edit& e) { return e.old_tokens == edit.old_tokens; };
+  edits_.erase(std::remove_if(edits_.begin(), edits_.end(), same), edits_.end());
+  edits_.insert(edits_.begin(), std::move(edit));
+  if (int64_t(edits_.size()) > options_.max_edits) edits_.pop_back();
+}
+
+const LongCopyProposer::Edit* LongCopyProposer::edit_at(const std::vector<int32_t>& tokens, int64_t p) const {
+  for (const Edit& e : edits_) {
+    if (p + int64_t(e.old_tokens.size()) <= int64_t(tokens.size()) &&
+        std::equal(e.old_tokens.begin(), e.old_tokens.end(), tokens.begin() + p))
+      return &e;
+  }
+  return nullptr;
 }
 
 void LongCopyProposer::observe(const LaneHistory& history) { catch_up(history); }
@@ -221,6 +280,30 @@ int64_t LongCopyProposer::last_match_end() const { return automaton_->match_end;
 
 void LongCopyProposer::propose(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) {
   catch_up(history);
+  const std::vector<int32_t>& tokens = history.tokens;
+  const int64_t n_tokens = int64_t(tokens.size());
+  if (cursor_ >= 0) {
+    // Aligned: copy the source from the cursor with the learned edits applied; a source that
+    // reaches the present (a repeating run) continues with the copy's own output.
+    int64_t n_chain = std::min(options_.max_copy, max_nodes - tree->size());
+    chain_.clear();
+    for (int64_t p = cursor_; int64_t(chain_.size()) < n_chain;) {
+      if (p >= n_tokens) {
+        if (p - n_tokens >= int64_t(chain_.size())) break;
+        chain_.push_back(chain_[size_t(p++ - n_tokens)]);
+      } else if (const Edit* edit = edit_at(tokens, p)) {
+        chain_.insert(chain_.end(), edit->new_tokens.begin(), edit->new_tokens.end());
+        p += int64_t(edit->old_tokens.size());
+      } else {
+        chain_.push_back(tokens[size_t(p++)]);
+      }
+    }
+    if (int64_t(chain_.size()) > n_chain) chain_.resize(size_t(std::max<int64_t>(n_chain, 0)));
+    if (!chain_.empty()) {
+      tree->add_chain(-1, chain_, max_nodes, uint8_t(ProposerKind::long_copy));
+      return;
+    }
+  }
   int64_t match_length = automaton_->match_length;
   int64_t n_chain = 0;
   if (match_length >= options_.min_confident_match) {
@@ -233,8 +316,6 @@ void LongCopyProposer::propose(const LaneHistory& history, int64_t max_nodes, Dr
 
   // Copy what followed the earlier occurrence; past the end of the history the copy reads its own
   // output, so a repeating run keeps repeating (the earlier occurrence overlaps the current one).
-  const std::vector<int32_t>& tokens = history.tokens;
-  int64_t n_tokens = int64_t(tokens.size());
   chain_.clear();
   for (int64_t source = automaton_->match_end + 1; int64_t(chain_.size()) < n_chain; ++source) {
     chain_.push_back(source < n_tokens ? tokens[size_t(source)]

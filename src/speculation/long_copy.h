@@ -13,12 +13,22 @@ struct LongCopyOptions {
   int64_t max_copy = 256;            // most tokens in one long copy
   int64_t min_short_match = 3;       // shorter matches propose nothing
   int64_t max_short_chain = 8;       // most tokens proposed after a short match
+  int64_t rejoin_tokens = 2;         // tokens matching the source again that end a departure
+  int64_t max_edit_tokens = 32;      // longest departure (either side) still learned as an edit
+  int64_t max_edits = 16;            // edits remembered, newest first
 };
 
 // Keeps a suffix automaton over the lane's tokens, extended as tokens arrive, so the longest suffix
 // of the history that also ends at an earlier position is known after every token. Among several
 // earlier occurrences the most recent wins: the newest copy of a repeated text (a file edited over
 // several turns, a list being extended) is the one most likely to be continued.
+//
+// Copies are edit-aware. A rewrite follows its source with a few changes (a rename touches every
+// occurrence of one name), so once a confident match aligns the reply with its source, a cursor
+// follows the source token by token. Where the reply departs from the cursor and rejoins the
+// source a few tokens later, the departure is learned as an edit (old tokens -> new tokens); a
+// copy proposed from the cursor applies the learned edits wherever their old tokens recur, so
+// later occurrences of a renamed name cost no extra round.
 // A proposer serves one lane: the history must only grow between calls.
 class LongCopyProposer final : public Proposer {
  public:
@@ -36,12 +46,25 @@ class LongCopyProposer final : public Proposer {
 
  private:
   struct Automaton;
+  struct Edit {
+    std::vector<int32_t> old_tokens, new_tokens;
+  };
   void catch_up(const LaneHistory& history);
+  // Moves the source cursor past tokens[n], or notes a departure, or rejoins after one.
+  void follow_source(const std::vector<int32_t>& tokens, int64_t n);
+  bool try_rejoin(const std::vector<int32_t>& tokens, int64_t n);
+  void learn_edit(Edit edit);
+  // The newest learned edit whose old tokens start at tokens[p], or nullptr.
+  const Edit* edit_at(const std::vector<int32_t>& tokens, int64_t p) const;
 
   LongCopyOptions options_;
   std::unique_ptr<Automaton> automaton_;
   int64_t n_observed_ = 0;
-  std::vector<int32_t> chain_;  // scratch for propose()
+  int64_t cursor_ = -1;           // history index the aligned reply should copy next, or -1
+  int64_t departed_source_ = -1;  // cursor when the reply departed from it, or -1
+  int64_t departed_at_ = -1;      // history index of the first departing token
+  std::vector<Edit> edits_;       // newest first
+  std::vector<int32_t> chain_;    // scratch for propose()
 };
 
 }  // namespace tf
