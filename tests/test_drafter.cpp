@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -261,7 +262,9 @@ TEST(DrafterProposer, GreedyChainAndRootSiblings) {
   std::vector<float> taps = prefill_taps(*model, ids, &logits);
   const int64_t n_vocab = c.vocab_size;
 
-  DrafterProposer proposer(drafter, {});
+  DrafterProposerOptions every_node;
+  every_node.min_path_probability = 0.0f;
+  DrafterProposer proposer(drafter, every_node);
   LaneHistory history{ids, int64_t(ids.size())};
   DraftTree tree;
   proposer.observe(history);
@@ -287,6 +290,34 @@ TEST(DrafterProposer, GreedyChainAndRootSiblings) {
   }
   for (uint8_t source : tree.sources) EXPECT_EQ(source, uint8_t(ProposerKind::drafter));
   EXPECT_EQ(first[0], argmax_token(block.data(), n_vocab));
+
+  // With a confidence floor the chain stops at the first node whose path probability falls
+  // below it, and unlikely siblings go; the head always stays.
+  for (float floor : {0.001f, 0.02f, 0.5f}) {
+    DrafterProposerOptions options;
+    options.min_path_probability = floor;
+    DrafterProposer confident(drafter, options);
+    confident.observe_taps(0, taps.data(), int64_t(ids.size()) - 1);
+    DraftTree cut;
+    confident.propose(history, 64, &cut);
+    auto softmax_at = [&](int64_t j, int32_t token) {
+      const float* row = block.data() + j * n_vocab;
+      double max_logit = *std::max_element(row, row + n_vocab), sum = 0;
+      for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(double(row[i]) - max_logit);
+      return std::exp(double(row[token]) - max_logit) / sum;
+    };
+    int64_t expected_chain = 1;
+    double path = softmax_at(0, first[0]);
+    for (int64_t j = 1; j < n_chain; ++j) {
+      path *= softmax_at(j, argmax_token(block.data() + j * n_vocab, n_vocab));
+      if (path < floor) break;
+      ++expected_chain;
+    }
+    int64_t expected_siblings = 0;
+    for (int i = 1; i < 4; ++i) expected_siblings += softmax_at(0, first[size_t(i)]) >= floor;
+    EXPECT_EQ(cut.size(), expected_chain + expected_siblings) << "floor " << floor;
+    EXPECT_EQ(cut.tokens[0], first[0]);
+  }
 
   // A 16-row window keeps the head, the siblings and the shallowest 12 chain nodes.
   DraftTree window;

@@ -181,6 +181,17 @@ void DFlashDrafter::append_context(DrafterContext& context, const float* taps, i
 
 void DFlashDrafter::propose_block(DrafterContext& context, int32_t last_token, int64_t position,
                                   float* logits) {
+  run_block(context, last_token, position);
+  for (int64_t j = 0; j < n_block_logits(); ++j) block_logits(j, logits + j * config_.vocab_size);
+}
+
+void DFlashDrafter::block_logits(int64_t row, float* logits) {
+  if (row < 0 || row >= n_block_logits() || block_normed_.empty())
+    fail("internal: drafter block row " + std::to_string(row) + " requested without a block");
+  cpu::linear(block_normed_.data() + row * config_.hidden_size, 1, weights_.lm_head, logits, pool_);
+}
+
+void DFlashDrafter::run_block(DrafterContext& context, int32_t last_token, int64_t position) {
   if (position < 0 || position > context.size())
     fail("internal: drafter block at position " + std::to_string(position) + " but the context holds " +
          std::to_string(context.size()) + " entries");
@@ -239,8 +250,8 @@ void DFlashDrafter::propose_block(DrafterContext& context, int32_t last_token, i
   }
 
   // Row 0 holds the known token; only rows 1..B-1 predict.
-  cpu::rms_norm(features_.data() + hidden, n_rows - 1, hidden, weights_.final_norm, eps, normed_.data());
-  cpu::linear(normed_.data(), n_rows - 1, weights_.lm_head, logits, pool_);
+  block_normed_.resize(size_t((n_rows - 1) * hidden));
+  cpu::rms_norm(features_.data() + hidden, n_rows - 1, hidden, weights_.final_norm, eps, block_normed_.data());
 }
 
 std::vector<int32_t> top_k_tokens(const float* logits, int64_t n_vocab, int64_t k) {

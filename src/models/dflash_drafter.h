@@ -95,6 +95,11 @@ class DFlashDrafter {
   // (context.size() must be at least position). logits: [B-1][vocab], row j predicting the
   // token at position + 1 + j. Uses the context's scratch room; committed entries are unchanged.
   void propose_block(DrafterContext& context, int32_t last_token, int64_t position, float* logits);
+  // The same in two steps, so a proposer can stop paying for the LM head where its confidence
+  // ends: run_block keeps the block's final-normed rows, block_logits(j) gives row j's logits
+  // (bitwise what propose_block writes there: the LM head's rows are independent).
+  void run_block(DrafterContext& context, int32_t last_token, int64_t position);
+  void block_logits(int64_t row, float* logits);
 
  private:
   void ensure_room(DrafterContext& context, int64_t n_slots) const;
@@ -119,6 +124,7 @@ class DFlashDrafter {
   std::vector<float> gate_;      // [n_rows][intermediate]
   std::vector<float> up_;        // [n_rows][intermediate]
   std::vector<int32_t> key_slots_;
+  std::vector<float> block_normed_;  // [B-1][hidden] the last run_block's predicting rows
 };
 
 // Loads a drafter for a loaded target (which must be a backend that can share its embedding,

@@ -2,8 +2,21 @@
 #include "speculation/drafter_proposer.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace tf {
+namespace {
+
+// Softmax probability of `token` under logits[0..n).
+float probability_of(const float* logits, int64_t n, int32_t token) {
+  float max_logit = logits[0];
+  for (int64_t i = 1; i < n; ++i) max_logit = std::max(max_logit, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(double(logits[i] - max_logit));
+  return float(std::exp(double(logits[token] - max_logit)) / sum);
+}
+
+}  // namespace
 
 DrafterProposer::DrafterProposer(std::shared_ptr<DFlashDrafter> drafter, DrafterProposerOptions options)
     : drafter_(std::move(drafter)), options_(options) {}
@@ -24,12 +37,24 @@ void DrafterProposer::propose(const LaneHistory& history, int64_t max_nodes, Dra
   const int64_t n_chain = std::min(options_.max_chain, drafter_->n_block_logits());
   if (n_chain <= 0) return;
   logits_.resize(size_t(drafter_->n_block_logits() * n_vocab));
-  drafter_->propose_block(context_, history.tokens.back(), position, logits_.data());
+  drafter_->run_block(context_, history.tokens.back(), position);
 
-  std::vector<int32_t> chain(static_cast<size_t>(n_chain));
-  for (int64_t j = 0; j < n_chain; ++j)
-    chain[size_t(j)] = argmax_token(logits_.data() + j * n_vocab, n_vocab);
-  const std::vector<int32_t> first = top_k_tokens(logits_.data(), n_vocab, options_.n_root_candidates);
+  // Rows past the confident prefix are never computed (the LM head is most of the drafter's cost).
+  std::vector<int32_t> chain;
+  float path_probability = 1.0f;
+  for (int64_t j = 0; j < n_chain; ++j) {
+    float* row = logits_.data() + j * n_vocab;
+    drafter_->block_logits(j, row);
+    int32_t token = argmax_token(row, n_vocab);
+    path_probability *= probability_of(row, n_vocab, token);
+    if (j > 0 && path_probability < options_.min_path_probability) break;
+    chain.push_back(token);
+  }
+  std::vector<int32_t> first = top_k_tokens(logits_.data(), n_vocab, options_.n_root_candidates);
+  auto unlikely = [&](int32_t token) {
+    return probability_of(logits_.data(), n_vocab, token) < options_.min_path_probability;
+  };
+  first.erase(std::remove_if(first.begin() + 1, first.end(), unlikely), first.end());
   // The chain's head first, then its siblings, then the rest of the chain: a tight window keeps
   // the likelier shallow guesses and drops the deep tail.
   const auto source = uint8_t(ProposerKind::drafter);

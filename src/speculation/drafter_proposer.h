@@ -1,5 +1,5 @@
 // Drafter proposer: the DFlash block drafter's greedy block as a chain, and the top-k of its
-// first position as root siblings.
+// first position as root siblings, each cut where the drafter's own confidence runs out.
 //
 // How the engine feeds it (the taps protocol):
 //   1. At startup, model.set_tap_layers(drafter.config().target_layer_ids) so every forward keeps
@@ -27,6 +27,10 @@ namespace tf {
 struct DrafterProposerOptions {
   int64_t n_root_candidates = 4;  // top-k at the first position: the chain's head plus k-1 siblings
   int64_t max_chain = 15;         // most chain nodes; the drafter proposes at most block_size - 1
+  // Every verified row costs; a node is proposed only while the drafter's own probability of
+  // the path to it (product of softmax probabilities along the chain) stays at or above this.
+  // The chain's head is always proposed.
+  float min_path_probability = 0.1f;
 };
 
 // A proposer serves one lane; the drafter (weights and scratch) is shared by every lane of the
@@ -44,7 +48,8 @@ class DrafterProposer final : public Proposer {
   // start past the context's end are ignored (the gap cannot be filled).
   void observe_taps(int64_t first_position, const float* taps, int64_t n_tokens);
   int64_t n_context() const { return context_.size(); }
-  // The block logits of the last propose() that ran the drafter: [B-1][vocab].
+  // The block logits of the last propose() that ran the drafter: [B-1][vocab]; rows past the
+  // confident prefix were not computed.
   const std::vector<float>& last_logits() const { return logits_; }
 
  private:
