@@ -45,7 +45,7 @@ TEST(ChatTemplate, MatchesTransformers) {
 }
 
 TEST(ChatTemplate, PromptsTokenizeWithSpecialTokens) {
-  const auto tokenizer = tf::Tokenizer::from_file(TF_SOURCE_DIR "/models/qwen3-tiny-chat/tokenizer.json");
+  const auto tokenizer = tf::Tokenizer::from_file(TF_SOURCE_DIR "/tests/fixtures/models/qwen3-tiny-chat/tokenizer.json");
   const int32_t im_start = tokenizer->token_id("<|im_start|>");
   const int32_t im_end = tokenizer->token_id("<|im_end|>");
   ASSERT_TRUE(tokenizer->is_special(im_start));

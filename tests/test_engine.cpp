@@ -134,7 +134,7 @@ TEST(EngineTest, CancelledLaneIsFreedAndNextRequestServed) {
 }
 
 TEST(EngineTest, StopStringEndsTheReplyAndItsTextIsNeverSent) {
-  std::string dir = test::source_path("models/qwen3-tiny-chat");
+  std::string dir = test::source_path("tests/fixtures/models/qwen3-tiny-chat");
   auto model = load_model(dir, {});
   auto tokenizer = Tokenizer::from_file(dir + "/tokenizer.json");
   EngineOptions options;

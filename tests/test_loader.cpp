@@ -71,7 +71,7 @@ const FixtureModel kFixtures[] = {
     {"tests/fixtures/models/qwen3-tiny-a", 96, 160, 2, 3, 3, 32, 384, 1e4, true, 383, 1},
     {"tests/fixtures/models/qwen3-tiny-b", 80, 136, 3, 10, 2, 24, 320, 1e6, false, 319, 20},
     {"tests/fixtures/models/qwen3-tiny-c", 64, 200, 2, 4, 2, 40, 300, 5e5, false, 299, 1},
-    {"models/qwen3-tiny-chat", 32, 64, 2, 4, 2, 16, 151936, 1e6, true, 151645, 1},
+    {"tests/fixtures/models/qwen3-tiny-chat", 32, 64, 2, 4, 2, 16, 151936, 1e6, true, 151645, 1},
 };
 
 void expect_matrix(const tf::WeightMatrix& m, int64_t n_rows, int64_t n_cols) {

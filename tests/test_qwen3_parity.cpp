@@ -94,7 +94,7 @@ INSTANTIATE_TEST_SUITE_P(TinyQwen3, ParityTest,
                          ::testing::Values("qwen3-tiny-a", "qwen3-tiny-b", "qwen3-tiny-c"));
 
 TEST(ParityTest, DefaultChatModelTopLogitsMatch) {
-  std::string dir = test::source_path("models/qwen3-tiny-chat");
+  std::string dir = test::source_path("tests/fixtures/models/qwen3-tiny-chat");
   auto ref = test::read_json(dir + "/reference.json");
   auto model = load_model(dir, {});
   auto ids = ref["prompt_ids"].get<std::vector<int32_t>>();

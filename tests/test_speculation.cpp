@@ -209,7 +209,7 @@ TEST(SpeculationTest, TreeMaskIsolatesSiblings) {
 // Budgets, EOS and stop strings land on the same token with and without drafts, also when the
 // stop falls inside an accepted run.
 TEST(SpeculationTest, BudgetsEosAndStopsLandOnTheSameToken) {
-  std::string dir = test::source_path("models/qwen3-tiny-chat");
+  std::string dir = test::source_path("tests/fixtures/models/qwen3-tiny-chat");
   auto model = load_model(dir, {});
   auto tokenizer = Tokenizer::from_file(dir + "/tokenizer.json");
   std::mt19937 rng(6);

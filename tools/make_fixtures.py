@@ -18,7 +18,7 @@ import unicodedata
 
 import torch
 
-QWEN3_TOKENIZER_DIR = "models/qwen3-tiny-chat"
+QWEN3_TOKENIZER_DIR = "tests/fixtures/models/qwen3-tiny-chat"
 
 # name -> (config overrides, tied, shard size or None, classic config keys)
 TINY_MODELS = {

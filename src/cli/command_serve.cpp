@@ -23,7 +23,7 @@ constexpr int32_t max_http_threads = 1024;
 // The flags as given; validated_options() turns them into server options.
 struct ServeFlags {
   std::string model_dir;
-  std::string drafter_dir;
+  std::string drafter_dir = "auto";
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;
@@ -77,9 +77,9 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
 
   server::ServerOptions options;
   options.model_dir = flags.model_dir;
-  require(flags.drafter_dir.empty() || std::filesystem::is_directory(flags.drafter_dir),
-          "--drafter " + flags.drafter_dir + " is not a directory (give a DFlash drafter directory)");
-  options.drafter_dir = flags.drafter_dir;
+  options.drafter_dir = resolve_drafter_dir(flags.model_dir, flags.drafter_dir);
+  require(options.drafter_dir.empty() || std::filesystem::is_directory(options.drafter_dir),
+          "--drafter " + options.drafter_dir + " is not a directory (give a DFlash drafter directory)");
   options.model_id = model_id_of(flags.model_dir);
   options.host = flags.host;
   options.port = flags.port;
@@ -144,8 +144,10 @@ void register_serve_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API");
   command->add_option("--model", flags->model_dir, "Model directory (Hugging Face layout)")
       ->envname("TF_MODEL")->capture_default_str();
-  command->add_option("--drafter", flags->drafter_dir, "DFlash block drafter directory for the model")
-      ->envname("TF_DRAFTER");
+  command->add_option("--drafter", flags->drafter_dir,
+                      "DFlash block drafter directory for the model; 'auto' takes the embedded drafter when "
+                      "serving the embedded model, 'none' turns the drafter off")
+      ->envname("TF_DRAFTER")->capture_default_str();
   command->add_option("--host", flags->host, "Address to listen on")
       ->envname("TF_HOST")->capture_default_str();
   command->add_option("--port", flags->port, "Port to listen on (0: any free port)")

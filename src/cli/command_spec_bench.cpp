@@ -21,7 +21,7 @@ namespace {
 
 struct SpecBenchFlags {
   std::string model_dir = default_model_dir();
-  std::string drafter_dir;
+  std::string drafter_dir = "auto";
   std::string rename_file = std::string(TF_SOURCE_DIR_FOR_BENCH) + "/bench/inputs/rename_source.cpp.txt";
   std::vector<int> streams = {1, 4};
   int waves = 3;
@@ -114,11 +114,12 @@ void run_spec_bench(const SpecBenchFlags& flags) {
   auto tokenizer = load_tokenizer_if_present(flags.model_dir);
   if (!tokenizer) fail(flags.model_dir + " has no tokenizer.json; spec-bench needs one");
   std::shared_ptr<DFlashDrafter> drafter;
-  if (!flags.drafter_dir.empty()) drafter = load_drafter(flags.drafter_dir, *model, flags.n_threads);
+  const std::string drafter_dir = resolve_drafter_dir(flags.model_dir, flags.drafter_dir);
+  if (!drafter_dir.empty()) drafter = load_drafter(drafter_dir, *model, flags.n_threads);
   std::ostringstream report;
   report << "# Speculative rounds on the CPU: " << flags.model_dir << "\n\n"
          << "- command: `tensorfold spec-bench --model " << flags.model_dir
-         << (flags.drafter_dir.empty() ? std::string() : " --drafter " + flags.drafter_dir) << " --waves " << flags.waves
+         << " --drafter " << (drafter_dir.empty() ? "none" : drafter_dir) << " --waves " << flags.waves
          << " --max-tokens " << flags.max_tokens << "`\n"
          << "- commit: " << receipt_commit() << "\n- machine: " << receipt_machine() << "\n"
          << "- TF_LANES: " << (std::getenv("TF_LANES") ? std::getenv("TF_LANES") : "unset") << "\n"
@@ -167,7 +168,8 @@ void register_spec_bench_command(CLI::App& app) {
   auto flags = std::make_shared<SpecBenchFlags>();
   CLI::App* cmd = app.add_subcommand("spec-bench", "Measure speculative rounds against draft off (prints a receipt)");
   cmd->add_option("--model", flags->model_dir, "Model directory")->envname("TF_MODEL")->capture_default_str();
-  cmd->add_option("--drafter", flags->drafter_dir, "DFlash block drafter directory (joins the proposers)");
+  cmd->add_option("--drafter", flags->drafter_dir, "DFlash block drafter directory, 'auto' or 'none' (joins the proposers)")
+      ->capture_default_str();
   cmd->add_option("--rename-file", flags->rename_file, "Source file of the whole-file rename case")->capture_default_str();
   cmd->add_option("--streams", flags->streams, "Simultaneous streams, e.g. 1 4")->capture_default_str();
   cmd->add_option("--waves", flags->waves, "Timed waves per row")->check(CLI::Range(1, 100))->capture_default_str();

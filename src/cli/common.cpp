@@ -17,8 +17,26 @@ std::string default_model_dir() {
 #ifdef TF_DEFAULT_MODEL_DIR
   return TF_DEFAULT_MODEL_DIR;
 #else
-  return "models/qwen3-tiny-chat";
+  return "models/tensorfold-code-target";
 #endif
+}
+
+std::string default_drafter_dir() {
+#ifdef TF_DEFAULT_DRAFTER_DIR
+  return TF_DEFAULT_DRAFTER_DIR;
+#else
+  return "models/tensorfold-code-drafter";
+#endif
+}
+
+std::string resolve_drafter_dir(const std::string& model_dir, const std::string& drafter_flag) {
+  if (drafter_flag == "none" || drafter_flag.empty()) return "";
+  if (drafter_flag != "auto") return drafter_flag;
+  // The embedded drafter was trained on the embedded target's taps; it means nothing to another model.
+  namespace fs = std::filesystem;
+  std::error_code ignored;
+  bool is_default_model = fs::equivalent(model_dir, default_model_dir(), ignored);
+  return is_default_model && fs::is_directory(default_drafter_dir()) ? default_drafter_dir() : "";
 }
 
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag) {

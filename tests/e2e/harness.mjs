@@ -7,7 +7,7 @@ import OpenAI from 'openai';
 
 const binary = process.env.TF_BINARY;
 const sourceDir = process.env.TF_SOURCE_DIR ?? path.resolve(import.meta.dirname ?? '.', '../..');
-export const modelDir = path.join(sourceDir, 'models', 'qwen3-tiny-chat');
+export const modelDir = path.join(sourceDir, 'tests', 'fixtures', 'models', 'qwen3-tiny-chat');
 export const modelId = 'qwen3-tiny-chat';
 
 // Spawns the server with --port 0 and reads the port it prints, so two runs never race for one.

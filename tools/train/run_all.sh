@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Train the code target and its drafter from scratch on the GPU machine: corpus -> tokenizer -> target -> drafter.
+# Train the code target and its drafter from scratch on the GPU machine: corpus -> tokenizer -> target -> drafter,
+# plus the held-out evaluation cases. The 4-bit copy is made afterwards with `tensorfold quantize` (README.md).
 #
 # Usage (from the repository root):  tools/train/run_all.sh [--smoke] [--stages corpus,tokenizer,target,drafter]
 #   [--target-minutes M] [--drafter-minutes M] [--distill-minutes M] [--corpus-bytes N] [--tokenizer-bytes N]
@@ -77,6 +78,8 @@ if want drafter; then
 fi
 
 cp "$work/corpus/manifest.json" "$out/corpus-manifest.json"
+# The held-out cases the speculation receipts run on (bench/inputs/heldout-eval.jsonl).
+python3 "$here/eval_set.py" --corpus "$work/corpus" --out "$out/heldout-eval.jsonl"
 if [ -d "$models" ]; then
   tar -C "$work" -cf - models | split -b 15m - "$out/models.tar.part-"
   ls -l "$out"

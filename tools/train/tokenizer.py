@@ -7,7 +7,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import END_OF_TEXT, IM_END, SPECIAL_TOKENS, read_jsonl, render_chatml, split_path, write_json  # noqa: E402
 
-QWEN3_TOKENIZER = "models/qwen3-tiny-chat/tokenizer.json"
+QWEN3_TOKENIZER = "tests/fixtures/models/qwen3-tiny-chat/tokenizer.json"
 
 # Qwen3's template with the thinking and tool branches removed; render_chatml in common.py is its twin.
 CHAT_TEMPLATE = (
