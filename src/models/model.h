@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "engine/batch.h"
+#include "engine/kv_storage.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
 
@@ -21,6 +22,9 @@ class Model {
   // Runs every row of the batch; each row's K/V is written to its kv_slot. For each row with
   // wants_logits, writes n_vocab logits to `logits` in row order (logits rows are packed).
   virtual void forward(const Batch& batch, KvCache& kv, float* logits) = 0;
+  // Keys and values of n_slots positions in every layer, in this backend's memory and type; a
+  // KvCache made with the model (KvCache(model, n_blocks)) holds it.
+  virtual std::unique_ptr<KvStorage> make_kv_storage(int64_t n_slots) const = 0;
   // Bytes of weights one decode step must read (every layer and the LM head; one embedding row),
   // the numerator of achieved bandwidth.
   virtual int64_t weight_bytes_per_step() const = 0;
