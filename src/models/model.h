@@ -49,7 +49,11 @@ struct ModelLoadOptions {
   LoadProgress progress;
 };
 
-// Loads config.json and the weights of a model directory for the chosen backend.
+// Fails unless `device` is "cpu", or "cuda" in a build with the CUDA backend.
+void require_device_in_build(const std::string& device);
+
+// Loads config.json and the weights of a model directory for the chosen backend; a device this
+// build lacks is an error that says so.
 std::shared_ptr<Model> load_model(const std::string& model_dir, const ModelLoadOptions& options);
 
 }  // namespace tf
