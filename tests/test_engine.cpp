@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "models/model.h"
 #include "support/engine_runner.h"
+#include "support/equalities.h"
 #include "support/fixtures.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,24 +28,7 @@ std::vector<Reply> run_all(std::shared_ptr<Model> model, const std::vector<Gener
 class ConcurrentEqualsSolo : public ::testing::TestWithParam<bool> {};
 
 TEST_P(ConcurrentEqualsSolo, TokensAreBitwiseEqual) {
-  bool sampled = GetParam();
-  auto model = load_model(test::fixture_model("qwen3-tiny-b"), {});
-  auto requests = random_requests(8, sampled, model->config().vocab_size, sampled ? 5 : 6);
-  EngineOptions solo_options;
-  solo_options.n_parallel = 1;
-  solo_options.n_ctx = 128;
-  EngineOptions shared_options;
-  shared_options.n_parallel = 8;
-  shared_options.n_ctx = 128;
-  shared_options.prefill_chunk = 7;  // many rounds mix prompt chunks with other lanes' decoding
-  auto solo = run_all(model, requests, solo_options, false);
-  auto shared = run_all(model, requests, shared_options, true);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    EXPECT_EQ(solo[i].tokens, shared[i].tokens) << "request " << i;
-    EXPECT_EQ(solo[i].final_update.token_sha, shared[i].final_update.token_sha);
-    EXPECT_EQ(int64_t(solo[i].tokens.size()), requests[i].max_tokens);
-    EXPECT_EQ(solo[i].final_update.finish_reason, FinishReason::length);
-  }
+  test::expect_concurrent_equals_solo(load_model(test::fixture_model("qwen3-tiny-b"), {}), GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(GreedyAndSampled, ConcurrentEqualsSolo, ::testing::Values(false, true));

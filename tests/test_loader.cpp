@@ -15,7 +15,9 @@
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
 #include "loader/safetensors.h"
+#include "models/model.h"
 #include "models/qwen3_weights.h"
+#include "models/synthetic.h"
 #include <nlohmann/json.hpp>
 
 namespace {
@@ -141,6 +143,19 @@ TEST(Loader, LoadsEveryFixtureModel) {
       EXPECT_EQ(layer.q_norm.dtype, DType::bf16);
     }
   }
+}
+
+// A device the build lacks, or no device by that name, is an error that says which and why.
+TEST(Loader, RejectsDevicesThisBuildLacks) {
+  const std::string dir = kSourceDir + "/" + kFixtures[0].dir;
+  tf::ModelLoadOptions options;
+  options.device = "tpu";
+  tf::test::expect_error_naming([&] { tf::load_model(dir, options); }, {"unknown device", "tpu"});
+#if !TF_HAVE_CUDA
+  options.device = "cuda";
+  tf::test::expect_error_naming([&] { tf::load_model(dir, options); }, {"no CUDA backend", "-DTF_CUDA=ON"});
+  tf::test::expect_error_naming([] { tf::make_synthetic_model("qwen3-0.6b", 0, "cuda", 1); }, {"no CUDA backend"});
+#endif
 }
 
 TEST(Safetensors, WriteReadRoundTrip) {

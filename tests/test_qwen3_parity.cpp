@@ -2,12 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <future>
 
-#include "engine/engine.h"
-#include "engine/kv_cache.h"
 #include "models/model.h"
 #include "support/fixtures.h"
+#include "support/forward_runs.h"
 
 namespace tf {
 namespace {
@@ -16,40 +14,8 @@ namespace {
 // only differences are summation orders.
 constexpr float kLogitTolerance = 1e-4f;
 
-std::vector<float> prefill_logits(Model& model, const std::vector<int32_t>& ids) {
-  const ModelConfig& c = model.config();
-  KvCache kv(c.n_layers, c.kv_dim(), kv_blocks_for(int64_t(ids.size())));
-  int32_t lane = kv.lane_open();
-  kv.lane_reserve(lane, int64_t(ids.size()));
-  Batch batch;
-  for (size_t i = 0; i < ids.size(); ++i)
-    batch.rows.push_back({ids[i], int32_t(i), lane, int32_t(i) - 1, kv.slot(lane, int64_t(i)), true});
-  std::vector<float> logits(ids.size() * size_t(c.vocab_size));
-  model.forward(batch, kv, logits.data());
-  return logits;
-}
-
-std::vector<int32_t> greedy_generate(std::shared_ptr<Model> model, const std::vector<int32_t>& prompt,
-                                     int64_t n) {
-  EngineOptions options;
-  options.n_parallel = 1;
-  options.n_ctx = int64_t(prompt.size()) + n;
-  Engine engine(options, model, nullptr);
-  GenerationRequest request;
-  request.prompt = prompt;
-  request.max_tokens = n;
-  request.ignore_eos = true;
-  std::vector<int32_t> out;
-  std::promise<void> done;
-  auto result = engine.submit(request, [&](const GenerationUpdate& u) {
-    out.insert(out.end(), u.tokens.begin(), u.tokens.end());
-    if (u.is_final) done.set_value();
-    return true;
-  });
-  EXPECT_EQ(result.status, SubmitStatus::accepted) << result.message;
-  done.get_future().wait();
-  return out;
-}
+using test::greedy_generate;
+using test::prefill_logits;
 
 class ParityTest : public ::testing::TestWithParam<std::string> {};
 

@@ -10,43 +10,21 @@
 #include "models/dflash_drafter.h"
 #include "models/qwen3.h"
 #include "support/engine_runner.h"
+#include "support/equalities.h"
 #include "support/fixtures.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tf {
 namespace {
 
+using test::copy_friendly_requests;
+using test::expect_same_tokens;
 using test::random_requests;
-using test::Reply;
+using test::random_windows;
 using test::run_requests;
+using test::without_drafts;
 
-constexpr int kPrompts = 50;
-
-std::vector<GenerationRequest> without_drafts(std::vector<GenerationRequest> requests) {
-  for (auto& r : requests) r.use_draft = false;
-  return requests;
-}
-
-EngineOptions random_windows(std::mt19937& rng, LanePolicy policy) {
-  EngineOptions options;
-  options.n_parallel = 8;
-  options.n_ctx = 160;
-  options.lane_window = 2 + int64_t(rng() % 15);
-  options.lone_window = 2 + int64_t(rng() % 63);
-  options.min_confident_match = 2 + int64_t(rng() % 24);
-  options.prefill_chunk = 1 + int64_t(rng() % 40);
-  options.lane_policy = policy;
-  return options;
-}
-
-void expect_same_tokens(const std::vector<Reply>& a, const std::vector<Reply>& b, const char* what) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].tokens, b[i].tokens) << what << ", request " << i;
-    EXPECT_EQ(a[i].final_update.token_sha, b[i].final_update.token_sha);
-    EXPECT_EQ(a[i].final_update.finish_reason, b[i].final_update.finish_reason);
-  }
-}
+constexpr int kPrompts = test::kEqualityPrompts;
 
 struct Case {
   const char* model;
@@ -55,35 +33,9 @@ struct Case {
 
 class DraftedEqualsUndrafted : public ::testing::TestWithParam<Case> {};
 
-// Prompts made of repeated spans so long-copy and n-gram drafts are often right, plus random ones.
-std::vector<GenerationRequest> copy_friendly_requests(int n, bool sampled, int64_t vocab, uint32_t seed) {
-  auto requests = random_requests(n, sampled, vocab, seed, 40, 40);
-  std::mt19937 rng(seed + 1);
-  for (size_t i = 0; i < requests.size(); i += 2) {
-    auto& prompt = requests[i].prompt;
-    std::vector<int32_t> span(prompt.begin(), prompt.begin() + long(std::min<size_t>(prompt.size(), 12)));
-    for (int rep = 0; rep < 3; ++rep) prompt.insert(prompt.end(), span.begin(), span.end());
-  }
-  return requests;
-}
-
 TEST_P(DraftedEqualsUndrafted, OverManyPromptsWindowsAndPolicies) {
   const Case c = GetParam();
-  auto model = load_model(test::fixture_model(c.model), {});
-  std::mt19937 rng(c.sampled ? 11 : 12);
-  auto requests = copy_friendly_requests(kPrompts, c.sampled, model->config().vocab_size, rng());
-  EngineOptions plain_options;
-  plain_options.n_ctx = 160;
-  auto plain = run_requests(model, without_drafts(requests), plain_options, false);
-  int64_t accepted = 0;
-  for (LanePolicy policy : {LanePolicy::automatic, LanePolicy::always_lanes, LanePolicy::always_lone}) {
-    auto drafted_solo = run_requests(model, requests, random_windows(rng, policy), false);
-    expect_same_tokens(plain, drafted_solo, "solo");
-    auto drafted_together = run_requests(model, requests, random_windows(rng, policy), true);
-    expect_same_tokens(plain, drafted_together, "together");
-    for (const auto& r : drafted_together) accepted += r.final_update.timings.draft_accepted_n;
-  }
-  EXPECT_GT(accepted, 0) << "the test must exercise accepted drafts";
+  test::expect_drafted_equals_undrafted(load_model(test::fixture_model(c.model), {}), c.sampled);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, DraftedEqualsUndrafted,
@@ -126,24 +78,7 @@ TEST(SpeculationTest, DrafterOnKeepsEveryEquality) {
 }
 
 TEST(SpeculationTest, ReplayAtFullAcceptanceEqualsPlainDecoding) {
-  auto model = load_model(test::fixture_model("qwen3-tiny-b"), {});
-  std::mt19937 rng(3);
-  for (bool sampled : {false, true}) {
-    auto requests = random_requests(kPrompts, sampled, model->config().vocab_size, rng(), 40, 48);
-    EngineOptions options;
-    options.n_ctx = 160;
-    auto plain = run_requests(model, without_drafts(requests), options, true);
-    for (size_t i = 0; i < requests.size(); ++i) requests[i].replay = plain[i].tokens;
-    auto replayed = run_requests(model, requests, random_windows(rng, LanePolicy::automatic), true);
-    expect_same_tokens(plain, replayed, "replay");
-    for (size_t i = 0; i < requests.size(); ++i) {
-      const ReplyTimings& t = replayed[i].final_update.timings;
-      // Every draft the replay made was right; rounds shrink accordingly.
-      EXPECT_GT(t.draft_accepted_n, 0) << "request " << i << " drafted " << t.draft_n << " rounds " << t.rounds
-                                       << " n " << t.predicted_n;
-      EXPECT_LT(t.rounds, t.predicted_n) << "request " << i;
-    }
-  }
+  test::expect_replay_equals_plain(load_model(test::fixture_model("qwen3-tiny-b"), {}), 3);
 }
 
 TEST(SpeculationTest, AlwaysWrongDraftsStillGiveCorrectTokens) {

@@ -2,6 +2,8 @@
 # Builds the CUDA kernels, GPU tests and the linear-layer benchmark with nvcc alone (the GPU machine
 # has none of the project's -dev packages), runs tests then bench, and writes logs and the receipt to
 # $OUT. Usage: OUT=dir tools/gpu_check.sh [--build-only]
+# The CUDA model and engine tests (gtest) are built with CMake on the build machine instead and run
+# here from a bundle: tools/gpu_bundle.sh, then tools/gpu_run.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build-gpu/out}

@@ -1,4 +1,4 @@
-// `tensorfold bench`: prefill and decode speed on the CPU, against the machine's read bandwidth.
+// `tensorfold bench`: prefill, decode and verify-round speed on a device, against its memory bandwidth.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +16,9 @@
 #include "models/model.h"
 #include "models/synthetic.h"
 #include "sampling/sampler.h"
+#if TF_HAVE_CUDA
+#include "backends/cuda/device_info.h"
+#endif
 
 namespace tf::cli {
 namespace {
@@ -30,6 +33,8 @@ struct BenchFlags {
   int64_t n_decode = 32;
   int repeats = 5;
   int n_threads = 0;
+  std::string device = "cpu";
+  std::vector<int64_t> verify_rows;
   std::string receipt;
 };
 
@@ -56,23 +61,45 @@ double measure_read_bandwidth(int n_threads) {
   return summarize(rates).median;
 }
 
+// The device's memory bandwidth and its name for the receipt.
+struct DeviceCeiling {
+  double gbs;
+  std::string what;     // what the number measures
+  std::string machine;  // receipt line
+};
+
+DeviceCeiling measure_ceiling(const BenchFlags& flags) {
+#if TF_HAVE_CUDA
+  if (flags.device == "cuda")
+    return {cuda::measure_copy_bandwidth_gbs(), "device copy ceiling GB/s (read + write)",
+            cuda::gpu_description() + "; host " + receipt_machine()};
+#endif
+  return {measure_read_bandwidth(flags.n_threads), "measured read ceiling GB/s",
+          receipt_machine() + ", threads " + std::to_string(flags.n_threads) + " (0 = one per core)"};
+}
+
 void run_bench(const BenchFlags& flags, const std::string& command_line) {
   if (flags.model_dir.empty() == flags.synthetic.empty()) fail("give exactly one of --model and --synthetic");
   std::shared_ptr<Model> model = flags.synthetic.empty()
-                                     ? load_model_for_cli(flags.model_dir, flags.n_threads)
-                                     : make_synthetic_model(flags.synthetic, flags.bits, flags.n_threads);
+                                     ? load_model_for_cli(flags.model_dir, flags.device, flags.n_threads)
+                                     : make_synthetic_model(flags.synthetic, flags.bits, flags.device, flags.n_threads);
   const ModelConfig& config = model->config();
   const int64_t n_vocab = config.vocab_size;
-  const int64_t n_positions = flags.prompt_len + flags.n_decode;
-  if (n_positions > config.max_position_embeddings) fail("--prompt-len plus --decode exceeds the model's context");
+  const int64_t max_verify_rows =
+      flags.verify_rows.empty() ? 0 : *std::max_element(flags.verify_rows.begin(), flags.verify_rows.end());
+  const int64_t n_positions = flags.prompt_len + flags.n_decode + max_verify_rows;
+  if (n_positions > config.max_position_embeddings)
+    fail("--prompt-len plus --decode plus the largest --verify-rows exceeds the model's context");
   std::mt19937 random(7);
+  auto random_token = [&] { return int32_t(random() % uint32_t(std::min<int64_t>(n_vocab, 151643))); };
   std::vector<int32_t> prompt(size_t(flags.prompt_len));
-  for (auto& id : prompt) id = int32_t(random() % uint32_t(std::min<int64_t>(n_vocab, 151643)));
+  for (auto& id : prompt) id = random_token();
 
   std::vector<double> prefill_rates, decode_rates;
-  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  std::vector<std::vector<double>> verify_ms(flags.verify_rows.size());
+  std::vector<float> logits(size_t(std::max<int64_t>(1, max_verify_rows) * n_vocab));
   for (int rep = 0; rep <= flags.repeats; ++rep) {  // repetition 0 warms up and is discarded
-    KvCache kv(config.n_layers, config.kv_dim(), kv_blocks_for(n_positions));
+    KvCache kv(*model, kv_blocks_for(n_positions));
     int32_t lane = kv.lane_open();
     kv.lane_reserve(lane, n_positions);
     Batch prefill;
@@ -92,22 +119,34 @@ void run_bench(const BenchFlags& flags, const std::string& command_line) {
       token = argmax(logits.data(), n_vocab);
     }
     double decode_s = seconds_since(start);
+    // A verify round: one lane's chain of n draft rows after the decoded tokens, every row asking
+    // for logits, as a speculative round at that accepted length would run it.
+    const int32_t verify_start = int32_t(flags.prompt_len + flags.n_decode);
+    for (size_t v = 0; v < flags.verify_rows.size(); ++v) {
+      Batch verify;
+      for (int64_t i = 0; i < flags.verify_rows[v]; ++i)
+        verify.rows.push_back({random_token(), verify_start + int32_t(i), lane, int32_t(i) - 1,
+                               kv.slot(lane, verify_start + i), true});
+      start = Clock::now();
+      model->forward(verify, kv, logits.data());
+      if (rep > 0) verify_ms[v].push_back(seconds_since(start) * 1e3);
+    }
     if (rep == 0) continue;
     prefill_rates.push_back(double(flags.prompt_len) / prefill_s);
     decode_rates.push_back(double(flags.n_decode) / decode_s);
   }
   double bytes_per_step = double(model->weight_bytes_per_step());
-  double ceiling = measure_read_bandwidth(flags.n_threads);
+  const DeviceCeiling ceiling = measure_ceiling(flags);
   Summary prefill = summarize(prefill_rates), decode = summarize(decode_rates);
   double gbs = decode.median * bytes_per_step / 1e9;
 
   std::ostringstream report;
-  report << "# CPU bench: " << (flags.synthetic.empty() ? flags.model_dir : "synthetic " + flags.synthetic)
+  report << "# " << (flags.device == "cuda" ? "GPU" : "CPU") << " bench: "
+         << (flags.synthetic.empty() ? flags.model_dir : "synthetic " + flags.synthetic)
          << (flags.bits ? " (" + std::to_string(flags.bits) + "-bit)" : std::string()) << "\n\n"
          << "- command: `" << command_line << "`\n"
          << "- commit: " << receipt_commit() << "\n"
-         << "- machine: " << receipt_machine() << ", threads " << (flags.n_threads ? flags.n_threads : 0)
-         << " (0 = one per core)\n"
+         << "- machine: " << ceiling.machine << "\n"
          << "- model: " << config.n_layers << " layers, hidden " << config.hidden_size << ", vocab "
          << n_vocab << ", " << bytes_per_step / 1e6 << " MB of weights read per decode step\n"
          << "- runs: " << flags.repeats << " after one warm-up; prompt " << flags.prompt_len
@@ -121,9 +160,15 @@ void run_bench(const BenchFlags& flags, const std::string& command_line) {
   std::snprintf(line, sizeof(line), "| decode weight GB/s | %.2f | %.2f – %.2f |\n", gbs,
                 decode.low * bytes_per_step / 1e9, decode.high * bytes_per_step / 1e9);
   report << line;
-  std::snprintf(line, sizeof(line), "| measured read ceiling GB/s | %.2f | |\n| decode / ceiling | %.0f%% | |\n",
-                ceiling, 100.0 * gbs / ceiling);
+  std::snprintf(line, sizeof(line), "| %s | %.2f | |\n| decode / ceiling | %.0f%% | |\n", ceiling.what.c_str(),
+                ceiling.gbs, 100.0 * gbs / ceiling.gbs);
   report << line;
+  for (size_t v = 0; v < flags.verify_rows.size(); ++v) {
+    Summary ms = summarize(verify_ms[v]);
+    std::snprintf(line, sizeof(line), "| verify round of %lld rows, ms (x one decode step) | %.3f (%.2fx) | %.3f – %.3f |\n",
+                  (long long)flags.verify_rows[v], ms.median, ms.median / 1e3 * decode.median, ms.low, ms.high);
+    report << line;
+  }
   std::fputs(report.str().c_str(), stdout);
   if (!flags.receipt.empty()) write_receipt(flags.receipt, report.str());
 }
@@ -142,12 +187,19 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("--decode", flags->n_decode, "Decode steps")->check(CLI::Range(int64_t(1), int64_t(100000)))->capture_default_str();
   cmd->add_option("--repeats", flags->repeats, "Timed runs (after one warm-up)")->check(CLI::Range(1, 1000))->capture_default_str();
   cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")->envname("TF_THREADS");
+  cmd->add_option("--verify-rows", flags->verify_rows,
+                  "Also time verify rounds of these many draft rows of one lane, e.g. 1 16 64")
+      ->check(CLI::Range(int64_t(1), int64_t(4096)));
+  add_device_option(*cmd, flags->device);
   cmd->add_option("--receipt", flags->receipt, "Also write the receipt to this file");
   cmd->callback([flags] {
-    run_bench(*flags, "tensorfold bench" + std::string(flags->synthetic.empty() ? " --model " + flags->model_dir : " --synthetic " + flags->synthetic) +
+    std::string verify_rows;
+    for (int64_t n : flags->verify_rows) verify_rows += " " + std::to_string(n);
+    run_bench(*flags, "tensorfold bench --device " + flags->device + std::string(flags->synthetic.empty() ? " --model " + flags->model_dir : " --synthetic " + flags->synthetic) +
                           " --bits " + std::to_string(flags->bits) + " --prompt-len " + std::to_string(flags->prompt_len) +
                           " --decode " + std::to_string(flags->n_decode) + " --repeats " + std::to_string(flags->repeats) +
-                          " --threads " + std::to_string(flags->n_threads));
+                          " --threads " + std::to_string(flags->n_threads) +
+                          (verify_rows.empty() ? std::string() : " --verify-rows" + verify_rows));
   });
 }
 

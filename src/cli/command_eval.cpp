@@ -19,18 +19,19 @@ struct EvalFlags {
   bool json = false;
   bool all_logits = false;
   int n_threads = 0;
+  std::string device = "cpu";
 };
 
 void run_eval(const EvalFlags& flags) {
   std::vector<int32_t> ids = parse_id_list(flags.prompt_ids, "--prompt-ids");
-  auto model = load_model_for_cli(flags.model_dir, flags.n_threads);
+  auto model = load_model_for_cli(flags.model_dir, flags.device, flags.n_threads);
   const ModelConfig& config = model->config();
   if (int64_t(ids.size()) > config.max_position_embeddings)
     fail("the prompt has " + std::to_string(ids.size()) + " tokens; the model's limit is " +
          std::to_string(config.max_position_embeddings));
   for (int32_t id : ids)
     if (id >= config.vocab_size) fail("token id " + std::to_string(id) + " is outside the vocabulary");
-  KvCache kv(config.n_layers, config.kv_dim(), kv_blocks_for(int64_t(ids.size())), kKvBlockSize);
+  KvCache kv(*model, kv_blocks_for(int64_t(ids.size())));
   int32_t lane = kv.lane_open();
   kv.lane_reserve(lane, int64_t(ids.size()));
   Batch batch;
@@ -65,6 +66,7 @@ void register_eval_command(CLI::App& app) {
   cmd->add_flag("--all-logits", flags->all_logits, "Also print the logits of every position");
   cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")
       ->envname("TF_THREADS")->check(CLI::NonNegativeNumber);
+  add_device_option(*cmd, flags->device);
   cmd->callback([flags] { run_eval(*flags); });
 }
 

@@ -28,12 +28,13 @@ struct GenerateFlags {
   bool ignore_eos = false;
   bool json = false;
   int n_threads = 0;
+  std::string device = "cpu";
 };
 
 void run_generate(const GenerateFlags& flags) {
   if (flags.prompt.empty() == flags.prompt_ids.empty())
     fail("give exactly one of --prompt and --prompt-ids");
-  auto model = load_model_for_cli(flags.model_dir, flags.n_threads);
+  auto model = load_model_for_cli(flags.model_dir, flags.device, flags.n_threads);
   auto tokenizer = load_tokenizer_if_present(flags.model_dir);
   GenerationRequest request;
   if (!flags.prompt_ids.empty()) {
@@ -102,6 +103,7 @@ void register_generate_command(CLI::App& app) {
   cmd->add_flag("--json", flags->json, "Print {\"ids\": [...], \"text\": \"...\"}");
   cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")
       ->envname("TF_THREADS")->check(CLI::NonNegativeNumber)->capture_default_str();
+  add_device_option(*cmd, flags->device);
   cmd->callback([flags] { run_generate(*flags); });
 }
 

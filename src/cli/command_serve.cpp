@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "core/error.h"
 #include "loader/model_config.h"
 #include "server/http_server.h"
@@ -59,8 +60,6 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
                                     std::to_string(flags.max_queue) + ".");
   require(flags.n_threads >= 0, "--threads must be 0 (one per core) or more; got " +
                                     std::to_string(flags.n_threads) + ".");
-  require(flags.device == "cpu" || flags.device == "cuda",
-          "--device must be cpu or cuda; got '" + flags.device + "'.");
   require(flags.max_body_bytes >= 1024, "--max-body-bytes must be at least 1024; got " +
                                             std::to_string(flags.max_body_bytes) + ".");
   require(flags.max_tokens_limit >= 1, "--max-tokens-limit must be at least 1; got " +
@@ -164,8 +163,7 @@ void register_serve_command(CLI::App& app) {
       ->envname("TF_MAX_QUEUE")->capture_default_str();
   command->add_option("--threads", flags->n_threads, "CPU worker threads (0: one per core)")
       ->envname("TF_THREADS")->capture_default_str();
-  command->add_option("--device", flags->device, "Backend: cpu or cuda")
-      ->envname("TF_DEVICE")->capture_default_str();
+  add_device_option(*command, flags->device);
   command->add_option("--max-body-bytes", flags->max_body_bytes,
                       "Largest request body; larger ones answer 413")
       ->envname("TF_MAX_BODY_BYTES")->capture_default_str();

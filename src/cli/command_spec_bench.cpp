@@ -27,6 +27,7 @@ struct SpecBenchFlags {
   int waves = 3;
   int64_t max_tokens = 256;
   int n_threads = 0;
+  std::string device = "cpu";
   std::string receipt;
 };
 
@@ -110,15 +111,16 @@ WaveResult run_wave(std::shared_ptr<Model> model, std::shared_ptr<const Tokenize
 }
 
 void run_spec_bench(const SpecBenchFlags& flags) {
-  auto model = load_model_for_cli(flags.model_dir, flags.n_threads);
+  auto model = load_model_for_cli(flags.model_dir, flags.device, flags.n_threads);
   auto tokenizer = load_tokenizer_if_present(flags.model_dir);
   if (!tokenizer) fail(flags.model_dir + " has no tokenizer.json; spec-bench needs one");
   std::shared_ptr<DFlashDrafter> drafter;
   const std::string drafter_dir = resolve_drafter_dir(flags.model_dir, flags.drafter_dir);
   if (!drafter_dir.empty()) drafter = load_drafter(drafter_dir, *model, flags.n_threads);
   std::ostringstream report;
-  report << "# Speculative rounds on the CPU: " << flags.model_dir << "\n\n"
-         << "- command: `tensorfold spec-bench --model " << flags.model_dir
+  report << "# Speculative rounds on the " << (flags.device == "cuda" ? "GPU" : "CPU") << ": " << flags.model_dir
+         << "\n\n"
+         << "- command: `tensorfold spec-bench --device " << flags.device << " --model " << flags.model_dir
          << " --drafter " << (drafter_dir.empty() ? "none" : drafter_dir) << " --waves " << flags.waves
          << " --max-tokens " << flags.max_tokens << "`\n"
          << "- commit: " << receipt_commit() << "\n- machine: " << receipt_machine() << "\n"
@@ -177,6 +179,7 @@ void register_spec_bench_command(CLI::App& app) {
       ->check(CLI::Range(int64_t(2), int64_t(100000)))->capture_default_str();
   cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")->envname("TF_THREADS");
   cmd->add_option("--receipt", flags->receipt, "Also write the receipt to this file");
+  add_device_option(*cmd, flags->device);
   cmd->callback([flags] { run_spec_bench(*flags); });
 }
 

@@ -34,6 +34,7 @@ struct SpecEvalFlags {
   int64_t code_tokens = 128;
   int64_t prose_tokens = 96;
   int n_threads = 0;
+  std::string device = "cpu";
   std::string receipt;
 };
 
@@ -125,7 +126,7 @@ std::string trimmed(std::string text) {
 }
 
 void run_spec_eval(const SpecEvalFlags& flags) {
-  auto model = load_model_for_cli(flags.model_dir, flags.n_threads);
+  auto model = load_model_for_cli(flags.model_dir, flags.device, flags.n_threads);
   auto tokenizer = load_tokenizer_if_present(flags.model_dir);
   if (!tokenizer) fail(flags.model_dir + " has no tokenizer.json; spec-eval needs one");
   std::shared_ptr<DFlashDrafter> drafter;
@@ -135,7 +136,7 @@ void run_spec_eval(const SpecEvalFlags& flags) {
 
   std::ostringstream report;
   report << "# Proposers on held-out cases: " << flags.model_dir << "\n\n"
-         << "- command: `tensorfold spec-eval --model " << flags.model_dir << " --drafter "
+         << "- command: `tensorfold spec-eval --device " << flags.device << " --model " << flags.model_dir << " --drafter "
          << (drafter_dir.empty() ? "none" : drafter_dir) << " --per-kind " << flags.per_kind << "`\n"
          << "- cases: " << flags.cases_file << "\n- commit: " << receipt_commit() << "\n- machine: " << receipt_machine()
          << "\n- greedy; all cases of a kind submitted at once to an engine of N lanes; tok/s = completion tokens"
@@ -210,6 +211,7 @@ void register_spec_eval_command(CLI::App& app) {
   cmd->add_option("--prose-tokens", flags->prose_tokens, "Completion tokens for a prose case")->capture_default_str();
   cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")->envname("TF_THREADS");
   cmd->add_option("--receipt", flags->receipt, "Also write the receipt to this file");
+  add_device_option(*cmd, flags->device);
   cmd->callback([flags] { run_spec_eval(*flags); });
 }
 

@@ -76,8 +76,14 @@ LoadProgress stderr_progress(const std::string& label) {
   };
 }
 
-std::shared_ptr<Model> load_model_for_cli(const std::string& model_dir, int n_threads) {
+void add_device_option(CLI::App& command, std::string& device) {
+  command.add_option("--device", device, "Backend: cpu or cuda")
+      ->envname("TF_DEVICE")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+}
+
+std::shared_ptr<Model> load_model_for_cli(const std::string& model_dir, const std::string& device, int n_threads) {
   ModelLoadOptions options;
+  options.device = device;
   options.n_threads = n_threads;
   options.progress = stderr_progress("loading " + model_dir);
   return load_model(model_dir, options);

@@ -1,7 +1,10 @@
 // The rows of one forward pass: prefill chunks, decode rows and draft-tree rows of many lanes.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "core/error.h"
 
 namespace tf {
 
@@ -22,6 +25,12 @@ struct Batch {
     int64_t n = 0;
     for (const auto& r : rows) n += r.wants_logits;
     return n;
+  }
+  // The engine checks ids at submit; a model checks again before an id indexes its embedding.
+  void check_token_ids(int64_t n_vocab) const {
+    for (const auto& r : rows)
+      if (r.token < 0 || r.token >= n_vocab)
+        fail("token id " + std::to_string(r.token) + " is outside the vocabulary of " + std::to_string(n_vocab));
   }
 };
 

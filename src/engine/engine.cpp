@@ -98,8 +98,7 @@ struct Engine::Impl {
         tokenizer(std::move(t)),
         drafter(std::move(d)),
         eos_ids(model->config().eos_token_ids),
-        kv(model->config().n_layers, model->config().kv_dim(),
-           int64_t(opts.n_parallel) * kv_blocks_for(opts.n_ctx) + kv_blocks_for(opts.max_rows_per_round)) {
+        kv(*model, int64_t(opts.n_parallel) * kv_blocks_for(opts.n_ctx) + kv_blocks_for(opts.max_rows_per_round)) {
     scratch_lane = kv.lane_open();
     kv.lane_reserve(scratch_lane, opts.max_rows_per_round);
     if (drafter) {

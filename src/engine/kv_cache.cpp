@@ -3,14 +3,19 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "models/model.h"
 
 namespace tf {
 
+KvCache::KvCache(const Model& model, int64_t n_blocks, int64_t block_size)
+    : KvCache(model.make_kv_storage(n_blocks * block_size), n_blocks, block_size) {}
+
 KvCache::KvCache(int64_t n_layers, int64_t kv_dim, int64_t n_blocks, int64_t block_size)
-    : n_layers_(n_layers), kv_dim_(kv_dim), n_blocks_(n_blocks), block_size_(block_size) {
-  size_t n = size_t(n_layers * n_blocks * block_size * kv_dim);
-  keys_.assign(n, 0.0f);
-  values_.assign(n, 0.0f);
+    : KvCache(std::make_unique<HostKvStorage>(n_layers, kv_dim, n_blocks * block_size), n_blocks, block_size) {}
+
+KvCache::KvCache(std::unique_ptr<KvStorage> storage, int64_t n_blocks, int64_t block_size)
+    : storage_(std::move(storage)), n_blocks_(n_blocks), block_size_(block_size) {
+  if (storage_->n_slots() != n_blocks * block_size) fail("internal: KV storage has the wrong number of slots");
   // Hand out low block numbers first so a lone lane's slots are contiguous.
   for (int64_t b = n_blocks - 1; b >= 0; --b) free_blocks_.push_back(int32_t(b));
 }
@@ -65,10 +70,33 @@ int32_t KvCache::slot(int32_t lane, int64_t pos) const {
   return int32_t(table[size_t(block)] * block_size_ + pos % block_size_);
 }
 
-void KvCache::copy_slot(int32_t from, int32_t to) {
-  for (int64_t layer = 0; layer < n_layers_; ++layer) {
-    std::copy_n(keys(layer) + from * kv_dim_, kv_dim_, keys(layer) + to * kv_dim_);
-    std::copy_n(values(layer) + from * kv_dim_, kv_dim_, values(layer) + to * kv_dim_);
+void resolve_key_slots(const Batch& batch, const KvCache& kv, KeySlots& out) {
+  const auto& rows = batch.rows;
+  out.slots.clear();
+  out.offsets.resize(rows.size());
+  out.n_keys.resize(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const size_t offset = out.slots.size();
+    if (offset + size_t(rows[r].pos) + 1 > size_t(INT32_MAX)) fail("internal: too many keys in one batch");
+    out.offsets[r] = int32_t(offset);
+    out.n_keys[r] = rows[r].pos + 1;
+    out.slots.resize(offset + size_t(rows[r].pos) + 1, -1);
+    int32_t* slots = out.slots.data() + offset;
+    // The in-batch chain first (this row and its ancestors), then the committed positions below it.
+    int64_t chain = int64_t(r);
+    int64_t first = chain;
+    while (chain >= 0) {
+      const BatchRow& row = rows[size_t(chain)];
+      slots[row.pos] = row.kv_slot;
+      first = chain;
+      int64_t parent = row.parent;
+      if (parent >= 0 && (parent >= chain || rows[size_t(parent)].pos != row.pos - 1 ||
+                          rows[size_t(parent)].lane != row.lane))
+        fail("internal: batch row " + std::to_string(chain) + " has an invalid parent");
+      chain = parent;
+    }
+    int32_t lane = rows[size_t(first)].lane;
+    for (int32_t p = 0; p < rows[size_t(first)].pos; ++p) slots[p] = kv.slot(lane, p);
   }
 }
 

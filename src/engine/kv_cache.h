@@ -3,9 +3,16 @@
 // at physical slot block_table[p / block_size] * block_size + p % block_size.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "core/error.h"
+#include "engine/batch.h"
+#include "engine/kv_storage.h"
+
 namespace tf {
+
+class Model;
 
 constexpr int64_t kKvBlockSize = 16;
 inline int64_t kv_blocks_for(int64_t n_positions) {
@@ -14,11 +21,18 @@ inline int64_t kv_blocks_for(int64_t n_positions) {
 
 class KvCache {
  public:
+  // n_blocks blocks of storage on the model's device (Model::make_kv_storage).
+  KvCache(const Model& model, int64_t n_blocks, int64_t block_size = kKvBlockSize);
+  // Host f32 storage, the CPU backend's.
   KvCache(int64_t n_layers, int64_t kv_dim, int64_t n_blocks, int64_t block_size = kKvBlockSize);
 
-  float* keys(int64_t layer) { return keys_.data() + layer * layer_stride(); }      // [n_slots][kv_dim]
-  float* values(int64_t layer) { return values_.data() + layer * layer_stride(); }  // [n_slots][kv_dim]
-  int64_t kv_dim() const { return kv_dim_; }
+  // The storage as the backend's own type; a cache made for another device is an error.
+  template <class Storage>
+  Storage& storage_as() {
+    auto* storage = dynamic_cast<Storage*>(storage_.get());
+    if (!storage) fail("internal: the KV cache's storage is not on the model's device (make it with the model)");
+    return *storage;
+  }
   int64_t block_size() const { return block_size_; }
   int64_t n_blocks() const { return n_blocks_; }
   int64_t n_free_blocks() const { return int64_t(free_blocks_.size()); }
@@ -33,22 +47,29 @@ class KvCache {
   void lane_truncate(int32_t lane, int64_t n_positions);
   int64_t lane_capacity(int32_t lane) const;
   int32_t slot(int32_t lane, int64_t pos) const;
-  // Copies one slot's keys and values in every layer (a verified draft row moving from scratch
-  // to its lane's position); the bits move unchanged.
-  void copy_slot(int32_t from, int32_t to);
+  // Copies one slot's keys and values in every layer (see KvStorage::copy_slot).
+  void copy_slot(int32_t from, int32_t to) { storage_->copy_slot(from, to); }
 
  private:
-  int64_t layer_stride() const { return n_blocks_ * block_size_ * kv_dim_; }
+  KvCache(std::unique_ptr<KvStorage> storage, int64_t n_blocks, int64_t block_size);
 
-  int64_t n_layers_;
-  int64_t kv_dim_;
+  std::unique_ptr<KvStorage> storage_;
   int64_t n_blocks_;
   int64_t block_size_;
-  std::vector<float> keys_;    // [n_layers][n_slots][kv_dim]
-  std::vector<float> values_;  // [n_layers][n_slots][kv_dim]
   std::vector<int32_t> free_blocks_;
   std::vector<std::vector<int32_t>> block_tables_;  // per lane
   std::vector<bool> lane_open_;
 };
+
+// Every row's keys in logical order (see BatchRow): row r attends to
+// slots[offsets[r] .. offsets[r] + n_keys[r]), the physical slot of each position 0..pos.
+// Both backends' attention reads these lists, so a tree row's keys are resolved in one place.
+struct KeySlots {
+  std::vector<int32_t> slots;
+  std::vector<int32_t> offsets;  // [n_rows]
+  std::vector<int32_t> n_keys;   // [n_rows]
+};
+// Fails on a row whose parent is not the same lane's row at pos - 1 earlier in the batch.
+void resolve_key_slots(const Batch& batch, const KvCache& kv, KeySlots& out);
 
 }  // namespace tf

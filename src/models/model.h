@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "engine/batch.h"
+#include "engine/kv_storage.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
 
@@ -21,6 +22,9 @@ class Model {
   // Runs every row of the batch; each row's K/V is written to its kv_slot. For each row with
   // wants_logits, writes n_vocab logits to `logits` in row order (logits rows are packed).
   virtual void forward(const Batch& batch, KvCache& kv, float* logits) = 0;
+  // Keys and values of n_slots positions in every layer, in this backend's memory and type; a
+  // KvCache made with the model (KvCache(model, n_blocks)) holds it.
+  virtual std::unique_ptr<KvStorage> make_kv_storage(int64_t n_slots) const = 0;
   // Bytes of weights one decode step must read (every layer and the LM head; one embedding row),
   // the numerator of achieved bandwidth.
   virtual int64_t weight_bytes_per_step() const = 0;
@@ -45,7 +49,11 @@ struct ModelLoadOptions {
   LoadProgress progress;
 };
 
-// Loads config.json and the weights of a model directory for the chosen backend.
+// Fails unless `device` is "cpu", or "cuda" in a build with the CUDA backend.
+void require_device_in_build(const std::string& device);
+
+// Loads config.json and the weights of a model directory for the chosen backend; a device this
+// build lacks is an error that says so.
 std::shared_ptr<Model> load_model(const std::string& model_dir, const ModelLoadOptions& options);
 
 }  // namespace tf

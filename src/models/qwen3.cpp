@@ -45,34 +45,11 @@ void Qwen3CpuModel::set_tap_layers(std::vector<int> layers) {
   taps_.clear();
 }
 
-void Qwen3CpuModel::resolve_key_slots(const Batch& batch, const KvCache& kv) {
-  const auto& rows = batch.rows;
-  key_slots_.resize(rows.size());
-  key_slot_ptrs_.resize(rows.size());
-  n_keys_.resize(rows.size());
-  for (size_t r = 0; r < rows.size(); ++r) {
-    auto& slots = key_slots_[r];
-    slots.assign(size_t(rows[r].pos) + 1, -1);
-    int64_t chain = int64_t(r);
-    int64_t first = chain;
-    while (chain >= 0) {
-      const BatchRow& row = rows[size_t(chain)];
-      slots[size_t(row.pos)] = row.kv_slot;
-      first = chain;
-      int64_t parent = row.parent;
-      if (parent >= 0 && (parent >= chain || rows[size_t(parent)].pos != row.pos - 1 ||
-                          rows[size_t(parent)].lane != row.lane))
-        fail("internal: batch row " + std::to_string(chain) + " has an invalid parent");
-      chain = parent;
-    }
-    int32_t lane = rows[size_t(first)].lane;
-    for (int32_t p = 0; p < rows[size_t(first)].pos; ++p) slots[size_t(p)] = kv.slot(lane, p);
-    key_slot_ptrs_[r] = slots.data();
-    n_keys_[r] = rows[r].pos + 1;
-  }
+std::unique_ptr<KvStorage> Qwen3CpuModel::make_kv_storage(int64_t n_slots) const {
+  return std::make_unique<HostKvStorage>(config_.n_layers, config_.kv_dim(), n_slots);
 }
 
-void Qwen3CpuModel::attention_block(int64_t layer, const Batch& batch, KvCache& kv) {
+void Qwen3CpuModel::attention_block(int64_t layer, const Batch& batch, HostKvStorage& kv) {
   const auto& w = weights_.layers[size_t(layer)];
   const int64_t n_rows = int64_t(batch.rows.size());
   const int64_t hidden = config_.hidden_size, head_dim = config_.head_dim;
@@ -101,7 +78,7 @@ void Qwen3CpuModel::attention_block(int64_t layer, const Batch& batch, KvCache& 
   }
   cpu::AttentionShape shape{config_.n_heads, config_.n_kv_heads, head_dim,
                             float(1.0 / std::sqrt(double(head_dim)))};
-  cpu::attention(q_.data(), n_rows, k_cache, v_cache, key_slot_ptrs_.data(), n_keys_.data(), shape,
+  cpu::attention(q_.data(), n_rows, k_cache, v_cache, key_slot_lists_.data(), key_slots_.n_keys.data(), shape,
                  attn_out_.data(), pool_);
   cpu::linear(attn_out_.data(), n_rows, w.o_proj, proj_.data(), pool_);
   for (int64_t i = 0; i < n_rows * hidden; ++i) hidden_[size_t(i)] += proj_[size_t(i)];
@@ -133,24 +110,25 @@ void Qwen3CpuModel::forward(const Batch& batch, KvCache& kv, float* logits) {
   gate_.resize(size_t(n_rows * config_.intermediate_size));
   up_.resize(size_t(n_rows * config_.intermediate_size));
 
+  batch.check_token_ids(config_.vocab_size);
+  HostKvStorage& storage = kv.storage_as<HostKvStorage>();
   positions_.resize(size_t(n_rows));
   std::vector<int32_t> tokens(static_cast<size_t>(n_rows));
   for (int64_t r = 0; r < n_rows; ++r) {
-    const BatchRow& row = batch.rows[size_t(r)];
-    if (row.token < 0 || row.token >= config_.vocab_size)
-      fail("token id " + std::to_string(row.token) + " is outside the vocabulary of " +
-           std::to_string(config_.vocab_size));
-    tokens[size_t(r)] = row.token;
-    positions_[size_t(r)] = row.pos;
+    tokens[size_t(r)] = batch.rows[size_t(r)].token;
+    positions_[size_t(r)] = batch.rows[size_t(r)].pos;
   }
-  resolve_key_slots(batch, kv);
+  resolve_key_slots(batch, kv, key_slots_);
+  key_slot_lists_.resize(size_t(n_rows));
+  for (int64_t r = 0; r < n_rows; ++r)
+    key_slot_lists_[size_t(r)] = key_slots_.slots.data() + key_slots_.offsets[size_t(r)];
   cpu::embedding_rows(weights_.embed_tokens, tokens.data(), n_rows, hidden_.data());
 
   // Taps are copies of the residual stream; they never feed back into the forward.
   const int64_t n_taps = int64_t(tap_layers_.size());
   taps_.resize(size_t(n_rows * n_taps * hidden));
   for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
-    attention_block(layer, batch, kv);
+    attention_block(layer, batch, storage);
     mlp_block(layer, n_rows);
     for (int64_t t = 0; t < n_taps; ++t) {
       if (tap_layers_[size_t(t)] != layer) continue;

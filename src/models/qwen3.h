@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/kv_cache.h"
 #include "models/model.h"
 #include "models/qwen3_weights.h"
 
@@ -17,6 +18,7 @@ class Qwen3CpuModel : public Model {
 
   const ModelConfig& config() const override { return config_; }
   void forward(const Batch& batch, KvCache& kv, float* logits) override;
+  std::unique_ptr<KvStorage> make_kv_storage(int64_t n_slots) const override;
   int64_t weight_bytes_per_step() const override;
   void set_tap_layers(std::vector<int> layers) override;
   const std::vector<float>& taps() const override { return taps_; }
@@ -24,9 +26,7 @@ class Qwen3CpuModel : public Model {
   const Qwen3Weights& weights() const { return weights_; }
 
  private:
-  // For each row, the physical slot of every logical position 0..pos it attends to.
-  void resolve_key_slots(const Batch& batch, const KvCache& kv);
-  void attention_block(int64_t layer, const Batch& batch, KvCache& kv);
+  void attention_block(int64_t layer, const Batch& batch, HostKvStorage& kv);
   void mlp_block(int64_t layer, int64_t n_rows);
 
   ModelConfig config_;
@@ -48,9 +48,8 @@ class Qwen3CpuModel : public Model {
   std::vector<float> gate_;      // [n_rows][intermediate]
   std::vector<float> up_;        // [n_rows][intermediate]
   std::vector<int32_t> positions_;
-  std::vector<std::vector<int32_t>> key_slots_;
-  std::vector<const int32_t*> key_slot_ptrs_;
-  std::vector<int32_t> n_keys_;
+  KeySlots key_slots_;
+  std::vector<const int32_t*> key_slot_lists_;  // [n_rows] into key_slots_.slots
 };
 
 }  // namespace tf

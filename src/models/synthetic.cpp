@@ -4,6 +4,9 @@
 
 #include "core/error.h"
 #include "models/qwen3.h"
+#if TF_HAVE_CUDA
+#include "backends/cuda/qwen3_cuda_model.h"
+#endif
 
 namespace tf {
 namespace {
@@ -111,9 +114,17 @@ ModelConfig synthetic_config(const std::string& name) {
   return c;
 }
 
-std::shared_ptr<Model> make_synthetic_model(const std::string& name, int bits, int n_threads) {
+std::shared_ptr<Model> make_synthetic_model(const std::string& name, int bits, const std::string& device,
+                                            int n_threads) {
   if (bits != 0 && bits != 4 && bits != 8) fail("synthetic weights take --bits 0, 4 or 8");
   ModelConfig c = synthetic_config(name);
+  require_device_in_build(device);
+#if TF_HAVE_CUDA
+  if (device == "cuda") {
+    if (bits) fail("synthetic weights on the CUDA backend are bf16 only (--bits 0)");
+    return cuda::make_synthetic_qwen3_cuda_model(c);
+  }
+#endif
   if (bits) c.quantization = QuantizationConfig{64, bits};
   auto storage = std::make_shared<SyntheticStorage>();
   Qwen3Weights w;

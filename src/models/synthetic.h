@@ -14,7 +14,9 @@ namespace tf {
 ModelConfig synthetic_config(const std::string& name);
 std::vector<std::string> synthetic_model_names();
 
-// Random bf16 weights (or MLX-quantized with bits 4/8) of the named shape on the CPU backend.
-std::shared_ptr<Model> make_synthetic_model(const std::string& name, int bits, int n_threads);
+// Random weights of the named shape on a device: on "cpu" bf16 (or MLX-quantized with bits 4/8),
+// on "cuda" bf16 generated on the GPU (bits must be 0).
+std::shared_ptr<Model> make_synthetic_model(const std::string& name, int bits, const std::string& device,
+                                            int n_threads);
 
 }  // namespace tf

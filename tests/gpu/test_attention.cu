@@ -147,6 +147,8 @@ int main() {
     test_attention(32, 8, 128, rng, pool);
     test_attention(4, 4, 64, rng, pool);
     test_attention(8, 1, 256, rng, pool);
+    test_attention(10, 2, 24, rng, pool);  // head dims off the 64/128/256 buckets (the tiny fixtures')
+    test_attention(4, 2, 40, rng, pool);
   } catch (const std::exception& e) {
     check(false, std::string("exception: ") + e.what());
   }

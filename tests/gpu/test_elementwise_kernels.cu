@@ -1,15 +1,19 @@
-// rms_norm, rope, swiglu, embedding and argmax on the GPU against their CPU twins, and row invariance.
+// rms_norm, rope, swiglu, embedding, argmax, add, row scatter and the random fill on the GPU against
+// their CPU twins, and row invariance.
 #include <algorithm>
 #include <cstdio>
 #include <random>
 #include <vector>
 
 #include "backends/cuda/activation.cuh"
+#include "backends/cuda/add.cuh"
 #include "backends/cuda/argmax.cuh"
 #include "backends/cuda/device_buffer.cuh"
 #include "backends/cuda/embedding.cuh"
+#include "backends/cuda/fill_random.cuh"
 #include "backends/cuda/rms_norm.cuh"
 #include "backends/cuda/rope.cuh"
+#include "backends/cuda/scatter_rows.cuh"
 #include "core/tensor.h"
 #include "gpu_test.h"
 #include "kernels/cpu/activation.h"
@@ -93,6 +97,73 @@ void test_swiglu(std::mt19937& rng) {
   check(error < kBf16Tolerance, "swiglu parity with cpu rel_err=" + format_error(error));
 }
 
+// The fused form reads [gate | up] rows of one linear output: bitwise the unfused kernel's result.
+void test_swiglu_fused(std::mt19937& rng) {
+  const int64_t n_rows = 7, width = 136;
+  std::vector<uint16_t> gate_up = random_bf16(size_t(n_rows * 2 * width), rng, 3.0f);
+  std::vector<uint16_t> gate, up;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    gate.insert(gate.end(), gate_up.begin() + r * 2 * width, gate_up.begin() + r * 2 * width + width);
+    up.insert(up.end(), gate_up.begin() + r * 2 * width + width, gate_up.begin() + (r + 1) * 2 * width);
+  }
+  auto gate_up_device = to_device(gate_up), gate_device = to_device(gate), up_device = to_device(up);
+  DeviceBuffer<uint16_t> fused(gate.size()), separate(gate.size());
+  fused.fill_bytes(0xff);
+  cuda::swiglu_fused_bf16(gate_up_device.data(), n_rows, width, fused.data());
+  cuda::swiglu_bf16(gate_device.data(), up_device.data(), int64_t(gate.size()), separate.data());
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> a = fused.to_host(), b = separate.to_host();
+  check(bitwise_equal(a.data(), b.data(), a.size()), "swiglu_fused equals swiglu on the split halves bitwise");
+}
+
+// f32 sum rounded once to bf16, the CPU's f32_to_bf16 of the same sum.
+void test_add(std::mt19937& rng) {
+  const int64_t n = 4096 * 3 + 7;
+  std::vector<uint16_t> a = random_bf16(size_t(n), rng, 4.0f), b = random_bf16(size_t(n), rng, 0.1f);
+  auto a_device = to_device(a), b_device = to_device(b);
+  DeviceBuffer<uint16_t> out(static_cast<size_t>(n));
+  out.fill_bytes(0xff);
+  cuda::add_bf16(a_device.data(), b_device.data(), n, out.data());
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> got = out.to_host(), want(static_cast<size_t>(n));
+  for (size_t i = 0; i < want.size(); ++i) want[i] = f32_to_bf16(tf::bf16_to_f32(a[i]) + tf::bf16_to_f32(b[i]));
+  check(bitwise_equal(got.data(), want.data(), got.size()), "add equals the cpu's rounded f32 sum exactly");
+}
+
+// Rows from a strided source land in their slots unchanged; other slots are untouched.
+void test_scatter_rows(std::mt19937& rng) {
+  const int64_t n_rows = 9, dim = 48, stride = 3 * dim, n_slots = 40;
+  std::vector<uint16_t> source = random_bf16(size_t(n_rows * stride), rng);
+  std::vector<int32_t> slots = {3, 39, 0, 17, 18, 5, 22, 31, 8};
+  auto source_device = to_device(source);
+  auto slots_device = to_device(slots);
+  DeviceBuffer<uint16_t> table(size_t(n_slots * dim));
+  table.fill_bytes(0xff);
+  cuda::scatter_rows_bf16(source_device.data() + dim, stride, n_rows, dim, slots_device.data(), table.data());
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> want(size_t(n_slots * dim), 0xffff), got = table.to_host();
+  for (int64_t r = 0; r < n_rows; ++r)
+    std::copy_n(source.begin() + r * stride + dim, dim, want.begin() + slots[size_t(r)] * dim);
+  check(bitwise_equal(got.data(), want.data(), got.size()), "scatter_rows puts each row in its slot and nothing else");
+}
+
+// Same seed, same values; values within the scale (plus bf16 rounding) and centred.
+void test_fill_random() {
+  const int64_t n = 1 << 20;
+  DeviceBuffer<uint16_t> first(static_cast<size_t>(n)), second(static_cast<size_t>(n));
+  cuda::fill_random_bf16(first.data(), n, 11, 0.02f);
+  cuda::fill_random_bf16(second.data(), n, 11, 0.02f);
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> a = first.to_host(), b = second.to_host();
+  double sum = 0, largest = 0;
+  for (uint16_t bits : a) {
+    sum += tf::bf16_to_f32(bits);
+    largest = std::max(largest, double(std::fabs(tf::bf16_to_f32(bits))));
+  }
+  check(bitwise_equal(a.data(), b.data(), a.size()) && largest <= 0.0201 && std::fabs(sum / double(n)) < 1e-4,
+        "fill_random is deterministic, within +-scale and centred");
+}
+
 void test_embedding(std::mt19937& rng) {
   const int64_t n_vocab = 1000, dim = 256;
   std::vector<uint16_t> table = random_bf16(size_t(n_vocab * dim), rng);
@@ -157,6 +228,10 @@ int main() {
     test_rms_norm(rng);
     test_rope(rng);
     test_swiglu(rng);
+    test_swiglu_fused(rng);
+    test_add(rng);
+    test_scatter_rows(rng);
+    test_fill_random();
     test_embedding(rng);
     test_argmax(rng);
   } catch (const std::exception& e) {

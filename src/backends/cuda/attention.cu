@@ -1,5 +1,7 @@
 // Attention: one warp per (row, head). Lane l scores keys l and l+32 of each 64-key chunk (a
-// sequential dot over head_dim), and owns head_dim/32 consecutive output dimensions for the values.
+// sequential dot over head_dim), and owns output dimensions l, l+32, l+64, ... for the values.
+// Kernels are compiled per head_dim bucket (64, 128, 256: the register space); the loops run to
+// the actual head_dim, so any multiple of 8 up to 256 works.
 #include "backends/cuda/attention.cuh"
 
 #include "backends/cuda/bf16_math.cuh"
@@ -10,28 +12,30 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
-template <int kHeadDim>
+template <int kMaxHeadDim>
 __global__ void attention_kernel(const uint16_t* __restrict__ q, int n_rows, const uint16_t* __restrict__ k_cache,
                                  const uint16_t* __restrict__ v_cache, const int32_t* __restrict__ slots,
                                  const int32_t* __restrict__ slot_offsets, const int32_t* __restrict__ n_keys,
                                  AttentionShape shape, uint16_t* __restrict__ out) {
-  constexpr int kPerLane = kHeadDim / 32;
-  __shared__ float query_shared[kWarpsPerBlock][kHeadDim];
+  constexpr int kPerLane = kMaxHeadDim / 32;
+  __shared__ float query_shared[kWarpsPerBlock][kMaxHeadDim];
   __shared__ float probability_shared[kWarpsPerBlock][kAttentionChunk];
   __shared__ int32_t slot_shared[kWarpsPerBlock][kAttentionChunk];
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int64_t pair = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
   if (pair >= int64_t(n_rows) * shape.n_heads) return;  // whole warps leave; only warp syncs follow
+  const int head_dim = shape.head_dim;
   const int row = int(pair / shape.n_heads), head = int(pair % shape.n_heads);
-  const int kv_offset = (head / (shape.n_heads / shape.n_kv_heads)) * kHeadDim;
-  const int64_t kv_stride = int64_t(shape.n_kv_heads) * kHeadDim;
+  const int kv_offset = (head / (shape.n_heads / shape.n_kv_heads)) * head_dim;
+  const int64_t kv_stride = int64_t(shape.n_kv_heads) * head_dim;
   float* query = query_shared[warp];
   float* probabilities = probability_shared[warp];
   int32_t* chunk_slots = slot_shared[warp];
 
-  const uint16_t* q_head = q + pair * kHeadDim;
+  const uint16_t* q_head = q + pair * head_dim;
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) query[lane * kPerLane + i] = bf16_bits_to_f32(q_head[lane * kPerLane + i]);
+  for (int i = 0; i < kPerLane; ++i)
+    if (lane + 32 * i < head_dim) query[lane + 32 * i] = bf16_bits_to_f32(q_head[lane + 32 * i]);
   __syncwarp();
 
   const int32_t* row_slots = slots + slot_offsets[row];
@@ -51,7 +55,7 @@ __global__ void attention_kernel(const uint16_t* __restrict__ q, int n_rows, con
       const uint16_t* key = k_cache + int64_t(slot) * kv_stride + kv_offset;
       float dot = 0.0f;
 #pragma unroll 4
-      for (int d = 0; d < kHeadDim; d += 8) {
+      for (int d = 0; d < head_dim; d += 8) {
         float k8[8];
         unpack_bf16x8(*reinterpret_cast<const uint4*>(key + d), k8);
 #pragma unroll
@@ -81,25 +85,26 @@ __global__ void attention_kernel(const uint16_t* __restrict__ q, int n_rows, con
     for (int i = 0; i < kPerLane; ++i) acc[i] = __fmul_rn(acc[i], rescale);
     for (int j = 0; j < n_in_chunk; ++j) {
       const float p = probabilities[j];
-      const uint16_t* value = v_cache + int64_t(chunk_slots[j]) * kv_stride + kv_offset + lane * kPerLane;
+      const uint16_t* value = v_cache + int64_t(chunk_slots[j]) * kv_stride + kv_offset + lane;
 #pragma unroll
-      for (int i = 0; i < kPerLane; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(p, bf16_bits_to_f32(value[i])));
+      for (int i = 0; i < kPerLane; ++i)
+        if (lane + 32 * i < head_dim) acc[i] = __fadd_rn(acc[i], __fmul_rn(p, bf16_bits_to_f32(value[32 * i])));
     }
     running_max = new_max;
     __syncwarp();  // the next chunk overwrites probabilities and chunk_slots
   }
-  uint16_t* out_head = out + pair * kHeadDim;
+  uint16_t* out_head = out + pair * head_dim;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i)
-    out_head[lane * kPerLane + i] = f32_to_bf16_bits(n > 0 ? __fdiv_rn(acc[i], sum) : 0.0f);
+    if (lane + 32 * i < head_dim) out_head[lane + 32 * i] = f32_to_bf16_bits(n > 0 ? __fdiv_rn(acc[i], sum) : 0.0f);
 }
 
-template <int kHeadDim>
+template <int kMaxHeadDim>
 void launch(const uint16_t* q, int64_t n_rows, const uint16_t* k_cache, const uint16_t* v_cache, const int32_t* slots,
             const int32_t* slot_offsets, const int32_t* n_keys, const AttentionShape& shape, uint16_t* out,
             cudaStream_t stream) {
   const int64_t n_pairs = n_rows * shape.n_heads;
-  attention_kernel<kHeadDim><<<unsigned((n_pairs + kWarpsPerBlock - 1) / kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(
+  attention_kernel<kMaxHeadDim><<<unsigned((n_pairs + kWarpsPerBlock - 1) / kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(
       q, int(n_rows), k_cache, v_cache, slots, slot_offsets, n_keys, shape, out);
   TF_CUDA_CHECK_LAUNCH("attention_kernel");
 }
@@ -112,13 +117,15 @@ void attention_bf16(const uint16_t* q, int64_t n_rows, const uint16_t* k_cache, 
   TF_CUDA_REQUIRE(n_rows >= 0 && n_rows < (int64_t(1) << 31), "attention_bf16: bad row count");
   TF_CUDA_REQUIRE(shape.n_heads > 0 && shape.n_kv_heads > 0 && shape.n_heads % shape.n_kv_heads == 0,
                   "attention_bf16: n_heads must be a multiple of n_kv_heads");
+  TF_CUDA_REQUIRE(shape.head_dim > 0 && shape.head_dim % 8 == 0 && shape.head_dim <= 256,
+                  "attention_bf16: head_dim must be a multiple of 8 up to 256");
   if (n_rows == 0) return;
-  switch (shape.head_dim) {
-    case 64: launch<64>(q, n_rows, k_cache, v_cache, slots, slot_offsets, n_keys, shape, out, stream); break;
-    case 128: launch<128>(q, n_rows, k_cache, v_cache, slots, slot_offsets, n_keys, shape, out, stream); break;
-    case 256: launch<256>(q, n_rows, k_cache, v_cache, slots, slot_offsets, n_keys, shape, out, stream); break;
-    default: TF_CUDA_REQUIRE(false, "attention_bf16: head_dim must be 64, 128 or 256");
-  }
+  if (shape.head_dim <= 64)
+    launch<64>(q, n_rows, k_cache, v_cache, slots, slot_offsets, n_keys, shape, out, stream);
+  else if (shape.head_dim <= 128)
+    launch<128>(q, n_rows, k_cache, v_cache, slots, slot_offsets, n_keys, shape, out, stream);
+  else
+    launch<256>(q, n_rows, k_cache, v_cache, slots, slot_offsets, n_keys, shape, out, stream);
 }
 
 }  // namespace tf::cuda

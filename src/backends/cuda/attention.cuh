@@ -14,7 +14,7 @@ constexpr int kAttentionChunk = 64;
 struct AttentionShape {
   int n_heads;
   int n_kv_heads;
-  int head_dim;  // 64, 128 or 256
+  int head_dim;  // a multiple of 8, at most 256
   float scale;   // 1/sqrt(head_dim)
 };
 

@@ -1,0 +1,224 @@
+#include "backends/cuda/qwen3_cuda_model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "backends/cuda/activation.cuh"
+#include "backends/cuda/add.cuh"
+#include "backends/cuda/attention.cuh"
+#include "backends/cuda/cuda_kv_storage.h"
+#include "backends/cuda/device_info.h"
+#include "backends/cuda/embedding.cuh"
+#include "backends/cuda/linear_bf16.cuh"
+#include "backends/cuda/rms_norm.cuh"
+#include "backends/cuda/rope.cuh"
+#include "backends/cuda/scatter_rows.cuh"
+#include "kernels/cpu/rope.h"
+
+namespace tf::cuda {
+namespace {
+
+constexpr int kRowFields = 6;  // tokens, positions, kv_slots, key_offsets, n_keys, logit_rows
+
+// Copies n_rows rows of `width` bf16 from a wider row layout (a column block of a fused output).
+void copy_columns(uint16_t* target, const uint16_t* source, int64_t source_width, int64_t width, int64_t n_rows) {
+  TF_CUDA_CHECK(cudaMemcpy2DAsync(target, size_t(width) * sizeof(uint16_t), source,
+                                  size_t(source_width) * sizeof(uint16_t), size_t(width) * sizeof(uint16_t),
+                                  size_t(n_rows), cudaMemcpyDeviceToDevice));
+}
+
+}  // namespace
+
+Qwen3CudaModel::Qwen3CudaModel(ModelConfig config, Qwen3CudaWeights weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  inverse_frequencies_ = DeviceBuffer<float>(size_t(config_.head_dim / 2));
+  inverse_frequencies_.copy_from_host(cpu::rope_inverse_frequencies(config_.head_dim, config_.rope_theta));
+}
+
+std::unique_ptr<KvStorage> Qwen3CudaModel::make_kv_storage(int64_t n_slots) const {
+  return std::make_unique<CudaKvStorage>(config_.n_layers, config_.kv_dim(), n_slots);
+}
+
+int64_t Qwen3CudaModel::weight_bytes_per_step() const {
+  int64_t total = int64_t(config_.vocab_size * config_.hidden_size);  // the LM head
+  for (const auto& l : weights_.layers)
+    total += int64_t(l.qkv_proj.size() + l.o_proj.size() + l.gate_up_proj.size() + l.down_proj.size());
+  return total * int64_t(sizeof(uint16_t));
+}
+
+void Qwen3CudaModel::set_tap_layers(std::vector<int> layers) {
+  for (int layer : layers)
+    if (layer < 0 || layer >= config_.n_layers)
+      fail("tap layer " + std::to_string(layer) + " is outside the model's " + std::to_string(config_.n_layers) +
+           " layers");
+  tap_layers_ = std::move(layers);
+  taps_.clear();
+  tap_rows_ = DeviceBuffer<uint16_t>();
+  tap_staging_ = PinnedHostBuffer<uint16_t>();
+}
+
+void Qwen3CudaModel::reserve(int64_t n_rows, int64_t n_keys) {
+  const size_t n_ints = size_t(kRowFields * n_rows + n_keys);
+  if (row_staging_.size() < n_ints) {
+    row_staging_ = PinnedHostBuffer<int32_t>(n_ints + n_ints / 2);
+    row_data_ = DeviceBuffer<int32_t>(row_staging_.size());
+  }
+  const size_t n_taps = tap_layers_.size() * size_t(n_rows * config_.hidden_size);
+  if (tap_rows_.size() < n_taps) {
+    tap_rows_ = DeviceBuffer<uint16_t>(n_taps);
+    tap_staging_ = PinnedHostBuffer<uint16_t>(n_taps);
+  }
+  if (n_rows <= row_capacity_) return;
+  const size_t rows = size_t(n_rows);
+  const size_t hidden = size_t(config_.hidden_size), q_dim = size_t(config_.q_dim());
+  const size_t kv_dim = size_t(config_.kv_dim()), inter = size_t(config_.intermediate_size);
+  hidden_ = DeviceBuffer<uint16_t>(rows * hidden);
+  normed_ = DeviceBuffer<uint16_t>(rows * hidden);
+  qkv_ = DeviceBuffer<uint16_t>(rows * (q_dim + 2 * kv_dim));
+  q_ = DeviceBuffer<uint16_t>(rows * q_dim);
+  k_ = DeviceBuffer<uint16_t>(rows * kv_dim);
+  attn_out_ = DeviceBuffer<uint16_t>(rows * q_dim);
+  proj_ = DeviceBuffer<uint16_t>(rows * hidden);
+  gate_up_ = DeviceBuffer<uint16_t>(rows * 2 * inter);
+  mlp_act_ = DeviceBuffer<uint16_t>(rows * inter);
+  logits_ = DeviceBuffer<float>(rows * size_t(config_.vocab_size));
+  row_capacity_ = n_rows;
+}
+
+int64_t Qwen3CudaModel::upload_rows(const Batch& batch, const KvCache& kv) {
+  const int64_t n_rows = int64_t(batch.rows.size());
+  resolve_key_slots(batch, kv, key_slots_);
+  reserve(n_rows, int64_t(key_slots_.slots.size()));
+  int32_t* fields = row_staging_.data();
+  int32_t* tokens = fields;
+  int32_t* positions = fields + n_rows;
+  int32_t* kv_slots = fields + 2 * n_rows;
+  int32_t* logit_rows = fields + 5 * n_rows;
+  int64_t n_logit_rows = 0;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const BatchRow& row = batch.rows[size_t(r)];
+    tokens[r] = row.token;
+    positions[r] = row.pos;
+    kv_slots[r] = row.kv_slot;
+    if (row.wants_logits) logit_rows[n_logit_rows++] = int32_t(r);
+  }
+  std::memcpy(fields + 3 * n_rows, key_slots_.offsets.data(), size_t(n_rows) * sizeof(int32_t));
+  std::memcpy(fields + 4 * n_rows, key_slots_.n_keys.data(), size_t(n_rows) * sizeof(int32_t));
+  std::memcpy(fields + kRowFields * n_rows, key_slots_.slots.data(), key_slots_.slots.size() * sizeof(int32_t));
+  const size_t n_ints = size_t(kRowFields * n_rows) + key_slots_.slots.size();
+  TF_CUDA_CHECK(cudaMemcpyAsync(row_data_.data(), fields, n_ints * sizeof(int32_t), cudaMemcpyHostToDevice));
+
+  const int32_t* device = row_data_.data();
+  tokens_ = device;
+  positions_ = device + n_rows;
+  kv_slots_ = device + 2 * n_rows;
+  key_offsets_ = device + 3 * n_rows;
+  n_keys_ = device + 4 * n_rows;
+  logit_rows_ = device + 5 * n_rows;
+  key_slot_list_ = device + kRowFields * n_rows;
+  return n_logit_rows;
+}
+
+void Qwen3CudaModel::attention_block(int64_t layer, int64_t n_rows, CudaKvStorage& kv) {
+  const auto& w = weights_.layers[size_t(layer)];
+  const int64_t hidden = config_.hidden_size, head_dim = config_.head_dim;
+  const int64_t q_dim = config_.q_dim(), kv_dim = config_.kv_dim(), qkv_dim = q_dim + 2 * kv_dim;
+  const float eps = config_.rms_norm_eps;
+
+  rms_norm_bf16(hidden_.data(), n_rows, hidden, w.input_norm.data(), eps, normed_.data());
+  linear_bf16(normed_.data(), n_rows, w.qkv_proj.data(), qkv_dim, hidden, qkv_.data(), LinearOutput::bf16);
+  // q and k get their per-head norm and rotation in their own buffers; v goes to the cache as is.
+  copy_columns(q_.data(), qkv_.data(), qkv_dim, q_dim, n_rows);
+  copy_columns(k_.data(), qkv_.data() + q_dim, qkv_dim, kv_dim, n_rows);
+  rms_norm_bf16(q_.data(), n_rows * config_.n_heads, head_dim, w.q_norm.data(), eps, q_.data());
+  rms_norm_bf16(k_.data(), n_rows * config_.n_kv_heads, head_dim, w.k_norm.data(), eps, k_.data());
+  rope_bf16(q_.data(), n_rows, config_.n_heads, head_dim, positions_, inverse_frequencies_.data());
+  rope_bf16(k_.data(), n_rows, config_.n_kv_heads, head_dim, positions_, inverse_frequencies_.data());
+
+  // Keys and values go to the cache first; attention reads every key from there in its bf16
+  // storage type, this round's rows included, so a row sees the same numbers in any batch.
+  scatter_rows_bf16(k_.data(), kv_dim, n_rows, kv_dim, kv_slots_, kv.keys(layer));
+  scatter_rows_bf16(qkv_.data() + q_dim + kv_dim, qkv_dim, n_rows, kv_dim, kv_slots_, kv.values(layer));
+  const AttentionShape shape{int(config_.n_heads), int(config_.n_kv_heads), int(head_dim),
+                             float(1.0 / std::sqrt(double(head_dim)))};
+  attention_bf16(q_.data(), n_rows, kv.keys(layer), kv.values(layer), key_slot_list_, key_offsets_, n_keys_, shape,
+                 attn_out_.data());
+  linear_bf16(attn_out_.data(), n_rows, w.o_proj.data(), hidden, q_dim, proj_.data(), LinearOutput::bf16);
+  add_bf16(hidden_.data(), proj_.data(), n_rows * hidden, hidden_.data());
+}
+
+void Qwen3CudaModel::mlp_block(int64_t layer, int64_t n_rows) {
+  const auto& w = weights_.layers[size_t(layer)];
+  const int64_t hidden = config_.hidden_size, inter = config_.intermediate_size;
+  rms_norm_bf16(hidden_.data(), n_rows, hidden, w.post_attention_norm.data(), config_.rms_norm_eps, normed_.data());
+  linear_bf16(normed_.data(), n_rows, w.gate_up_proj.data(), 2 * inter, hidden, gate_up_.data(), LinearOutput::bf16);
+  swiglu_fused_bf16(gate_up_.data(), n_rows, inter, mlp_act_.data());
+  linear_bf16(mlp_act_.data(), n_rows, w.down_proj.data(), hidden, inter, proj_.data(), LinearOutput::bf16);
+  add_bf16(hidden_.data(), proj_.data(), n_rows * hidden, hidden_.data());
+}
+
+void Qwen3CudaModel::keep_taps(int64_t layer, int64_t n_rows) {
+  const size_t row_bytes = size_t(config_.hidden_size) * sizeof(uint16_t);
+  for (size_t t = 0; t < tap_layers_.size(); ++t) {
+    if (tap_layers_[t] != layer) continue;
+    TF_CUDA_CHECK(cudaMemcpyAsync(tap_rows_.data() + int64_t(t) * n_rows * config_.hidden_size, hidden_.data(),
+                                  size_t(n_rows) * row_bytes, cudaMemcpyDeviceToDevice));
+  }
+}
+
+void Qwen3CudaModel::copy_taps_to_host(int64_t n_rows) {
+  const int64_t hidden = config_.hidden_size, n_taps = int64_t(tap_layers_.size());
+  const size_t n = size_t(n_taps * n_rows * hidden);
+  TF_CUDA_CHECK(cudaMemcpy(tap_staging_.data(), tap_rows_.data(), n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+  // [n_taps][n_rows][hidden] bf16 on the device -> [n_rows][n_taps * hidden] f32, as the CPU model keeps them.
+  taps_.resize(n);
+  for (int64_t t = 0; t < n_taps; ++t)
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const uint16_t* from = tap_staging_.data() + (t * n_rows + r) * hidden;
+      float* to = taps_.data() + (r * n_taps + t) * hidden;
+      for (int64_t i = 0; i < hidden; ++i) to[i] = bf16_to_f32(from[i]);
+    }
+}
+
+void Qwen3CudaModel::forward(const Batch& batch, KvCache& kv, float* logits) {
+  const int64_t n_rows = int64_t(batch.rows.size());
+  if (n_rows == 0) return;
+  batch.check_token_ids(config_.vocab_size);
+  CudaKvStorage& storage = kv.storage_as<CudaKvStorage>();
+  const int64_t n_logit_rows = upload_rows(batch, kv);
+  const int64_t hidden = config_.hidden_size;
+
+  embedding_bf16(weights_.embed_tokens.data(), config_.vocab_size, hidden, tokens_, n_rows, hidden_.data());
+  for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
+    attention_block(layer, n_rows, storage);
+    mlp_block(layer, n_rows);
+    keep_taps(layer, n_rows);
+  }
+
+  // Only rows that asked for logits pay for the final norm and the LM head: gathered first (the
+  // embedding kernel is a row gather), so the LM head runs on n_logit_rows rows.
+  if (n_logit_rows > 0) {
+    embedding_bf16(hidden_.data(), n_rows, hidden, logit_rows_, n_logit_rows, normed_.data());
+    rms_norm_bf16(normed_.data(), n_logit_rows, hidden, weights_.final_norm.data(), config_.rms_norm_eps,
+                  normed_.data());
+    linear_bf16(normed_.data(), n_logit_rows, weights_.lm_head(), config_.vocab_size, hidden, logits_.data(),
+                LinearOutput::f32);
+    TF_CUDA_CHECK(cudaMemcpy(logits, logits_.data(), size_t(n_logit_rows * config_.vocab_size) * sizeof(float),
+                             cudaMemcpyDeviceToHost));
+  }
+  if (!tap_layers_.empty()) copy_taps_to_host(n_rows);
+  // The next forward refills the staging buffer; every copy from it must be done by then.
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+std::shared_ptr<Model> make_qwen3_cuda_model(const ModelConfig& config, const Qwen3Weights& weights) {
+  require_hopper_gpu();
+  return std::make_shared<Qwen3CudaModel>(config, upload_qwen3_weights(weights, config));
+}
+
+std::shared_ptr<Model> make_synthetic_qwen3_cuda_model(const ModelConfig& config) {
+  require_hopper_gpu();
+  return std::make_shared<Qwen3CudaModel>(config, synthetic_qwen3_cuda_weights(config));
+}
+
+}  // namespace tf::cuda

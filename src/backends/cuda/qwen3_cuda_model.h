@@ -1,0 +1,78 @@
+// Qwen3 on the CUDA backend (Hopper): the CPU model's forward with bf16 weights, activations and KV
+// cache, from batch-invariant kernels, so every row's logits are bitwise the same in any batch.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backends/cuda/device_buffer.cuh"
+#include "backends/cuda/qwen3_cuda_weights.h"
+#include "engine/kv_cache.h"
+#include "models/model.h"
+
+namespace tf::cuda {
+
+class CudaKvStorage;
+
+class Qwen3CudaModel : public Model {
+ public:
+  Qwen3CudaModel(ModelConfig config, Qwen3CudaWeights weights);
+
+  const ModelConfig& config() const override { return config_; }
+  void forward(const Batch& batch, KvCache& kv, float* logits) override;
+  std::unique_ptr<KvStorage> make_kv_storage(int64_t n_slots) const override;
+  int64_t weight_bytes_per_step() const override;
+  void set_tap_layers(std::vector<int> layers) override;
+  const std::vector<float>& taps() const override { return taps_; }
+
+ private:
+  // Scratch for n_rows rows and n_keys key slots; grows, never shrinks.
+  void reserve(int64_t n_rows, int64_t n_keys);
+  // Packs the rows' ids, positions, slots and key lists into one staging buffer and copies it to
+  // the device in one transfer; returns the number of logit rows.
+  int64_t upload_rows(const Batch& batch, const KvCache& kv);
+  void attention_block(int64_t layer, int64_t n_rows, CudaKvStorage& kv);
+  void mlp_block(int64_t layer, int64_t n_rows);
+  void keep_taps(int64_t layer, int64_t n_rows);
+  void copy_taps_to_host(int64_t n_rows);
+
+  ModelConfig config_;
+  Qwen3CudaWeights weights_;
+  DeviceBuffer<float> inverse_frequencies_;  // [head_dim / 2]
+  std::vector<int> tap_layers_;
+  std::vector<float> taps_;  // [n_rows][tap_layers_.size() * hidden]
+
+  // Row metadata: the host staging buffer and its device copy, both laid out as
+  // [tokens][positions][kv_slots][key_offsets][n_keys][logit_rows] (n_rows each) then the key slots.
+  KeySlots key_slots_;
+  PinnedHostBuffer<int32_t> row_staging_;
+  DeviceBuffer<int32_t> row_data_;
+  const int32_t* tokens_ = nullptr;  // device pointers into row_data_ for this forward
+  const int32_t* positions_ = nullptr;
+  const int32_t* kv_slots_ = nullptr;
+  const int32_t* key_offsets_ = nullptr;
+  const int32_t* n_keys_ = nullptr;
+  const int32_t* logit_rows_ = nullptr;
+  const int32_t* key_slot_list_ = nullptr;
+
+  // Activations, bf16, sized for row_capacity_ rows.
+  int64_t row_capacity_ = 0;
+  DeviceBuffer<uint16_t> hidden_;    // [n_rows][hidden]   residual stream
+  DeviceBuffer<uint16_t> normed_;    // [n_rows][hidden]
+  DeviceBuffer<uint16_t> qkv_;       // [n_rows][q_dim + 2 * kv_dim]
+  DeviceBuffer<uint16_t> q_;         // [n_rows][q_dim]
+  DeviceBuffer<uint16_t> k_;         // [n_rows][kv_dim]
+  DeviceBuffer<uint16_t> attn_out_;  // [n_rows][q_dim]
+  DeviceBuffer<uint16_t> proj_;      // [n_rows][hidden]
+  DeviceBuffer<uint16_t> gate_up_;   // [n_rows][2 * intermediate]
+  DeviceBuffer<uint16_t> mlp_act_;   // [n_rows][intermediate]
+  DeviceBuffer<float> logits_;       // [n_rows][vocab]
+  DeviceBuffer<uint16_t> tap_rows_;  // [n_tap_layers][n_rows][hidden]
+  PinnedHostBuffer<uint16_t> tap_staging_;
+};
+
+// Uploads a checkpoint's bound weights (see upload_qwen3_weights).
+std::shared_ptr<Model> make_qwen3_cuda_model(const ModelConfig& config, const Qwen3Weights& weights);
+// A model of the config's shape with weights generated on the GPU.
+std::shared_ptr<Model> make_synthetic_qwen3_cuda_model(const ModelConfig& config);
+
+}  // namespace tf::cuda

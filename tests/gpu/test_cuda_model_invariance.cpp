@@ -1,0 +1,63 @@
+// Batch invariance of the CUDA model, bitwise: a row's logits do not depend on how the prompt was
+// chunked, on how many unrelated rows share the forward, or on whether its chain runs as plain
+// decode rows or as tree rows beside sibling branches.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "models/model.h"
+#include "support/fixtures.h"
+#include "support/forward_runs.h"
+
+namespace tf {
+namespace {
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class CudaInvarianceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaInvarianceTest, ChunkingAndNeighboursDoNotChangeLogits) {
+  std::mt19937 rng(42);
+  auto model = test::load_fixture(GetParam(), "cuda");
+  const int64_t n = 140;  // crosses two attention chunk boundaries (64 keys)
+  auto ids = test::random_ids(rng, n, model->config().vocab_size);
+  std::vector<float> reference = test::chunked_logits(*model, ids, {n}, 0, rng);
+  for (int trial = 0; trial < 12; ++trial) {
+    std::vector<float> got = test::chunked_logits(*model, ids, test::random_chunks(rng, n), trial * 5, rng);
+    EXPECT_TRUE(bitwise_equal(got, reference)) << "trial " << trial;
+  }
+}
+
+TEST_P(CudaInvarianceTest, DecodeRowIsTheSameAmongAnyNumberOfRows) {
+  std::mt19937 rng(7);
+  auto model = test::load_fixture(GetParam(), "cuda");
+  auto ids = test::random_ids(rng, 12, model->config().vocab_size);
+  std::vector<float> alone = test::chunked_logits(*model, ids, {11, 1}, 0, rng);
+  std::vector<int> crowds;
+  for (int m = 1; m <= 64; ++m) crowds.push_back(m);
+  crowds.push_back(257);
+  for (int m : crowds)
+    EXPECT_TRUE(bitwise_equal(test::chunked_logits(*model, ids, {11, 1}, m, rng), alone)) << m << " neighbours";
+}
+
+TEST_P(CudaInvarianceTest, TreeRowsEqualThePlainChain) {
+  std::mt19937 rng(5);
+  auto model = test::load_fixture(GetParam(), "cuda");
+  const int64_t vocab = model->config().vocab_size;
+  for (int trial = 0; trial < 20; ++trial) {
+    auto prompt = test::random_ids(rng, 5 + int64_t(rng() % 70), vocab);
+    auto chain = test::random_ids(rng, 1 + int64_t(rng() % 8), vocab);
+    std::vector<float> plain = test::chain_logits(*model, prompt, chain, -1, rng);
+    std::vector<float> tree = test::chain_logits(*model, prompt, chain, int(rng() % 13), rng);
+    EXPECT_TRUE(bitwise_equal(tree, plain)) << "trial " << trial;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyQwen3, CudaInvarianceTest,
+                         ::testing::Values("qwen3-tiny-a", "qwen3-tiny-b", "qwen3-tiny-c"));
+
+}  // namespace
+}  // namespace tf

@@ -1,0 +1,41 @@
+// The equalities end to end through the engine on the CUDA model: drafted equals undrafted (greedy
+// and sampled, long-copy, n-gram and replay drafts), concurrent equals solo. Bitwise.
+#include <gtest/gtest.h>
+
+#include "models/model.h"
+#include "support/equalities.h"
+#include "support/fixtures.h"
+
+namespace tf {
+namespace {
+
+struct Case {
+  const char* model;
+  bool sampled;
+};
+
+class CudaDraftedEqualsUndrafted : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaDraftedEqualsUndrafted, OverManyPromptsWindowsAndPolicies) {
+  test::expect_drafted_equals_undrafted(test::load_fixture(GetParam().model, "cuda"), GetParam().sampled);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaDraftedEqualsUndrafted,
+                         ::testing::Values(Case{"qwen3-tiny-a", false}, Case{"qwen3-tiny-a", true},
+                                           Case{"qwen3-tiny-b", false}, Case{"qwen3-tiny-b", true},
+                                           Case{"qwen3-tiny-c", false}, Case{"qwen3-tiny-c", true}));
+
+TEST(CudaSpeculationTest, ReplayAtFullAcceptanceEqualsPlainDecoding) {
+  test::expect_replay_equals_plain(test::load_fixture("qwen3-tiny-b", "cuda"), 3);
+}
+
+TEST(CudaSpeculationTest, ConcurrentEqualsSoloGreedy) {
+  test::expect_concurrent_equals_solo(test::load_fixture("qwen3-tiny-b", "cuda"), false);
+}
+
+TEST(CudaSpeculationTest, ConcurrentEqualsSoloSampled) {
+  test::expect_concurrent_equals_solo(test::load_fixture("qwen3-tiny-b", "cuda"), true);
+}
+
+}  // namespace
+}  // namespace tf

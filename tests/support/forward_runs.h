@@ -1,0 +1,161 @@
+// Forward passes for tests, on any backend: prefill logits, chunked prefill among unrelated rows,
+// greedy generation through the engine.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <future>
+#include <random>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/kv_cache.h"
+#include "models/model.h"
+
+namespace tf::test {
+
+inline std::vector<int32_t> random_ids(std::mt19937& rng, int64_t n, int64_t vocab) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& id : ids) id = int32_t(rng() % uint32_t(vocab));
+  return ids;
+}
+
+// Logits of every position of `ids`, prefilled in one forward.
+inline std::vector<float> prefill_logits(Model& model, const std::vector<int32_t>& ids) {
+  const ModelConfig& c = model.config();
+  KvCache kv(model, kv_blocks_for(int64_t(ids.size())));
+  int32_t lane = kv.lane_open();
+  kv.lane_reserve(lane, int64_t(ids.size()));
+  Batch batch;
+  for (size_t i = 0; i < ids.size(); ++i)
+    batch.rows.push_back({ids[i], int32_t(i), lane, int32_t(i) - 1, kv.slot(lane, int64_t(i)), true});
+  std::vector<float> logits(ids.size() * size_t(c.vocab_size));
+  model.forward(batch, kv, logits.data());
+  return logits;
+}
+
+// Logits of every position of `ids`, prefilled in the given chunk sizes; each chunk's forward also
+// carries `noise` rows of unrelated lanes at random positions.
+inline std::vector<float> chunked_logits(Model& model, const std::vector<int32_t>& ids,
+                                         const std::vector<int64_t>& chunks, int noise, std::mt19937& rng) {
+  const int64_t n_vocab = model.config().vocab_size;
+  KvCache kv(model, 128);
+  int32_t lane = kv.lane_open();
+  kv.lane_reserve(lane, int64_t(ids.size()));
+  std::vector<int32_t> other_lanes;
+  for (int i = 0; i < std::min(noise, 8); ++i) {
+    other_lanes.push_back(kv.lane_open());
+    kv.lane_reserve(other_lanes.back(), 80);
+  }
+  std::vector<float> out;
+  int64_t done = 0;
+  for (int64_t chunk : chunks) {
+    Batch batch;
+    // Unrelated rows before and after ours, so our rows sit at varying offsets.
+    auto add_noise = [&](int n) {
+      for (int i = 0; i < n; ++i) {
+        int32_t l = other_lanes[rng() % other_lanes.size()];
+        int32_t pos = int32_t(rng() % 40);
+        batch.rows.push_back({int32_t(rng() % uint32_t(n_vocab)), pos, l, -1, kv.slot(l, pos), bool(rng() % 2)});
+      }
+    };
+    add_noise(noise ? int(rng() % uint32_t(noise + 1)) : 0);
+    size_t ours = batch.rows.size();
+    for (int64_t i = 0; i < chunk; ++i) {
+      int32_t pos = int32_t(done + i);
+      batch.rows.push_back({ids[size_t(pos)], pos, lane, i == 0 ? -1 : int32_t(ours + size_t(i) - 1),
+                            kv.slot(lane, pos), true});
+    }
+    add_noise(noise ? int(rng() % uint32_t(noise + 1)) : 0);
+    std::vector<float> logits(size_t(batch.n_logit_rows() * n_vocab));
+    model.forward(batch, kv, logits.data());
+    int64_t logit_row = 0;
+    for (size_t r = 0; r < batch.rows.size(); ++r) {
+      if (!batch.rows[r].wants_logits) continue;
+      if (r >= ours && r < ours + size_t(chunk))
+        out.insert(out.end(), logits.begin() + logit_row * n_vocab, logits.begin() + (logit_row + 1) * n_vocab);
+      ++logit_row;
+    }
+    done += chunk;
+  }
+  return out;
+}
+
+inline std::vector<int64_t> random_chunks(std::mt19937& rng, int64_t n) {
+  std::vector<int64_t> chunks;
+  while (n > 0) {
+    int64_t c = 1 + int64_t(rng() % uint32_t(std::min<int64_t>(n, 20)));
+    chunks.push_back(c);
+    n -= c;
+  }
+  return chunks;
+}
+
+// Logits of `chain` after `prompt` (one lane). As plain rows (n_siblings < 0): one decode row per
+// forward, each position committed before the next. As a tree: one forward in which each chain row's
+// parent is the row before, plus n_siblings random branches hanging off chain rows, in scratch slots.
+inline std::vector<float> chain_logits(Model& model, const std::vector<int32_t>& prompt,
+                                       const std::vector<int32_t>& chain, int n_siblings, std::mt19937& rng) {
+  const int64_t vocab = model.config().vocab_size;
+  const int32_t n_prompt = int32_t(prompt.size()), n_chain = int32_t(chain.size());
+  KvCache kv(model, 64);
+  int32_t lane = kv.lane_open();
+  kv.lane_reserve(lane, n_prompt + n_chain);
+  int32_t scratch = kv.lane_open();
+  kv.lane_reserve(scratch, 256);
+  Batch prefill;
+  for (int32_t i = 0; i < n_prompt; ++i)
+    prefill.rows.push_back({prompt[size_t(i)], i, lane, i - 1, kv.slot(lane, i), false});
+  model.forward(prefill, kv, nullptr);
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  std::vector<float> out;
+  if (n_siblings < 0) {
+    for (int32_t i = 0; i < n_chain; ++i) {
+      Batch step;
+      step.rows.push_back({chain[size_t(i)], n_prompt + i, lane, -1, kv.slot(lane, n_prompt + i), true});
+      model.forward(step, kv, logits.data());
+      out.insert(out.end(), logits.begin(), logits.end());
+    }
+    return out;
+  }
+  Batch tree;
+  for (int32_t i = 0; i < n_chain; ++i)
+    tree.rows.push_back({chain[size_t(i)], n_prompt + i, lane, i - 1, kv.slot(lane, n_prompt + i), true});
+  int32_t next_scratch = 0;
+  for (int s = 0; s < n_siblings; ++s) {
+    int32_t parent = int32_t(rng() % uint32_t(n_chain));
+    for (int depth = 1 + int(rng() % 3); depth > 0; --depth) {
+      int32_t pos = tree.rows[size_t(parent)].pos + 1;
+      tree.rows.push_back({int32_t(rng() % vocab), pos, lane, parent, kv.slot(scratch, next_scratch++), true});
+      parent = int32_t(tree.rows.size() - 1);
+    }
+  }
+  out.resize(tree.rows.size() * size_t(vocab));
+  model.forward(tree, kv, out.data());
+  out.resize(size_t(n_chain * vocab));  // the chain's rows come first
+  return out;
+}
+
+// n greedy tokens after `prompt`, through a one-lane engine.
+inline std::vector<int32_t> greedy_generate(std::shared_ptr<Model> model, const std::vector<int32_t>& prompt,
+                                            int64_t n) {
+  EngineOptions options;
+  options.n_parallel = 1;
+  options.n_ctx = int64_t(prompt.size()) + n;
+  Engine engine(options, model, nullptr);
+  GenerationRequest request;
+  request.prompt = prompt;
+  request.max_tokens = n;
+  request.ignore_eos = true;
+  std::vector<int32_t> out;
+  std::promise<void> done;
+  auto result = engine.submit(request, [&](const GenerationUpdate& u) {
+    out.insert(out.end(), u.tokens.begin(), u.tokens.end());
+    if (u.is_final) done.set_value();
+    return true;
+  });
+  EXPECT_EQ(result.status, SubmitStatus::accepted) << result.message;
+  done.get_future().wait();
+  return out;
+}
+
+}  // namespace tf::test

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs a bundle made by tools/gpu_bundle.sh on the GPU machine: the GPU tests, then the synthetic
+# Qwen3-8B bench (decode, and verify rounds of 1/16/64 rows). Each step runs under `timeout`; logs,
+# the bench receipt and a summary go to $OUT. Run from a checkout of the same commit (the tests
+# read tests/fixtures from it).
+# Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|all]   (defaults: build-cuda/bundle all)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUNDLE=$(realpath "${1:-build-cuda/bundle}")
+MODE=${2:-all}
+OUT=${OUT:-$BUNDLE/out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export TF_SOURCE_DIR=$PWD
+
+{ nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv,noheader; } 2>&1 | tee "$OUT/device.log"
+failed=0
+summary=()
+
+run_step() {  # name, seconds, command...
+  local name=$1 seconds=$2
+  shift 2
+  local start=$SECONDS
+  timeout "$seconds" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-36s rc=%-4s %4ss' "$name" "$rc" "$((SECONDS - start))")")
+  [ "$rc" -eq 0 ] || failed=1
+  echo "${summary[-1]}"
+}
+
+if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
+  for test_binary in "$BUNDLE"/gpu_test_*; do
+    run_step "$(basename "$test_binary")" 300 "$test_binary"
+  done
+fi
+
+if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
+  run_step bench-qwen3-8b 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3-8b \
+    --prompt-len 512 --decode 64 --repeats 3 --verify-rows 1 16 64 --receipt "$OUT/h200-qwen3-8b-synthetic-bf16.md"
+  cat "$OUT/bench-qwen3-8b.log"
+fi
+
+echo
+echo "== summary"
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+grep -hE "^\[  FAILED|^FAIL|relative error|greedy steps compared" "$OUT"/gpu_test_*.log 2>/dev/null | tee -a "$OUT/summary.txt"
+exit $failed
