@@ -30,7 +30,7 @@ run_step() {  # name, seconds, command...
 
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   for test_binary in "$BUNDLE"/gpu_test_*; do
-    run_step "$(basename "$test_binary")" 300 "$test_binary"
+    run_step "$(basename "$test_binary")" "${TF_GPU_TEST_SECONDS:-300}" "$test_binary"
   done
 fi
 
