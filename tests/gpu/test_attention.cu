@@ -1,5 +1,6 @@
 // attention_bf16 on the GPU: parity with cpu::attention, and rows bitwise independent of their
-// neighbours and of where their keys live in the cache.
+// neighbours, of the row count, of where their keys live in the cache, and of whether the key
+// splits ran as separate blocks (with scratch) or one after another in one block (without).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -29,10 +30,12 @@ struct Problem {
 };
 
 
+enum class Splits { parallel, in_order };  // with scratch, or without (one block per row)
+
 // Places logical key j at physical slot placement[j] of a cache of n_slots (other slots hold
-// noise), runs the GPU kernel over the chosen rows and returns their outputs.
+// noise), runs the GPU kernel over the chosen rows (repeats allowed) and returns their outputs.
 std::vector<uint16_t> run_gpu(const Problem& p, const std::vector<int>& rows, const std::vector<int32_t>& placement,
-                              int64_t n_slots, std::mt19937& rng) {
+                              int64_t n_slots, std::mt19937& rng, Splits splits = Splits::parallel) {
   const int64_t kv_width = int64_t(p.n_kv_heads) * p.head_dim, q_width = int64_t(p.n_heads) * p.head_dim;
   std::vector<uint16_t> k_cache = random_bf16(size_t(n_slots * kv_width), rng), v_cache = random_bf16(size_t(n_slots * kv_width), rng);
   for (int64_t j = 0; j < p.n_logical; ++j) {
@@ -58,8 +61,12 @@ std::vector<uint16_t> run_gpu(const Problem& p, const std::vector<int>& rows, co
   n_keys_device.copy_from_host(n_keys);
   out.fill_bytes(0xff);
   const cuda::AttentionShape shape{p.n_heads, p.n_kv_heads, p.head_dim, 1.0f / std::sqrt(float(p.head_dim))};
+  // NaN-poisoned scratch: a partial read before it is written shows up in the output.
+  DeviceBuffer<float> scratch(splits == Splits::parallel ? size_t(cuda::attention_scratch_floats(int64_t(rows.size()), shape)) : 0);
+  scratch.fill_bytes(0xff);
   cuda::attention_bf16(q_device.data(), int64_t(rows.size()), k_device.data(), v_device.data(), slots_device.data(),
-                       offsets_device.data(), n_keys_device.data(), shape, out.data());
+                       offsets_device.data(), n_keys_device.data(), shape, out.data(), nullptr,
+                       {scratch.data(), int64_t(scratch.size())});
   TF_CUDA_CHECK(cudaDeviceSynchronize());
   return out.to_host();
 }
@@ -92,17 +99,14 @@ std::vector<int32_t> identity_placement(int64_t n) {
   return placement;
 }
 
-void test_attention(int n_heads, int n_kv_heads, int head_dim, std::mt19937& rng, ThreadPool& pool) {
-  const int64_t n_logical = 700;
-  Problem p = make_problem(n_heads, n_kv_heads, head_dim, n_logical, rng);
-  const int n_rows = int(p.visible.size());
-  std::vector<int> all_rows(static_cast<size_t>(n_rows));
-  std::iota(all_rows.begin(), all_rows.end(), 0);
-  const std::string shape_name = " heads=" + std::to_string(n_heads) + "/" + std::to_string(n_kv_heads) +
-                                 " head_dim=" + std::to_string(head_dim);
+std::string describe(const Problem& p) {
+  return " heads=" + std::to_string(p.n_heads) + "/" + std::to_string(p.n_kv_heads) +
+         " head_dim=" + std::to_string(p.head_dim);
+}
 
-  // Parity: the CPU twin with f32 copies of the same bf16 cache and the same slot lists.
-  std::vector<uint16_t> gpu_out = run_gpu(p, all_rows, identity_placement(n_logical), n_logical, rng);
+// Parity: the CPU twin with f32 copies of the same bf16 cache and the same logical key lists;
+// gpu_out holds every row of p in order, keys placed by identity.
+double error_against_cpu(const Problem& p, const std::vector<uint16_t>& gpu_out, ThreadPool& pool) {
   const std::vector<float> k_f32 = bf16_to_f32(p.keys), v_f32 = bf16_to_f32(p.values), q_f32 = bf16_to_f32(p.queries);
   std::vector<const int32_t*> key_slots;
   std::vector<int32_t> n_keys;
@@ -111,31 +115,95 @@ void test_attention(int n_heads, int n_kv_heads, int head_dim, std::mt19937& rng
     n_keys.push_back(int32_t(keys.size()));
   }
   std::vector<float> reference(gpu_out.size());
-  const cpu::AttentionShape cpu_shape{n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim))};
-  cpu::attention(q_f32.data(), n_rows, k_f32.data(), v_f32.data(), key_slots.data(), n_keys.data(), cpu_shape,
-                 reference.data(), pool);
-  const double error = relative_error(bf16_to_f32(gpu_out), reference);
+  const cpu::AttentionShape cpu_shape{p.n_heads, p.n_kv_heads, p.head_dim, 1.0f / std::sqrt(float(p.head_dim))};
+  cpu::attention(q_f32.data(), int64_t(p.visible.size()), k_f32.data(), v_f32.data(), key_slots.data(), n_keys.data(),
+                 cpu_shape, reference.data(), pool);
+  return relative_error(bf16_to_f32(gpu_out), reference);
+}
+
+std::vector<int32_t> scattered_placement(int64_t n_logical, int64_t n_slots, std::mt19937& rng) {
+  std::vector<int32_t> all_slots(static_cast<size_t>(n_slots));
+  std::iota(all_slots.begin(), all_slots.end(), 0);
+  std::shuffle(all_slots.begin(), all_slots.end(), rng);
+  return std::vector<int32_t>(all_slots.begin(), all_slots.begin() + n_logical);
+}
+
+void test_attention(int n_heads, int n_kv_heads, int head_dim, std::mt19937& rng, ThreadPool& pool) {
+  const int64_t n_logical = 700;
+  Problem p = make_problem(n_heads, n_kv_heads, head_dim, n_logical, rng);
+  const int n_rows = int(p.visible.size());
+  std::vector<int> all_rows(static_cast<size_t>(n_rows));
+  std::iota(all_rows.begin(), all_rows.end(), 0);
+  const std::string shape_name = describe(p);
+
+  std::vector<uint16_t> gpu_out = run_gpu(p, all_rows, identity_placement(n_logical), n_logical, rng);
+  const double error = error_against_cpu(p, gpu_out, pool);
   check(error < 4e-3, "attention parity with cpu (causal, tree, empty rows)" + shape_name + " rel_err=" + format_error(error));
 
   // Invariance: each row alone with keys in place, against all rows together with keys scattered
-  // over a larger cache, and against reversed row order with another scattering.
+  // over a larger cache, and against reversed row order with another scattering and the splits
+  // run in order in one block.
   const int64_t q_width = int64_t(n_heads) * head_dim;
   std::vector<std::vector<uint16_t>> alone(static_cast<size_t>(n_rows));
   for (int r = 0; r < n_rows; ++r) alone[size_t(r)] = run_gpu(p, {r}, identity_placement(n_logical), n_logical, rng);
   int n_bad = 0;
   for (int trial = 0; trial < 2; ++trial) {
     const int64_t n_slots = 3 * n_logical;
-    std::vector<int32_t> all_slots(static_cast<size_t>(n_slots));
-    std::iota(all_slots.begin(), all_slots.end(), 0);
-    std::shuffle(all_slots.begin(), all_slots.end(), rng);
-    std::vector<int32_t> placement(all_slots.begin(), all_slots.begin() + n_logical);
+    const std::vector<int32_t> placement = scattered_placement(n_logical, n_slots, rng);
     std::vector<int> rows = all_rows;
     if (trial == 1) std::reverse(rows.begin(), rows.end());
-    std::vector<uint16_t> together = run_gpu(p, rows, placement, n_slots, rng);
+    std::vector<uint16_t> together = run_gpu(p, rows, placement, n_slots, rng, trial == 0 ? Splits::parallel : Splits::in_order);
     for (size_t i = 0; i < rows.size(); ++i)
       if (!bitwise_equal(together.data() + int64_t(i) * q_width, alone[size_t(rows[i])].data(), size_t(q_width))) ++n_bad;
   }
   check(n_bad == 0, "attention rows bitwise equal alone, among neighbours and under other slot placements" + shape_name);
+}
+
+// Decode and verify rows: long key lists, cut into many splits. Row 0 sees 4000 keys; 63 others
+// see anything from none to all 4100, some with holes (tree rows). Every row alone must equal
+// the same row among the 64 (splits in parallel) and among 300 rows (with 16 heads or more, too
+// many to split: each row's splits run in order in one block), keys scattered differently each time.
+void test_long_keys(int n_heads, int n_kv_heads, int head_dim, std::mt19937& rng, ThreadPool& pool) {
+  const int64_t n_logical = 4100;
+  Problem p{n_heads, n_kv_heads, head_dim, n_logical, {}, {}, {}, {}};
+  const int64_t kv_width = int64_t(n_kv_heads) * head_dim;
+  p.keys = random_bf16(size_t(n_logical * kv_width), rng);
+  p.values = random_bf16(size_t(n_logical * kv_width), rng);
+  std::uniform_int_distribution<int64_t> key_count(0, n_logical);
+  for (int r = 0; r < 64; ++r) {
+    // 2048 keys: 32 splits of one chunk; 2049: 17 splits of two chunks, the last a single key.
+    const int64_t special_counts[] = {4000, 2048, 2049, n_logical};
+    const int64_t n_visible = r < 4 ? special_counts[r] : key_count(rng);
+    std::vector<int32_t> keys(static_cast<size_t>(n_visible));
+    std::iota(keys.begin(), keys.end(), 0);
+    if (r % 5 == 4)  // a tree row: a prefix, then every third key
+      keys.erase(std::remove_if(keys.begin(), keys.end(), [&](int32_t j) { return j > n_visible / 2 && j % 3 != 0; }),
+                 keys.end());
+    p.visible.push_back(keys);
+  }
+  p.queries = random_bf16(p.visible.size() * size_t(n_heads * head_dim), rng, 2.0f);
+  const int64_t q_width = int64_t(n_heads) * head_dim;
+  std::vector<int> all_rows(p.visible.size());
+  std::iota(all_rows.begin(), all_rows.end(), 0);
+
+  const std::vector<uint16_t> together = run_gpu(p, all_rows, scattered_placement(n_logical, 2 * n_logical, rng),
+                                                 2 * n_logical, rng);
+  const double error = error_against_cpu(p, together, pool);
+  check(error < 4e-3, "attention parity with cpu (long key lists)" + describe(p) + " rel_err=" + format_error(error));
+
+  std::vector<int> many_rows;
+  for (int i = 0; i < 300; ++i) many_rows.push_back(int(rng() % all_rows.size()));
+  many_rows[137] = 0;
+  const std::vector<uint16_t> many = run_gpu(p, many_rows, scattered_placement(n_logical, 3 * n_logical, rng),
+                                             3 * n_logical, rng);
+  int n_bad = 0;
+  for (int r : all_rows) {
+    const std::vector<uint16_t> alone = run_gpu(p, {r}, identity_placement(n_logical), n_logical, rng);
+    if (!bitwise_equal(together.data() + r * q_width, alone.data(), size_t(q_width))) ++n_bad;
+    for (size_t i = 0; i < many_rows.size(); ++i)
+      if (many_rows[i] == r && !bitwise_equal(many.data() + int64_t(i) * q_width, alone.data(), size_t(q_width))) ++n_bad;
+  }
+  check(n_bad == 0, "attention long rows bitwise equal alone, among 63 others and among 300" + describe(p));
 }
 
 }  // namespace
@@ -149,6 +217,14 @@ int main() {
     test_attention(8, 1, 256, rng, pool);
     test_attention(10, 2, 24, rng, pool);  // head dims off the 64/128/256 buckets (the tiny fixtures')
     test_attention(4, 2, 40, rng, pool);
+    test_attention(8, 4, 32, rng, pool);
+    test_attention(24, 2, 64, rng, pool);  // 12 heads per KV head: two head tiles, the second short
+    test_long_keys(32, 8, 128, rng, pool);
+    test_long_keys(16, 8, 64, rng, pool);
+    test_long_keys(8, 1, 256, rng, pool);
+    test_long_keys(10, 2, 24, rng, pool);
+    test_long_keys(8, 4, 32, rng, pool);
+    test_long_keys(4, 2, 40, rng, pool);
   } catch (const std::exception& e) {
     check(false, std::string("exception: ") + e.what());
   }

@@ -1,7 +1,9 @@
 // Causal / tree attention over a paged bf16 KV cache, by logical position, on the GPU.
-// Each (row, head) visits its keys in logical order in chunks of kAttentionChunk (the CPU's 64),
-// merging the online softmax chunk by chunk; physical slots are read through the row's slot list,
-// so neither neighbour rows nor key placement change a row's result.
+// A row's keys, in logical order, are cut into chunks of kAttentionChunk (the CPU's 64) and the
+// chunks into at most kAttentionMaxSplits splits; both cuts depend on the row's own key count
+// only. Each split is an online softmax over its chunks in order; the splits' partials are then
+// merged in split order with one formula. Physical slots are read through the row's slot list, so
+// neither neighbour rows, the row count, nor key placement change a row's result.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -10,6 +12,7 @@
 namespace tf::cuda {
 
 constexpr int kAttentionChunk = 64;
+constexpr int kAttentionMaxSplits = 32;
 
 struct AttentionShape {
   int n_heads;
@@ -18,13 +21,26 @@ struct AttentionShape {
   float scale;   // 1/sqrt(head_dim)
 };
 
+// Device scratch for the splits' partials (f32), owned by the caller.
+struct AttentionScratch {
+  float* data = nullptr;
+  int64_t n_floats = 0;
+};
+
+// Scratch a call over n_rows rows wants for its split pass; 0 when it would compute each row's
+// splits one after another in one block anyway (many rows fill the GPU without splitting).
+int64_t attention_scratch_floats(int64_t n_rows, const AttentionShape& shape);
+
 // q, out: [n_rows][n_heads * head_dim] bf16 bits.
 // k_cache, v_cache: [n_slots][n_kv_heads * head_dim] bf16 bits (this layer's slice).
 // slots: every row's key slots, concatenated; row r's keys in logical order are
 // slots[slot_offsets[r] .. slot_offsets[r] + n_keys[r]) (all three arrays on the device).
-// A row with no keys gives zeros.
+// A row with no keys gives zeros. With scratch of attention_scratch_floats(n_rows, shape) floats
+// the splits run in parallel; with less they run in order in one block. Results are bitwise the
+// same either way: only where the work runs changes, not what is computed.
 void attention_bf16(const uint16_t* q, int64_t n_rows, const uint16_t* k_cache, const uint16_t* v_cache,
                     const int32_t* slots, const int32_t* slot_offsets, const int32_t* n_keys,
-                    const AttentionShape& shape, uint16_t* out, cudaStream_t stream = nullptr);
+                    const AttentionShape& shape, uint16_t* out, cudaStream_t stream = nullptr,
+                    AttentionScratch scratch = {});
 
 }  // namespace tf::cuda

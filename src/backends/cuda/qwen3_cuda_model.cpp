@@ -68,6 +68,8 @@ void Qwen3CudaModel::reserve(int64_t n_rows, int64_t n_keys) {
     tap_rows_ = DeviceBuffer<uint16_t>(n_taps);
     tap_staging_ = PinnedHostBuffer<uint16_t>(n_taps);
   }
+  const size_t n_attention_scratch = size_t(attention_scratch_floats(n_rows, attention_shape()));
+  if (attention_scratch_.size() < n_attention_scratch) attention_scratch_ = DeviceBuffer<float>(n_attention_scratch);
   if (n_rows <= row_capacity_) return;
   const size_t rows = size_t(n_rows);
   const size_t hidden = size_t(config_.hidden_size), q_dim = size_t(config_.q_dim());
@@ -119,6 +121,11 @@ int64_t Qwen3CudaModel::upload_rows(const Batch& batch, const KvCache& kv) {
   return n_logit_rows;
 }
 
+AttentionShape Qwen3CudaModel::attention_shape() const {
+  return {int(config_.n_heads), int(config_.n_kv_heads), int(config_.head_dim),
+          float(1.0 / std::sqrt(double(config_.head_dim)))};
+}
+
 void Qwen3CudaModel::attention_block(int64_t layer, int64_t n_rows, CudaKvStorage& kv) {
   const auto& w = weights_.layers[size_t(layer)];
   const int64_t hidden = config_.hidden_size, head_dim = config_.head_dim;
@@ -139,10 +146,9 @@ void Qwen3CudaModel::attention_block(int64_t layer, int64_t n_rows, CudaKvStorag
   // storage type, this round's rows included, so a row sees the same numbers in any batch.
   scatter_rows_bf16(k_.data(), kv_dim, n_rows, kv_dim, kv_slots_, kv.keys(layer));
   scatter_rows_bf16(qkv_.data() + q_dim + kv_dim, qkv_dim, n_rows, kv_dim, kv_slots_, kv.values(layer));
-  const AttentionShape shape{int(config_.n_heads), int(config_.n_kv_heads), int(head_dim),
-                             float(1.0 / std::sqrt(double(head_dim)))};
-  attention_bf16(q_.data(), n_rows, kv.keys(layer), kv.values(layer), key_slot_list_, key_offsets_, n_keys_, shape,
-                 attn_out_.data());
+  attention_bf16(q_.data(), n_rows, kv.keys(layer), kv.values(layer), key_slot_list_, key_offsets_, n_keys_,
+                 attention_shape(), attn_out_.data(), nullptr,
+                 {attention_scratch_.data(), int64_t(attention_scratch_.size())});
   linear_bf16(attn_out_.data(), n_rows, w.o_proj.data(), hidden, q_dim, proj_.data(), LinearOutput::bf16);
   add_bf16(hidden_.data(), proj_.data(), n_rows * hidden, hidden_.data());
 }

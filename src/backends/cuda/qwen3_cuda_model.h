@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cuda/attention.cuh"
 #include "backends/cuda/device_buffer.cuh"
 #include "backends/cuda/qwen3_cuda_weights.h"
 #include "engine/kv_cache.h"
@@ -30,6 +31,7 @@ class Qwen3CudaModel : public Model {
   // Packs the rows' ids, positions, slots and key lists into one staging buffer and copies it to
   // the device in one transfer; returns the number of logit rows.
   int64_t upload_rows(const Batch& batch, const KvCache& kv);
+  AttentionShape attention_shape() const;
   void attention_block(int64_t layer, int64_t n_rows, CudaKvStorage& kv);
   void mlp_block(int64_t layer, int64_t n_rows);
   void keep_taps(int64_t layer, int64_t n_rows);
@@ -66,6 +68,7 @@ class Qwen3CudaModel : public Model {
   DeviceBuffer<uint16_t> gate_up_;   // [n_rows][2 * intermediate]
   DeviceBuffer<uint16_t> mlp_act_;   // [n_rows][intermediate]
   DeviceBuffer<float> logits_;       // [n_rows][vocab]
+  DeviceBuffer<float> attention_scratch_;  // partials of attention's key splits (attention_scratch_floats)
   DeviceBuffer<uint16_t> tap_rows_;  // [n_tap_layers][n_rows][hidden]
   PinnedHostBuffer<uint16_t> tap_staging_;
 };
