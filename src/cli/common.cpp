@@ -29,12 +29,9 @@ std::string default_drafter_dir() {
 #endif
 }
 
-std::string resolve_drafter_dir(const std::string& model_dir, const std::string& drafter_flag,
-                                const std::string& device) {
+std::string resolve_drafter_dir(const std::string& model_dir, const std::string& drafter_flag) {
   if (drafter_flag == "none" || drafter_flag.empty()) return "";
   if (drafter_flag != "auto") return drafter_flag;
-  // The drafter runs on the CPU backend's target alone so far; on the GPU "auto" means none.
-  if (device != "cpu") return "";
   // The embedded drafter was trained on the embedded target's taps; it means nothing to another model.
   namespace fs = std::filesystem;
   std::error_code ignored;

@@ -275,9 +275,11 @@ int32_t argmax_token(const float* logits, int64_t n_vocab) {
 
 std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, const Model& target,
                                             int n_threads) {
-  const auto* qwen3 = dynamic_cast<const Qwen3CpuModel*>(&target);
-  if (!qwen3) fail("the drafter in " + drafter_dir + " needs the CPU backend's target model");
-  return std::make_shared<DFlashDrafter>(drafter_dir, qwen3->config(), qwen3->weights(), n_threads);
+  const Qwen3Weights* weights = target.host_weights();
+  if (!weights)
+    fail("the drafter in " + drafter_dir + " needs the target's checkpoint weights on the host (a synthetic "
+         "target has none)");
+  return std::make_shared<DFlashDrafter>(drafter_dir, target.config(), *weights, n_threads);
 }
 
 }  // namespace tf

@@ -127,8 +127,9 @@ class DFlashDrafter {
   std::vector<float> block_normed_;  // [B-1][hidden] the last run_block's predicting rows
 };
 
-// Loads a drafter for a loaded target (which must be a backend that can share its embedding,
-// LM head and taps: the CPU Qwen3 model); tf::Error naming the directory otherwise.
+// Loads a drafter for a loaded target on any backend whose checkpoint weights are on the host (the
+// drafter runs on the CPU and shares the target's embedding and LM head); tf::Error naming the
+// directory otherwise.
 std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, const Model& target,
                                             int n_threads);
 

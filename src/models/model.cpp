@@ -23,8 +23,8 @@ std::shared_ptr<Model> load_model(const std::string& model_dir, const ModelLoadO
   auto checkpoint = std::make_shared<Checkpoint>(Checkpoint::open(model_dir, options.progress));
   Qwen3Weights weights = bind_qwen3_weights(*checkpoint, config);
 #if TF_HAVE_CUDA
-  // The GPU keeps its own copy of the weights; the mapped checkpoint closes when this returns.
-  if (options.device == "cuda") return cuda::make_qwen3_cuda_model(config, weights);
+  // The GPU keeps its own copy of the weights; the mapped checkpoint stays for a CPU-side drafter.
+  if (options.device == "cuda") return cuda::make_qwen3_cuda_model(config, weights, checkpoint);
 #endif
   return std::make_shared<Qwen3CpuModel>(config, weights, checkpoint, options.n_threads);
 }

@@ -14,6 +14,7 @@
 namespace tf {
 
 class KvCache;
+struct Qwen3Weights;
 
 class Model {
  public:
@@ -36,6 +37,9 @@ class Model {
   virtual void set_tap_layers(std::vector<int> layers) {
     if (!layers.empty()) fail("this backend cannot return hidden-state taps for a drafter");
   }
+  // Host-side views of the checkpoint's weights, which a block drafter on the CPU shares (embedding
+  // and LM head); nullptr when there are none (weights generated on a device).
+  virtual const Qwen3Weights* host_weights() const { return nullptr; }
   // [n_rows of the last forward][n_tap_layers * hidden], layers in the order given.
   virtual const std::vector<float>& taps() const {
     static const std::vector<float> none;

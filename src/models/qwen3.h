@@ -24,6 +24,7 @@ class Qwen3CpuModel : public Model {
   const std::vector<float>& taps() const override { return taps_; }
   // The bound weights; a drafter shares the embedding and the LM head.
   const Qwen3Weights& weights() const { return weights_; }
+  const Qwen3Weights* host_weights() const override { return &weights_; }
 
  private:
   void attention_block(int64_t layer, const Batch& batch, HostKvStorage& kv);

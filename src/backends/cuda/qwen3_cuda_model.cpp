@@ -35,6 +35,11 @@ Qwen3CudaModel::Qwen3CudaModel(ModelConfig config, Qwen3CudaWeights weights)
   inverse_frequencies_.copy_from_host(cpu::rope_inverse_frequencies(config_.head_dim, config_.rope_theta));
 }
 
+void Qwen3CudaModel::keep_host_weights(std::shared_ptr<Checkpoint> checkpoint, const Qwen3Weights& weights) {
+  host_checkpoint_ = std::move(checkpoint);
+  host_weights_ = weights;
+}
+
 std::unique_ptr<KvStorage> Qwen3CudaModel::make_kv_storage(int64_t n_slots) const {
   return std::make_unique<CudaKvStorage>(config_.n_layers, config_.kv_dim(), n_slots);
 }
@@ -217,9 +222,12 @@ void Qwen3CudaModel::forward(const Batch& batch, KvCache& kv, float* logits) {
   TF_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-std::shared_ptr<Model> make_qwen3_cuda_model(const ModelConfig& config, const Qwen3Weights& weights) {
+std::shared_ptr<Model> make_qwen3_cuda_model(const ModelConfig& config, const Qwen3Weights& weights,
+                                             std::shared_ptr<Checkpoint> checkpoint) {
   require_hopper_gpu();
-  return std::make_shared<Qwen3CudaModel>(config, upload_qwen3_weights(weights, config));
+  auto model = std::make_shared<Qwen3CudaModel>(config, upload_qwen3_weights(weights, config));
+  model->keep_host_weights(std::move(checkpoint), weights);
+  return model;
 }
 
 std::shared_ptr<Model> make_synthetic_qwen3_cuda_model(const ModelConfig& config) {

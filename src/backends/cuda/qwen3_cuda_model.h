@@ -24,6 +24,9 @@ class Qwen3CudaModel : public Model {
   int64_t weight_bytes_per_step() const override;
   void set_tap_layers(std::vector<int> layers) override;
   const std::vector<float>& taps() const override { return taps_; }
+  const Qwen3Weights* host_weights() const override { return host_checkpoint_ ? &host_weights_ : nullptr; }
+  // Keeps the mapped checkpoint and its bound views, so a CPU drafter can share embedding and LM head.
+  void keep_host_weights(std::shared_ptr<Checkpoint> checkpoint, const Qwen3Weights& weights);
 
  private:
   // Scratch for n_rows rows and n_keys key slots; grows, never shrinks.
@@ -39,6 +42,8 @@ class Qwen3CudaModel : public Model {
 
   ModelConfig config_;
   Qwen3CudaWeights weights_;
+  std::shared_ptr<Checkpoint> host_checkpoint_;
+  Qwen3Weights host_weights_;
   DeviceBuffer<float> inverse_frequencies_;  // [head_dim / 2]
   std::vector<int> tap_layers_;
   std::vector<float> taps_;  // [n_rows][tap_layers_.size() * hidden]
@@ -73,8 +78,10 @@ class Qwen3CudaModel : public Model {
   PinnedHostBuffer<uint16_t> tap_staging_;
 };
 
-// Uploads a checkpoint's bound weights (see upload_qwen3_weights).
-std::shared_ptr<Model> make_qwen3_cuda_model(const ModelConfig& config, const Qwen3Weights& weights);
+// Uploads a checkpoint's bound weights (see upload_qwen3_weights) and keeps the mapped checkpoint
+// for a CPU-side drafter.
+std::shared_ptr<Model> make_qwen3_cuda_model(const ModelConfig& config, const Qwen3Weights& weights,
+                                             std::shared_ptr<Checkpoint> checkpoint);
 // A model of the config's shape with weights generated on the GPU.
 std::shared_ptr<Model> make_synthetic_qwen3_cuda_model(const ModelConfig& config);
 
