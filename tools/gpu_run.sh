@@ -43,7 +43,7 @@ fi
 
 if [ "$MODE" = linear ] || [ "$MODE" = all ]; then
   # cuBLAS is not bundled: the machine's CUDA libraries (the same major version as the build's).
-  cuda_libs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib 2>/dev/null | paste -sd:)
+  cuda_libs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib 2>/dev/null | paste -sd:)
   LD_LIBRARY_PATH="$LD_LIBRARY_PATH${cuda_libs:+:$cuda_libs}" TF_COMMAND="OUT=\$OUT tools/gpu_run.sh BUNDLE linear" \
     TF_COMMIT="${TF_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" \
     run_step linear 420 "$BUNDLE/bench_cuda_linear" "$OUT/linear-configs.md" --configs-only
