@@ -1,7 +1,9 @@
 // Times the linear layers of one qwen3-8b decode step on the GPU (synthetic bf16 weights made on
 // the device) at several row counts, against the measured copy bandwidth and cuBLAS on the same
-// shapes in the same run, and writes a markdown receipt.
-// Usage: bench_cuda_linear [receipt.md] (commit from $TF_COMMIT, command line from $TF_COMMAND).
+// shapes in the same run, times every tile configuration of linear_bf16 per shape and row count
+// (the table to edit linear_bf16's dispatch from), and writes a markdown receipt.
+// Usage: bench_cuda_linear [receipt.md] [--configs-only]
+// (commit from $TF_COMMIT, command line from $TF_COMMAND; --configs-only: just the configuration table).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -15,6 +17,7 @@
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/device_buffer.cuh"
 #include "backends/cuda/linear_bf16.cuh"
+#include "backends/cuda/linear_bf16_configs.cuh"
 #include "core/dtype.h"
 
 using tf::cuda::DeviceBuffer;
@@ -83,10 +86,16 @@ struct Bench {
   DeviceBuffer<float> y_f32;
   cublasHandle_t handle;
   cudaStream_t stream;  // graphs cannot capture the legacy default stream
+  int config_id = -1;   // Impl::ours: a given tile configuration, or -1 for linear_bf16's own choice
 
   void run_one(const Matrix& m, int64_t n_rows, Impl impl) {
     const uint16_t* x = m.is_input_wide ? x_wide.data() : x_hidden.data();
     void* y = m.is_f32_out ? static_cast<void*>(y_f32.data()) : static_cast<void*>(y_bf16.data());
+    if (impl == Impl::ours && config_id >= 0) {
+      tf::cuda::linear_bf16_with_config(config_id, x, n_rows, m.data, m.n_out, m.n_in, y,
+                                        m.is_f32_out ? LinearOutput::f32 : LinearOutput::bf16, stream);
+      return;
+    }
     if (impl == Impl::ours) {
       tf::cuda::linear_bf16(x, n_rows, m.data, m.n_out, m.n_in, y, m.is_f32_out ? LinearOutput::f32 : LinearOutput::bf16,
                             stream);
@@ -181,10 +190,79 @@ std::string env_or(const char* name, const char* fallback) {
   return value && *value ? value : fallback;
 }
 
+// One fused qwen3-8b shape: its matrices over the 36 layers (the LM head once).
+struct ShapeSet {
+  const char* name;         // column title
+  const char* matrix_name;  // Matrix::name of its matrices
+  std::vector<const Matrix*> matrices;
+};
+
+// For each row count, µs per call and GB/s of weights of every configuration on every fused shape,
+// the decode step those give (36 layers + LM head), cuBLAS, and which configuration is fastest.
+std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes) {
+  std::string report = "\n## linear_bf16 tile configurations, per fused shape (us per call, GB/s of weights)\n\n"
+                       "`*` marks linear_bf16's current choice for that row count. step ms = 36 x (qkv + o + gate_up + "
+                       "down) + lm_head, each per call. To change the choice, edit `kDispatch` in "
+                       "src/backends/cuda/linear_bf16.cu with the fastest name per row range.\n";
+  std::string summary = "\n### Fastest configuration per row count\n\n| rows | fastest | step ms | current | step ms | "
+                        "current / fastest | cuBLAS step ms |\n| ---: | --- | ---: | --- | ---: | ---: | ---: |\n";
+  char line[1024];
+  for (int64_t n_rows : {int64_t(1), int64_t(8), int64_t(16), int64_t(32), int64_t(48), int64_t(64), int64_t(128)}) {
+    std::snprintf(line, sizeof line, "\n### M = %lld\n\n| config |", (long long)n_rows);
+    report += line;
+    for (const ShapeSet& shape : shapes) report += std::string(" ") + shape.name + " us | GB/s |";
+    report += " step ms |\n| --- |";
+    for (size_t i = 0; i < shapes.size(); ++i) report += " ---: | ---: |";
+    report += " ---: |\n";
+    const int current = tf::cuda::linear_bf16_default_config(n_rows);
+    std::string best_name, current_name;
+    double best_ms = INFINITY, current_ms = NAN, cublas_ms = NAN;
+    for (int id = -1; id < tf::cuda::linear_bf16_config_count(); ++id) {  // -1: cuBLAS
+      if (id >= 0 && !tf::cuda::linear_bf16_config_fits(id, n_rows)) continue;
+      const Impl impl = id < 0 ? Impl::cublas : Impl::ours;
+      bench.config_id = id;
+      const std::string name = id < 0 ? "cuBLAS" : std::string(tf::cuda::linear_bf16_config(id).name) + (id == current ? " *" : "");
+      std::string row = "| " + name + " |";
+      double step_ms = 0.0;
+      for (const ShapeSet& shape : shapes) {
+        const Stats stats = bench.time(shape.matrices, n_rows, impl);
+        const double us_per_call = stats.median_ms * 1e3 / double(shape.matrices.size());
+        const double bytes = double(shape.matrices[0]->n_out * shape.matrices[0]->n_in) * 2.0;
+        step_ms += stats.median_ms;  // a shape's matrices are all its calls in one step
+        std::snprintf(line, sizeof line, " %.1f | %.0f |", us_per_call, bytes / (us_per_call * 1e-6) / 1e9);
+        row += line;
+      }
+      std::snprintf(line, sizeof line, " %.3f |\n", step_ms);
+      report += row + line;
+      if (id < 0) {
+        cublas_ms = step_ms;
+      } else {
+        if (step_ms < best_ms) best_ms = step_ms, best_name = tf::cuda::linear_bf16_config(id).name;
+        if (id == current) current_ms = step_ms, current_name = tf::cuda::linear_bf16_config(id).name;
+      }
+    }
+    std::snprintf(line, sizeof line, "| %lld | %s | %.3f | %s | %.3f | %.2f | %.3f |\n", (long long)n_rows, best_name.c_str(),
+                  best_ms, current_name.c_str(), current_ms, current_ms / best_ms, cublas_ms);
+    summary += line;
+    std::printf("M=%3lld configs: fastest %s %.3f ms, current %s %.3f ms, cuBLAS %.3f ms\n", (long long)n_rows,
+                best_name.c_str(), best_ms, current_name.c_str(), current_ms, cublas_ms);
+  }
+  bench.config_id = -1;
+  return report + summary;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string receipt_path = argc > 1 ? argv[1] : "";
+  std::string receipt_path;
+  bool is_configs_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--configs-only") {
+      is_configs_only = true;
+    } else {
+      receipt_path = argv[i];
+    }
+  }
   cudaDeviceProp properties;
   TF_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
   std::printf("GPU: %s, %d SMs, L2 %d MB\n", properties.name, properties.multiProcessorCount, properties.l2CacheSize >> 20);
@@ -245,7 +323,18 @@ int main(int argc, char** argv) {
   fused_step.push_back(bench.step.back());
   std::vector<const Matrix*> all_fused;
   for (const Matrix& m : fused_step) all_fused.push_back(&m);
-  const std::vector<int64_t> row_counts = {1, 2, 4, 8, 16, 32, 64, 128};
+  std::vector<ShapeSet> shapes = {{"qkv", "qkv_proj", {}},
+                                  {"o", "o_proj", {}},
+                                  {"gate_up", "gate_up_proj", {}},
+                                  {"down", "down_proj", {}},
+                                  {"lm_head", "lm_head", {}}};
+  for (const Matrix& m : fused_step)
+    for (ShapeSet& shape : shapes)
+      if (std::string(m.name) == shape.matrix_name) shape.matrices.push_back(&m);
+  const std::string config_report = time_configs(bench, shapes);
+  // --configs-only: no row counts for the sections below, which then print empty tables.
+  const std::vector<int64_t> row_counts =
+      is_configs_only ? std::vector<int64_t>{} : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128};
   struct Row {
     int64_t n_rows;
     Stats ours, cublas;
@@ -278,7 +367,7 @@ int main(int argc, char** argv) {
     double bytes;
   };
   std::vector<ShapeRow> shape_rows;
-  for (int64_t n_rows : {int64_t(1), int64_t(16), int64_t(64)}) {
+  for (int64_t n_rows : is_configs_only ? std::vector<int64_t>{} : std::vector<int64_t>{1, 16, 64}) {
     for (const char* name : {"q_proj", "k_proj", "o_proj", "gate_proj", "down_proj", "lm_head"}) {
       std::vector<const Matrix*> same;
       for (const Matrix& m : bench.step)
@@ -348,6 +437,7 @@ int main(int argc, char** argv) {
                   s.ours.median_ms / s.cublas.median_ms);
     add_line(line);
   }
+  report += config_report;
   std::printf("\n%s", report.c_str());
   if (!receipt_path.empty()) {
     FILE* file = std::fopen(receipt_path.c_str(), "w");

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Gathers what the GPU machine needs to run this machine's CMake CUDA build into one folder:
-# `tensorfold`, the gpu_test_* programs (stripped) and every shared library they link that a base
-# Ubuntu 24.04 + CUDA image may lack (utf8proc, cpp-httplib, brotli, ssl, ...). The CUDA runtime
-# is linked statically and the driver (libcuda) is the machine's own, so neither is bundled.
+# `tensorfold`, the gpu_test_* programs and bench_cuda_linear (stripped) and every shared library
+# they link that a base Ubuntu 24.04 + CUDA image may lack (utf8proc, cpp-httplib, brotli, ssl, ...).
+# The CUDA runtime is linked statically and the driver (libcuda) is the machine's own, so neither is
+# bundled; nor is cuBLAS (bench_cuda_linear only, 600 MB): gpu_run.sh takes the machine's CUDA one.
 # Usage: tools/gpu_bundle.sh [BUILD_DIR]    (default build-cuda; writes BUILD_DIR/bundle)
 # Then on the GPU machine, carrying BUILD_DIR/bundle: OUT=dir tools/gpu_run.sh BUILD_DIR/bundle
 set -euo pipefail
@@ -11,7 +12,7 @@ BUILD=${1:-build-cuda}
 BUNDLE=$BUILD/bundle
 MAX_MIB=48
 
-binaries=("$BUILD/tensorfold" "$BUILD"/gpu_test_*)
+binaries=("$BUILD/tensorfold" "$BUILD"/gpu_test_* "$BUILD/bench_cuda_linear")
 for binary in "${binaries[@]}"; do
   [ -x "$binary" ] || { echo "missing $binary: build first (cmake --build $BUILD)"; exit 1; }
 done
@@ -27,6 +28,7 @@ for binary in "${binaries[@]}"; do ldd "$binary"; done |
   while read -r name path; do
     [[ $name =~ $system_libraries ]] && continue
     [[ $name == libcuda.so* ]] && { echo "a binary links the CUDA driver directly: $name"; exit 1; }
+    [[ $name == libcublas* ]] && continue
     cp -L "$path" "$BUNDLE/lib/$name"
   done
 strip --strip-unneeded "$BUNDLE"/lib/*.so* 2>/dev/null || true

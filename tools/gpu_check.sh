@@ -50,7 +50,7 @@ for t in "$BUILD"/test_*; do
 done
 
 TF_COMMAND="OUT=\$OUT tools/gpu_check.sh" TF_COMMIT="${TF_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" \
-  timeout 240 "$BUILD/bench_cuda_linear" "$OUT/h200-linear-bf16.md" >"$OUT/bench.log" 2>&1
+  timeout 420 "$BUILD/bench_cuda_linear" "$OUT/h200-linear-bf16.md" >"$OUT/bench.log" 2>&1
 bench_rc=$?
 
 # compute-sanitizer last, bounded, so a slow tool cannot cost the numbers above.

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Runs a bundle made by tools/gpu_bundle.sh on the GPU machine: the GPU tests, then the synthetic
-# Qwen3-8B bench (decode, and verify rounds of 1/16/64 rows). Each step runs under `timeout`; logs,
+# Runs a bundle made by tools/gpu_bundle.sh on the GPU machine: the GPU tests, the synthetic
+# Qwen3-8B bench (decode, and verify rounds of 1/16/64 rows), and the linear-layer tile
+# configuration table (linear-configs.md, to edit linear_bf16's dispatch from). Each step runs under `timeout`; logs,
 # the bench receipt and a summary go to $OUT. Run from a checkout of the same commit (the tests
 # read tests/fixtures from it).
-# Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|all]   (defaults: build-cuda/bundle all)
+# Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|linear|all]   (defaults: build-cuda/bundle all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=$(realpath "${1:-build-cuda/bundle}")
@@ -38,6 +39,15 @@ if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   run_step bench-qwen3-8b 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3-8b \
     --prompt-len 512 --decode 64 --repeats 3 --verify-rows 1 16 64 --receipt "$OUT/h200-qwen3-8b-synthetic-bf16.md"
   cat "$OUT/bench-qwen3-8b.log"
+fi
+
+if [ "$MODE" = linear ] || [ "$MODE" = all ]; then
+  # cuBLAS is not bundled: the machine's CUDA libraries (the same major version as the build's).
+  cuda_libs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib 2>/dev/null | paste -sd:)
+  LD_LIBRARY_PATH="$LD_LIBRARY_PATH${cuda_libs:+:$cuda_libs}" TF_COMMAND="OUT=\$OUT tools/gpu_run.sh BUNDLE linear" \
+    TF_COMMIT="${TF_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" \
+    run_step linear 420 "$BUNDLE/bench_cuda_linear" "$OUT/linear-configs.md" --configs-only
+  grep -E "^M=" "$OUT/linear.log"
 fi
 
 echo

@@ -1,4 +1,5 @@
-// linear_bf16 on the GPU: parity with cpu::linear, and rows bitwise independent of M and neighbours.
+// linear_bf16 on the GPU: parity with cpu::linear, rows bitwise independent of M and neighbours, and
+// every tile configuration bitwise equal to the original one.
 #include <algorithm>
 #include <cstdlib>
 #include <cstdio>
@@ -7,6 +8,7 @@
 
 #include "backends/cuda/device_buffer.cuh"
 #include "backends/cuda/linear_bf16.cuh"
+#include "backends/cuda/linear_bf16_configs.cuh"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "gpu_test.h"
@@ -119,6 +121,61 @@ void test_invariance(int64_t n_out, int64_t n_in, std::mt19937& rng) {
   check(n_bad == 0, what);
 }
 
+// The configuration the original dispatcher used for n_rows: the reference for every other one.
+int original_config(int64_t n_rows) {
+  const char* name = n_rows <= 8 ? "r1c1u8-lo" : n_rows <= 16 ? "r1c1u4" : n_rows <= 32 ? "r2c1u2" : "r4c2u1";
+  for (int id = 0; id < cuda::linear_bf16_config_count(); ++id)
+    if (std::string(cuda::linear_bf16_config(id).name) == name) return id;
+  check(false, std::string("original configuration missing: ") + name);
+  return 0;
+}
+
+// Every configuration that fits M must give every output element bitwise as the original one, in
+// f32 and in bf16, on ragged shapes (N not a multiple of any column tile, a partial last K block).
+void test_configs_bitwise(int64_t n_out, int64_t n_in, std::mt19937& rng) {
+  Weights w = make_weights(n_out, n_in, rng);
+  const std::vector<int64_t> row_counts = {1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 70, 128, 257};
+  DeviceBuffer<uint16_t> x_device(size_t(257 * n_in));
+  DeviceBuffer<float> y_f32(size_t(257 * n_out));
+  DeviceBuffer<uint16_t> y_bf16(size_t(257 * n_out));
+  auto run = [&](int id, int64_t n_rows, bool is_f32) {
+    if (is_f32) {
+      y_f32.fill_bytes(0xff);
+      cuda::linear_bf16_with_config(id, x_device.data(), n_rows, w.device.data(), n_out, n_in, y_f32.data(), LinearOutput::f32);
+    } else {
+      y_bf16.fill_bytes(0xff);
+      cuda::linear_bf16_with_config(id, x_device.data(), n_rows, w.device.data(), n_out, n_in, y_bf16.data(), LinearOutput::bf16);
+    }
+    TF_CUDA_CHECK(cudaDeviceSynchronize());
+  };
+  std::vector<std::string> bad;
+  int n_compared = 0;
+  for (int64_t n_rows : row_counts) {
+    const std::vector<uint16_t> x = random_bf16(size_t(n_rows * n_in), rng);
+    x_device.copy_from_host(x);
+    const size_t n = size_t(n_rows * n_out);
+    const int reference_id = original_config(n_rows);
+    run(reference_id, n_rows, true);
+    const std::vector<float> reference_f32 = y_f32.to_host();
+    run(reference_id, n_rows, false);
+    const std::vector<uint16_t> reference_bf16 = y_bf16.to_host();
+    for (int id = 0; id < cuda::linear_bf16_config_count(); ++id) {
+      if (!cuda::linear_bf16_config_fits(id, n_rows)) continue;
+      run(id, n_rows, true);
+      const bool is_f32_equal = bitwise_equal(y_f32.to_host().data(), reference_f32.data(), n);
+      run(id, n_rows, false);
+      const bool is_bf16_equal = bitwise_equal(y_bf16.to_host().data(), reference_bf16.data(), n);
+      ++n_compared;
+      if (!is_f32_equal || !is_bf16_equal)
+        bad.push_back(std::string(cuda::linear_bf16_config(id).name) + "@M=" + std::to_string(n_rows));
+    }
+  }
+  std::string what = "every linear configuration bitwise equal to the original (" + std::to_string(n_compared) +
+                     " config x M, M=1..257) N=" + std::to_string(n_out) + " K=" + std::to_string(n_in);
+  for (size_t i = 0; i < bad.size() && i < 12; ++i) what += (i == 0 ? "; differ: " : ", ") + bad[i];
+  check(bad.empty(), what);
+}
+
 }  // namespace
 
 int main() {
@@ -130,6 +187,13 @@ int main() {
     test_parity(24, 12288, rng, pool);
     test_invariance(200, 4104, rng);
     if (!is_quick()) test_invariance(64, 12288, rng);
+    test_configs_bitwise(200, 136, rng);   // N not a multiple of 16/32/64 columns; K: 4 full blocks + 8
+    test_configs_bitwise(72, 4104, rng);   // a partial last K block, fewer columns than one wide tile
+    if (!is_quick()) {
+      test_configs_bitwise(1000, 1064, rng);
+      test_configs_bitwise(40, 12288, rng);
+      test_configs_bitwise(4, 264, rng);   // fewer columns than one n8 tile
+    }
   } catch (const std::exception& e) {
     check(false, std::string("exception: ") + e.what());
   }

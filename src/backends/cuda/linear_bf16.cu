@@ -2,15 +2,17 @@
 // K order for every M (see linear_bf16.cuh).
 #include "backends/cuda/linear_bf16.cuh"
 
+#include <string_view>
+
 #include <cuda_bf16.h>
 
 #include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/linear_bf16_configs.cuh"
 
 namespace tf::cuda {
 namespace {
 
-constexpr int kWarps = 8;           // warps per block; warp w owns the K blocks j with j % 8 == w
-constexpr int kThreads = kWarps * 32;
+constexpr int kWarps = 8;           // warps per column group; warp w owns the K blocks j with j % 8 == w
 constexpr int kBlockK = 32;         // inputs per K block: two mma k16 steps
 constexpr int kMmaRows = 16;
 constexpr int kMmaCols = 8;
@@ -36,23 +38,29 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// One block: kMmaRows*kRowTiles rows by kMmaCols*kColTiles columns, all K, 8 warps splitting K.
-// Lane (g = lane/4, q = lane%4) reads inputs 8q..8q+7 of a K block with one 16-byte load, for a
-// weight row (column g of an n8 tile) and for activation rows g and g+8. The mma's logical k order
-// is a fixed permutation of those physical inputs, the same for x and W, so the dot product is
-// unchanged and the permutation is the same for every call: step s takes physical 8q+4s..8q+4s+3
-// as logical (2q, 2q+1, 2q+8, 2q+9).
+// One block: kMmaRows*kRowTiles rows by kMmaCols*kColTiles*kColGroups columns, all K. Each column
+// group is 8 warps splitting K over its own kColTiles n8 tiles; the groups share the activation
+// loads through L1. Lane (g = lane/4, q = lane%4) reads inputs 8q..8q+7 of a K block with one
+// 16-byte load, for a weight row (column g of an n8 tile) and for activation rows g and g+8. The
+// mma's logical k order is a fixed permutation of those physical inputs, the same for x and W, so
+// the dot product is unchanged and the permutation is the same for every call: step s takes
+// physical 8q+4s..8q+4s+3 as logical (2q, 2q+1, 2q+8, 2q+9).
+// An element's operations depend only on K: its warp chain (blocks j, j+8, ... in order) and the
+// sum of the 8 warp partials in warp order. The tile shape only decides which elements share a load.
 // kUpperRows = false: rows 8..15 of each 16-row tile are known empty (M <= 8), so they are never
 // loaded and their registers go to a deeper unroll.
-template <int kRowTiles, int kColTiles, int kUnroll, bool kUpperRows, bool kF32Out>
-__global__ void __launch_bounds__(kThreads) linear_bf16_kernel(const uint16_t* __restrict__ x, int n_rows,
-                                                               const uint16_t* __restrict__ w, int n_out,
-                                                               int n_in, void* __restrict__ y) {
-  __shared__ float4 partials[kWarps][kRowTiles][kColTiles][32];
-  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+template <int kRowTiles, int kColTiles, int kColGroups, int kUnroll, bool kUpperRows, bool kF32Out>
+__global__ void __launch_bounds__(kWarps * 32 * kColGroups)
+    linear_bf16_kernel(const uint16_t* __restrict__ x, int n_rows, const uint16_t* __restrict__ w, int n_out,
+                       int n_in, void* __restrict__ y) {
+  constexpr int kThreads = kWarps * 32 * kColGroups;
+  // One row tile's warp partials at a time: [group][warp][col tile][lane] x 4 accumulators.
+  __shared__ float4 partials[kColGroups][kWarps][kColTiles][32];
+  const int warp = int(threadIdx.x) / 32 % kWarps, group = int(threadIdx.x) / (32 * kWarps), lane = int(threadIdx.x) % 32;
   const int g = lane / 4, q = lane % 4;
   const int row0 = int(blockIdx.x) * kMmaRows * kRowTiles;
-  const int col0 = int(blockIdx.y) * kMmaCols * kColTiles;
+  const int block_col0 = int(blockIdx.y) * kMmaCols * kColTiles * kColGroups;
+  const int col0 = block_col0 + group * kMmaCols * kColTiles;
   const int n_blocks_k = (n_in + kBlockK - 1) / kBlockK;
 
   const uint16_t* w_row[kColTiles];
@@ -108,51 +116,136 @@ __global__ void __launch_bounds__(kThreads) linear_bf16_kernel(const uint16_t* _
     }
   }
 
+  // Row tile by row tile (so shared memory holds one tile's partials): the 8 warp partials of each
+  // element, added in warp order.
 #pragma unroll
-  for (int r = 0; r < kRowTiles; ++r)
+  for (int r = 0; r < kRowTiles; ++r) {
+    if (r > 0) __syncthreads();  // the previous tile's partials have all been read
 #pragma unroll
     for (int c = 0; c < kColTiles; ++c)
-      partials[warp][r][c][lane] = make_float4(acc[r][c][0], acc[r][c][1], acc[r][c][2], acc[r][c][3]);
-  __syncthreads();
-
-  // The 8 warp partials of each element, added in warp order.
-  constexpr int n_elements = kRowTiles * kColTiles * 32 * 4;
-  for (int index = int(threadIdx.x); index < n_elements; index += kThreads) {
-    const int e = index % 4, owner = (index / 4) % 32, c = (index / 128) % kColTiles, r = index / (128 * kColTiles);
-    float sum = reinterpret_cast<const float*>(&partials[0][r][c][owner])[e];
+      partials[group][warp][c][lane] = make_float4(acc[r][c][0], acc[r][c][1], acc[r][c][2], acc[r][c][3]);
+    __syncthreads();
+    constexpr int n_elements = kColGroups * kColTiles * 32 * 4;
+    for (int index = int(threadIdx.x); index < n_elements; index += kThreads) {
+      const int e = index % 4, owner = (index / 4) % 32, c = (index / 128) % kColTiles, owner_group = index / (128 * kColTiles);
+      float sum = reinterpret_cast<const float*>(&partials[owner_group][0][c][owner])[e];
 #pragma unroll
-    for (int v = 1; v < kWarps; ++v) sum = sum + reinterpret_cast<const float*>(&partials[v][r][c][owner])[e];
-    const int row = row0 + r * kMmaRows + owner / 4 + 8 * (e / 2);
-    const int col = col0 + c * kMmaCols + 2 * (owner % 4) + e % 2;
-    if (row >= n_rows || col >= n_out) continue;
-    if constexpr (kF32Out) {
-      static_cast<float*>(y)[int64_t(row) * n_out + col] = sum;
-    } else {
-      static_cast<uint16_t*>(y)[int64_t(row) * n_out + col] = __bfloat16_as_ushort(__float2bfloat16_rn(sum));
+      for (int v = 1; v < kWarps; ++v) sum = sum + reinterpret_cast<const float*>(&partials[owner_group][v][c][owner])[e];
+      const int row = row0 + r * kMmaRows + owner / 4 + 8 * (e / 2);
+      const int col = block_col0 + (owner_group * kColTiles + c) * kMmaCols + 2 * (owner % 4) + e % 2;
+      if (row >= n_rows || col >= n_out) continue;
+      if constexpr (kF32Out) {
+        static_cast<float*>(y)[int64_t(row) * n_out + col] = sum;
+      } else {
+        static_cast<uint16_t*>(y)[int64_t(row) * n_out + col] = __bfloat16_as_ushort(__float2bfloat16_rn(sum));
+      }
     }
   }
 }
 
-template <int kRowTiles, int kColTiles, int kUnroll, bool kUpperRows>
+using Launcher = void (*)(const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n_out, int64_t n_in, void* y,
+                          LinearOutput output, cudaStream_t stream);
+
+template <int kRowTiles, int kColTiles, int kColGroups, int kUnroll, bool kUpperRows>
 void launch(const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n_out, int64_t n_in, void* y,
             LinearOutput output, cudaStream_t stream) {
+  constexpr int64_t block_rows = kMmaRows * kRowTiles, block_cols = kMmaCols * kColTiles * kColGroups;
+  constexpr unsigned threads = kWarps * 32 * kColGroups;
   // Row tiles vary fastest, so the blocks that share a weight slice run together and share it in L2.
-  const dim3 grid(unsigned((n_rows + kMmaRows * kRowTiles - 1) / (kMmaRows * kRowTiles)),
-                  unsigned((n_out + kMmaCols * kColTiles - 1) / (kMmaCols * kColTiles)));
+  const dim3 grid(unsigned((n_rows + block_rows - 1) / block_rows), unsigned((n_out + block_cols - 1) / block_cols));
   if (output == LinearOutput::f32) {
-    linear_bf16_kernel<kRowTiles, kColTiles, kUnroll, kUpperRows, true>
-        <<<grid, kThreads, 0, stream>>>(x, int(n_rows), w, int(n_out), int(n_in), y);
+    linear_bf16_kernel<kRowTiles, kColTiles, kColGroups, kUnroll, kUpperRows, true>
+        <<<grid, threads, 0, stream>>>(x, int(n_rows), w, int(n_out), int(n_in), y);
   } else {
-    linear_bf16_kernel<kRowTiles, kColTiles, kUnroll, kUpperRows, false>
-        <<<grid, kThreads, 0, stream>>>(x, int(n_rows), w, int(n_out), int(n_in), y);
+    linear_bf16_kernel<kRowTiles, kColTiles, kColGroups, kUnroll, kUpperRows, false>
+        <<<grid, threads, 0, stream>>>(x, int(n_rows), w, int(n_out), int(n_in), y);
   }
   TF_CUDA_CHECK_LAUNCH("linear_bf16_kernel");
 }
 
+struct ConfigEntry {
+  LinearConfig config;
+  Launcher launcher;
+};
+
+#define TF_LINEAR_CONFIG(name, rows, cols, groups, unroll, is_lower_only) \
+  ConfigEntry{{name, rows, cols, groups, unroll, is_lower_only}, &launch<rows, cols, groups, unroll, !is_lower_only>}
+
+// Every configuration the bench times and the test checks. The first four are the original ones.
+constexpr ConfigEntry kConfigs[] = {
+    TF_LINEAR_CONFIG("r1c1u8-lo", 1, 1, 1, 8, true),
+    TF_LINEAR_CONFIG("r1c1u4", 1, 1, 1, 4, false),
+    TF_LINEAR_CONFIG("r2c1u2", 2, 1, 1, 2, false),
+    TF_LINEAR_CONFIG("r4c2u1", 4, 2, 1, 1, false),
+    TF_LINEAR_CONFIG("r1c2u8-lo", 1, 2, 1, 8, true),
+    TF_LINEAR_CONFIG("r1c4u4-lo", 1, 4, 1, 4, true),
+    TF_LINEAR_CONFIG("r1c2u4", 1, 2, 1, 4, false),
+    TF_LINEAR_CONFIG("r1c4u2", 1, 4, 1, 2, false),
+    TF_LINEAR_CONFIG("r1c4u4", 1, 4, 1, 4, false),
+    TF_LINEAR_CONFIG("r1c8u2", 1, 8, 1, 2, false),
+    TF_LINEAR_CONFIG("r1c4g2u2", 1, 4, 2, 2, false),
+    TF_LINEAR_CONFIG("r2c2u2", 2, 2, 1, 2, false),
+    TF_LINEAR_CONFIG("r2c4u1", 2, 4, 1, 1, false),
+    TF_LINEAR_CONFIG("r2c4u2", 2, 4, 1, 2, false),
+    TF_LINEAR_CONFIG("r2c8u1", 2, 8, 1, 1, false),
+    TF_LINEAR_CONFIG("r2c4g2u2", 2, 4, 2, 2, false),
+    TF_LINEAR_CONFIG("r4c2u2", 4, 2, 1, 2, false),
+    TF_LINEAR_CONFIG("r4c4u1", 4, 4, 1, 1, false),
+    TF_LINEAR_CONFIG("r4c4u2", 4, 4, 1, 2, false),
+    TF_LINEAR_CONFIG("r4c8u1", 4, 8, 1, 1, false),
+    TF_LINEAR_CONFIG("r4c2g2u1", 4, 2, 2, 1, false),
+    TF_LINEAR_CONFIG("r4c4g2u1", 4, 4, 2, 1, false),
+};
+#undef TF_LINEAR_CONFIG
+constexpr int kConfigCount = int(sizeof kConfigs / sizeof kConfigs[0]);
+
+constexpr int config_id_of(std::string_view name) {
+  for (int i = 0; i < kConfigCount; ++i)
+    if (name == kConfigs[i].config.name) return i;
+  return -1;
+}
+
+// The dispatch table: the configuration for every M up to max_rows. Edit it from the bench's table
+// (bench_cuda_linear prints the fastest configuration per M); a name not in kConfigs fails to compile.
+struct DispatchEntry {
+  int64_t max_rows;
+  int config_id;
+};
+constexpr DispatchEntry kDispatch[] = {
+    {8, config_id_of("r1c1u8-lo")},
+    {16, config_id_of("r1c4u4")},
+    {32, config_id_of("r2c4u2")},
+    {64, config_id_of("r4c4u1")},
+    {INT64_MAX, config_id_of("r4c2u1")},
+};
+constexpr bool is_dispatch_valid() {
+  for (const DispatchEntry& entry : kDispatch)
+    if (entry.config_id < 0 || (kConfigs[entry.config_id].config.is_lower_rows_only && entry.max_rows > 8)) return false;
+  return true;
+}
+static_assert(is_dispatch_valid(), "linear_bf16 dispatch: unknown configuration, or a -lo one past 8 rows");
+
 }  // namespace
 
-void linear_bf16(const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n_cols_out,
-                 int64_t n_cols_in, void* y, LinearOutput output, cudaStream_t stream) {
+int linear_bf16_config_count() { return kConfigCount; }
+
+const LinearConfig& linear_bf16_config(int config_id) {
+  TF_CUDA_REQUIRE(config_id >= 0 && config_id < kConfigCount, "linear_bf16: no such configuration");
+  return kConfigs[config_id].config;
+}
+
+bool linear_bf16_config_fits(int config_id, int64_t n_rows) {
+  return !linear_bf16_config(config_id).is_lower_rows_only || n_rows <= 8;
+}
+
+int linear_bf16_default_config(int64_t n_rows) {
+  for (const DispatchEntry& entry : kDispatch)
+    if (n_rows <= entry.max_rows) return entry.config_id;
+  return kDispatch[std::size(kDispatch) - 1].config_id;
+}
+
+void linear_bf16_with_config(int config_id, const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n_cols_out,
+                             int64_t n_cols_in, void* y, LinearOutput output, cudaStream_t stream) {
   TF_CUDA_REQUIRE(n_rows >= 0 && n_cols_out > 0 && n_cols_in > 0, "linear_bf16: empty shape");
   TF_CUDA_REQUIRE(n_cols_in % 8 == 0, "linear_bf16: n_cols_in must be a multiple of 8");
   TF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0,
@@ -160,18 +253,17 @@ void linear_bf16(const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n
   TF_CUDA_REQUIRE(n_rows < (int64_t(1) << 31) && n_cols_out < (int64_t(1) << 31) && n_cols_in < (int64_t(1) << 31),
                   "linear_bf16: dimension too large");
   TF_CUDA_REQUIRE(n_cols_out <= int64_t(65535) * kMmaCols, "linear_bf16: too many output columns");
+  TF_CUDA_REQUIRE(linear_bf16_config_fits(config_id, n_rows),
+                  std::string("linear_bf16: configuration ") + kConfigs[config_id].config.name + " takes at most 8 rows");
   if (n_rows == 0) return;
-  // The tile shape only changes how many rows and columns share a weight or activation load;
-  // every element's K order is the same in all four (tests compare them bit for bit).
-  if (n_rows <= 8) {
-    launch<1, 1, 8, false>(x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
-  } else if (n_rows <= 16) {
-    launch<1, 1, 4, true>(x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
-  } else if (n_rows <= 32) {
-    launch<2, 1, 2, true>(x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
-  } else {
-    launch<4, 2, 1, true>(x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
-  }
+  kConfigs[config_id].launcher(x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
+}
+
+void linear_bf16(const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n_cols_out, int64_t n_cols_in, void* y,
+                 LinearOutput output, cudaStream_t stream) {
+  // The configuration only changes how many rows and columns share a weight or activation load;
+  // every element's K order is the same in all of them (tests compare them bit for bit).
+  linear_bf16_with_config(linear_bf16_default_config(n_rows), x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
 }
 
 }  // namespace tf::cuda
