@@ -43,38 +43,10 @@ INSTANTIATE_TEST_SUITE_P(Models, DraftedEqualsUndrafted,
                                            Case{"qwen3-tiny-b", false}, Case{"qwen3-tiny-b", true},
                                            Case{"qwen3-tiny-c", false}, Case{"qwen3-tiny-c", true}));
 
-// The block drafter (DFlash, conditioned on taps of verified tokens) among the proposers: the
-// three equalities still hold bitwise, greedy and sampled, alone and together.
+// The block drafter (DFlash, conditioned on taps of verified tokens) among the proposers.
 TEST(SpeculationTest, DrafterOnKeepsEveryEquality) {
-  auto model = load_model(test::fixture_model("qwen3-tiny-a"), {});
-  auto& target = dynamic_cast<Qwen3CpuModel&>(*model);
-  auto drafter = std::make_shared<DFlashDrafter>(test::source_path("tests/fixtures/drafter/tiny-a-drafter"),
-                                                 target.config(), target.weights(), 1);
-  std::mt19937 rng(21);
-  int64_t drafted_by_drafter = 0;
-  for (bool sampled : {false, true}) {
-    auto requests = copy_friendly_requests(kPrompts, sampled, model->config().vocab_size, rng());
-    EngineOptions plain_options;
-    plain_options.n_ctx = 160;
-    auto plain = run_requests(model, without_drafts(requests), plain_options, true);
-    for (LanePolicy policy : {LanePolicy::automatic, LanePolicy::always_lanes}) {
-      auto solo = run_requests(model, requests, random_windows(rng, policy), false, nullptr, drafter);
-      expect_same_tokens(plain, solo, "drafter, solo");
-      auto together = run_requests(model, requests, random_windows(rng, policy), true, nullptr, drafter);
-      expect_same_tokens(plain, together, "drafter, together");
-      for (const auto& r : together) drafted_by_drafter += r.final_update.timings.draft_n;
-    }
-  }
-  EXPECT_GT(drafted_by_drafter, 0);
-  // The drafter itself put nodes in the trees (not only long-copy and n-gram).
-  EngineOptions options;
-  options.n_ctx = 160;
-  Engine engine(options, model, nullptr, drafter);
-  test::ReplyCollector collector;
-  auto request = random_requests(1, false, model->config().vocab_size, 99)[0];
-  ASSERT_EQ(engine.submit(request, collector.sink()).status, SubmitStatus::accepted);
-  collector.wait();
-  EXPECT_GT(engine.stats().drafted_by_proposer[int(ProposerKind::drafter)], 0);
+  test::expect_drafter_keeps_equalities(load_model(test::fixture_model("qwen3-tiny-a"), {}),
+                                        test::source_path("tests/fixtures/drafter/tiny-a-drafter"));
 }
 
 TEST(SpeculationTest, ReplayAtFullAcceptanceEqualsPlainDecoding) {

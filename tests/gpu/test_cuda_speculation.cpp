@@ -1,5 +1,5 @@
 // The equalities end to end through the engine on the CUDA model: drafted equals undrafted (greedy
-// and sampled, long-copy, n-gram and replay drafts), concurrent equals solo. Bitwise.
+// and sampled, long-copy, n-gram, replay and block-drafter drafts), concurrent equals solo. Bitwise.
 #include <gtest/gtest.h>
 
 #include "models/model.h"
@@ -31,6 +31,12 @@ TEST(CudaSpeculationTest, ReplayAtFullAcceptanceEqualsPlainDecoding) {
 
 TEST(CudaSpeculationTest, ConcurrentEqualsSoloGreedy) {
   test::expect_concurrent_equals_solo(test::load_fixture("qwen3-tiny-b", "cuda"), false);
+}
+
+// The drafter runs on the CPU beside the GPU target, fed the taps the GPU hands back.
+TEST(CudaSpeculationTest, DrafterOnKeepsEveryEquality) {
+  test::expect_drafter_keeps_equalities(test::load_fixture("qwen3-tiny-a", "cuda"),
+                                        test::source_path("tests/fixtures/drafter/tiny-a-drafter"));
 }
 
 TEST(CudaSpeculationTest, ConcurrentEqualsSoloSampled) {

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "models/dflash_drafter.h"
 #include "support/engine_runner.h"
 
 namespace tf::test {
@@ -107,6 +108,36 @@ inline void expect_replay_equals_plain(std::shared_ptr<Model> model, uint32_t se
       EXPECT_LT(t.rounds, t.predicted_n) << "request " << i;
     }
   }
+}
+
+// The block drafter among the proposers: the three equalities still hold bitwise, greedy and
+// sampled, alone and together, and the drafter itself put nodes in the trees.
+inline void expect_drafter_keeps_equalities(std::shared_ptr<Model> model, const std::string& drafter_dir) {
+  auto drafter = load_drafter(drafter_dir, *model, 1);
+  std::mt19937 rng(21);
+  int64_t drafted = 0;
+  for (bool sampled : {false, true}) {
+    auto requests = copy_friendly_requests(kEqualityPrompts, sampled, model->config().vocab_size, rng());
+    EngineOptions plain_options;
+    plain_options.n_ctx = 160;
+    auto plain = run_requests(model, without_drafts(requests), plain_options, true);
+    for (LanePolicy policy : {LanePolicy::automatic, LanePolicy::always_lanes}) {
+      auto solo = run_requests(model, requests, random_windows(rng, policy), false, nullptr, drafter);
+      expect_same_tokens(plain, solo, "drafter, solo");
+      auto together = run_requests(model, requests, random_windows(rng, policy), true, nullptr, drafter);
+      expect_same_tokens(plain, together, "drafter, together");
+      for (const auto& r : together) drafted += r.final_update.timings.draft_n;
+    }
+  }
+  EXPECT_GT(drafted, 0);
+  EngineOptions options;
+  options.n_ctx = 160;
+  Engine engine(options, model, nullptr, drafter);
+  ReplyCollector collector;
+  auto request = random_requests(1, false, model->config().vocab_size, 99)[0];
+  ASSERT_EQ(engine.submit(request, collector.sink()).status, SubmitStatus::accepted);
+  collector.wait();
+  EXPECT_GT(engine.stats().drafted_by_proposer[int(ProposerKind::drafter)], 0);
 }
 
 }  // namespace tf::test
