@@ -5,6 +5,12 @@
 # the bench receipt and a summary go to $OUT. Run from a checkout of the same commit (the tests
 # read tests/fixtures from it).
 # Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|linear|all]   (defaults: build-cuda/bundle all)
+#
+# A device call carries at most 64 MiB (working tree + carried bundle); the tracked models make the
+# tree larger. Before the call, here, leave the bf16 target and the random Qwen3-tokenizer fixture out
+# (the GPU tests use the 4-bit copy and the drafter), and put them back after:
+#   git sparse-checkout set --no-cone '/*' '!/models/tensorfold-code-target/' '!/tests/fixtures/models/qwen3-tiny-chat/'
+#   git sparse-checkout disable
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=$(realpath "${1:-build-cuda/bundle}")
