@@ -213,10 +213,10 @@ struct DispatchEntry {
 };
 constexpr DispatchEntry kDispatch[] = {
     {8, config_id_of("r1c1u8-lo")},
-    {16, config_id_of("r1c4u4")},
+    {16, config_id_of("r1c2u4")},
     {32, config_id_of("r2c4u2")},
-    {64, config_id_of("r4c4u1")},
-    {INT64_MAX, config_id_of("r4c2u1")},
+    {64, config_id_of("r4c4g2u1")},
+    {INT64_MAX, config_id_of("r4c4g2u1")},
 };
 constexpr bool is_dispatch_valid() {
   for (const DispatchEntry& entry : kDispatch)
