@@ -6,14 +6,16 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import OpenAI from 'openai';
 
 const binary = process.env.TF_BINARY;
-const sourceDir = process.env.TF_SOURCE_DIR ?? path.resolve(import.meta.dirname ?? '.', '../..');
+export const sourceDir = process.env.TF_SOURCE_DIR ?? path.resolve(import.meta.dirname ?? '.', '../..');
 export const modelDir = path.join(sourceDir, 'tests', 'fixtures', 'models', 'qwen3-tiny-chat');
 export const modelId = 'qwen3-tiny-chat';
 
 // Spawns the server with --port 0 and reads the port it prints, so two runs never race for one.
-export async function startServer(extraArgs = [], { startTimeoutMs = 60_000 } = {}) {
+// With embeddedDefault the server gets no --model: it runs what a user gets with no flags.
+export async function startServer(extraArgs = [], { startTimeoutMs = 60_000, embeddedDefault = false } = {}) {
   if (!binary) throw new Error('TF_BINARY must name the built tensorfold binary');
-  const args = ['serve', '--model', modelDir, '--host', '127.0.0.1', '--port', '0', ...extraArgs];
+  const model = embeddedDefault ? [] : ['--model', modelDir];
+  const args = ['serve', ...model, '--host', '127.0.0.1', '--port', '0', ...extraArgs];
   const child = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const port = await new Promise((resolve, reject) => {
@@ -100,7 +102,7 @@ export async function metrics(server) {
   const response = await fetch(`${server.baseUrl}/metrics`, { headers: server.headers ?? {} });
   const values = {};
   for (const line of (await response.text()).split('\n')) {
-    const match = /^(tensorfold_\w+) (\S+)$/.exec(line);
+    const match = /^(tensorfold_\w+(?:\{[^}]*\})?) (\S+)$/.exec(line);
     if (match) values[match[1]] = Number(match[2]);
   }
   return values;
