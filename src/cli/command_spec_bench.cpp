@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -11,6 +10,7 @@
 #include "cli/receipt.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/reply_collector.h"
 #include "models/dflash_drafter.h"
 #include "models/model.h"
 #include "tokenizer/chat_template.h"
@@ -75,38 +75,27 @@ WaveResult run_wave(std::shared_ptr<Model> model, std::shared_ptr<const Tokenize
   options.n_ctx = int64_t(bench_case.prompt.size()) + max_tokens + 1;
   options.lane_policy = lane_policy_from_env();
   Engine engine(options, model, tokenizer, drafter);
-  std::vector<std::promise<GenerationUpdate>> finals(static_cast<size_t>(n_streams));
-  std::vector<std::vector<int32_t>> replies(static_cast<size_t>(n_streams));
-  for (int s = 0; s < n_streams; ++s) {
-    GenerationRequest request;
-    request.prompt = bench_case.prompt;
-    request.max_tokens = max_tokens;
-    request.ignore_eos = true;
-    request.use_draft = mode != DraftMode::off;
-    if (mode == DraftMode::replay_self) request.replay = own_reply;
-    auto* reply = &replies[size_t(s)];
-    auto* done = &finals[size_t(s)];
-    SubmitResult result = engine.submit(request, [reply, done](const GenerationUpdate& u) {
-      reply->insert(reply->end(), u.tokens.begin(), u.tokens.end());
-      if (u.is_final) done->set_value(u);
-      return true;
-    });
-    if (result.status != SubmitStatus::accepted) fail(result.message);
-  }
+  GenerationRequest request;
+  request.prompt = bench_case.prompt;
+  request.max_tokens = max_tokens;
+  request.ignore_eos = true;
+  request.use_draft = mode != DraftMode::off;
+  if (mode == DraftMode::replay_self) request.replay = own_reply;
+  std::vector<Reply> replies = run_to_completion(engine, std::vector<GenerationRequest>(size_t(n_streams), request));
   WaveResult wave{0, 0, 0, 0, {}};
   int64_t tokens = 0, rounds = 0;
   double decode_seconds = 0;
-  for (auto& f : finals) {
-    GenerationUpdate u = f.get_future().get();
-    tokens += u.timings.predicted_n;
-    rounds += u.timings.rounds;
-    wave.drafted += u.timings.draft_n;
-    wave.accepted += u.timings.draft_accepted_n;
-    decode_seconds = std::max(decode_seconds, u.timings.predicted_ms / 1000.0);
+  for (auto& reply : replies) {
+    const ReplyTimings& t = reply.final_update.timings;
+    tokens += t.predicted_n;
+    rounds += t.rounds;
+    wave.drafted += t.draft_n;
+    wave.accepted += t.draft_accepted_n;
+    decode_seconds = std::max(decode_seconds, t.predicted_ms / 1000.0);
+    wave.replies.push_back(std::move(reply.tokens));
   }
   wave.tokens_per_second = decode_seconds > 0 ? double(tokens) / decode_seconds : 0;
   wave.tokens_per_round = rounds ? double(tokens) / double(rounds) : 0;
-  wave.replies = std::move(replies);
   return wave;
 }
 

@@ -102,20 +102,18 @@ ModeResult run_cases(std::shared_ptr<Model> model, std::shared_ptr<const Tokeniz
   options.n_ctx = 0;
   for (const auto& c : cases) options.n_ctx = std::max(options.n_ctx, int64_t(c.prompt.size()) + c.max_tokens + 1);
   Engine engine(options, model, tokenizer, drafter);
-  std::vector<std::unique_ptr<ReplyCollector>> collectors;
-  auto start = std::chrono::steady_clock::now();
+  std::vector<GenerationRequest> requests;
   for (const auto& c : cases) {
     GenerationRequest request;
     request.prompt = c.prompt;
     request.max_tokens = c.max_tokens;
     request.use_draft = use_draft;
     request.proposers = proposers;
-    collectors.push_back(std::make_unique<ReplyCollector>());
-    SubmitResult result = engine.submit(request, collectors.back()->sink());
-    if (result.status != SubmitStatus::accepted) fail(result.message);
+    requests.push_back(std::move(request));
   }
+  auto start = std::chrono::steady_clock::now();
   ModeResult out;
-  for (auto& c : collectors) out.replies.push_back(c->wait());
+  out.replies = run_to_completion(engine, requests);
   out.seconds = seconds_since(start);
   return out;
 }

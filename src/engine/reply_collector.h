@@ -2,9 +2,12 @@
 // an Engine directly rather than through the server.
 #pragma once
 #include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "engine/engine.h"
 #include "engine/request.h"
 
 namespace tf {
@@ -39,5 +42,19 @@ struct ReplyCollector {
     return reply;
   }
 };
+
+// Submits every request at once (the engine queues what its lanes cannot take yet) and waits for
+// every reply, in request order; a rejected submit is a tf::Error with the engine's message.
+inline std::vector<Reply> run_to_completion(Engine& engine, const std::vector<GenerationRequest>& requests) {
+  std::vector<std::unique_ptr<ReplyCollector>> collectors;
+  for (const auto& request : requests) {
+    collectors.push_back(std::make_unique<ReplyCollector>());
+    SubmitResult result = engine.submit(request, collectors.back()->sink());
+    if (result.status != SubmitStatus::accepted) fail(result.message);
+  }
+  std::vector<Reply> replies;
+  for (auto& c : collectors) replies.push_back(c->wait());
+  return replies;
+}
 
 }  // namespace tf

@@ -22,23 +22,15 @@ inline std::vector<Reply> run_requests(std::shared_ptr<Model> model,
                                        const EngineOptions& options, bool together,
                                        std::shared_ptr<const Tokenizer> tokenizer = nullptr,
                                        std::shared_ptr<DFlashDrafter> drafter = nullptr) {
+  if (together) {
+    Engine engine(options, model, tokenizer, drafter);
+    return run_to_completion(engine, requests);
+  }
   std::vector<Reply> replies;
-  if (!together) {
-    for (const auto& r : requests) {
-      Engine engine(options, model, tokenizer, drafter);
-      ReplyCollector c;
-      EXPECT_EQ(engine.submit(r, c.sink()).status, SubmitStatus::accepted);
-      replies.push_back(c.wait());
-    }
-    return replies;
-  }
-  Engine engine(options, model, tokenizer, drafter);
-  std::vector<std::unique_ptr<ReplyCollector>> collectors;
   for (const auto& r : requests) {
-    collectors.push_back(std::make_unique<ReplyCollector>());
-    EXPECT_EQ(engine.submit(r, collectors.back()->sink()).status, SubmitStatus::accepted);
+    Engine engine(options, model, tokenizer, drafter);
+    replies.push_back(run_to_completion(engine, {r})[0]);
   }
-  for (auto& c : collectors) replies.push_back(c->wait());
   return replies;
 }
 
