@@ -118,6 +118,14 @@ ModeResult run_cases(std::shared_ptr<Model> model, std::shared_ptr<const Tokeniz
   return out;
 }
 
+// " a b c": a list flag's values as the command line gave them.
+template <typename T>
+std::string joined(const std::vector<T>& values) {
+  std::ostringstream out;
+  for (const auto& v : values) out << ' ' << v;
+  return out.str();
+}
+
 std::string trimmed(std::string text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   return text;
@@ -135,7 +143,8 @@ void run_spec_eval(const SpecEvalFlags& flags) {
   std::ostringstream report;
   report << "# Proposers on held-out cases: " << flags.model_dir << "\n\n"
          << "- command: `tensorfold spec-eval --device " << flags.device << " --model " << flags.model_dir << " --drafter "
-         << (drafter_dir.empty() ? "none" : drafter_dir) << " --per-kind " << flags.per_kind << "`\n"
+         << (drafter_dir.empty() ? "none" : drafter_dir) << " --per-kind " << flags.per_kind << " --kinds"
+         << joined(flags.kinds) << " --modes" << joined(flags.modes) << " --streams" << joined(flags.streams) << "`\n"
          << "- cases: " << flags.cases_file << "\n- commit: " << receipt_commit() << "\n- machine: " << receipt_machine()
          << "\n- greedy; all cases of a kind submitted at once to an engine of N lanes; tok/s = completion tokens"
             " / wall time from the first submit to the last reply (prefill included)\n"
