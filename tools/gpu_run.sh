@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs a bundle made by tools/gpu_bundle.sh on the GPU machine: the GPU tests, the synthetic
-# Qwen3-8B bench (decode, and verify rounds of 1/16/64 rows), and the linear-layer tile
+# benches (decode and verify rounds with and without CUDA graphs, a 27B-class shape, 4k prefill), and the linear-layer tile
 # configuration table (linear-configs.md, to edit linear_bf16's dispatch from). Each step runs under `timeout`; logs,
 # the bench receipt and a summary go to $OUT. Run from a checkout of the same commit (the tests
 # read tests/fixtures from it).
@@ -42,9 +42,18 @@ if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
 fi
 
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
+  # Decode and the verify-round curve with CUDA graphs (the default), then the same launched kernel
+  # by kernel, then a 27B-class shape, then prefill of one 4,096-token chunk.
   run_step bench-qwen3-8b 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3-8b \
-    --prompt-len 512 --decode 64 --repeats 3 --verify-rows 1 16 64 --receipt "$OUT/h200-qwen3-8b-synthetic-bf16.md"
-  cat "$OUT/bench-qwen3-8b.log"
+    --prompt-len 512 --decode 64 --repeats 3 --verify-rows 1 2 4 8 16 32 64 128 \
+    --receipt "$OUT/h200-qwen3-8b-synthetic-bf16.md"
+  TF_CUDA_GRAPHS=0 run_step bench-qwen3-8b-eager 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3-8b \
+    --prompt-len 512 --decode 64 --repeats 3 --verify-rows 1 16 64 --receipt "$OUT/h200-qwen3-8b-synthetic-bf16-eager.md"
+  run_step bench-qwen3.5-27b-dense 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3.5-27b-dense \
+    --prompt-len 512 --decode 32 --repeats 3 --verify-rows 1 16 64 --receipt "$OUT/h200-qwen3.5-27b-dense-synthetic-bf16.md"
+  run_step bench-qwen3-8b-prefill-4096 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3-8b \
+    --prompt-len 4096 --decode 4 --repeats 3 --receipt "$OUT/h200-qwen3-8b-synthetic-bf16-prefill-4096.md"
+  cat "$OUT"/bench-*.log
 fi
 
 if [ "$MODE" = linear ] || [ "$MODE" = all ]; then

@@ -15,6 +15,7 @@ struct SyntheticShape {
   const char* name;
   int64_t hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim;
   bool tied;
+  int64_t vocab = 151936;
 };
 
 constexpr SyntheticShape kShapes[] = {
@@ -23,6 +24,10 @@ constexpr SyntheticShape kShapes[] = {
     {"qwen3-4b", 2560, 9728, 36, 32, 8, 128, true},
     {"qwen3-8b", 4096, 12288, 36, 32, 8, 128, false},
     {"qwen3-32b", 5120, 25600, 64, 64, 8, 128, false},
+    // Qwen3.5-27B's widths (64 layers of 5120, MLP 17408, 24 query and 4 KV heads of 256, 248k
+    // vocabulary) as a dense Qwen3: every layer full attention, since the engine has no Gated
+    // DeltaNet layers yet. A 27B-class read per token for the bandwidth figures.
+    {"qwen3.5-27b-dense", 5120, 17408, 64, 24, 4, 256, false, 248320},
 };
 
 // xorshift: cheap, and the values only need to look like weights.
@@ -105,7 +110,7 @@ ModelConfig synthetic_config(const std::string& name) {
   c.n_heads = s.n_heads;
   c.n_kv_heads = s.n_kv_heads;
   c.head_dim = s.head_dim;
-  c.vocab_size = 151936;
+  c.vocab_size = s.vocab;
   c.max_position_embeddings = 40960;
   c.rope_theta = 1000000.0;
   c.rms_norm_eps = 1e-6f;

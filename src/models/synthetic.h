@@ -9,7 +9,8 @@
 
 namespace tf {
 
-// The shape of a known model ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-32b").
+// The shape of a known model ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-32b",
+// "qwen3.5-27b-dense").
 // Throws tf::Error listing the known names for an unknown one.
 ModelConfig synthetic_config(const std::string& name);
 std::vector<std::string> synthetic_model_names();

@@ -1,8 +1,10 @@
 // Batch invariance of the CUDA model, bitwise: a row's logits do not depend on how the prompt was
 // chunked, on how many unrelated rows share the forward, or on whether its chain runs as plain
-// decode rows or as tree rows beside sibling branches.
+// decode rows or as tree rows beside sibling branches; and a forward replayed from a captured CUDA
+// graph gives what the same forward gives launched kernel by kernel.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -53,6 +55,30 @@ TEST_P(CudaInvarianceTest, TreeRowsEqualThePlainChain) {
     std::vector<float> plain = test::chain_logits(*model, prompt, chain, -1, rng);
     std::vector<float> tree = test::chain_logits(*model, prompt, chain, int(rng() % 13), rng);
     EXPECT_TRUE(bitwise_equal(tree, plain)) << "trial " << trial;
+  }
+}
+
+// The same chunks and noise rows through a model that replays captured graphs (rows <= 256) and
+// one that launches every kernel (TF_CUDA_GRAPHS=0): each 1- and 3-row step replays one graph with
+// new positions, keys and slots, so a graph that kept stale row data would differ here.
+TEST_P(CudaInvarianceTest, GraphReplayEqualsEagerLaunches) {
+  auto graphs = test::load_fixture(GetParam(), "cuda");
+  ASSERT_EQ(setenv("TF_CUDA_GRAPHS", "0", 1), 0);
+  auto eager = test::load_fixture(GetParam(), "cuda");
+  unsetenv("TF_CUDA_GRAPHS");
+  std::mt19937 ids_rng(3);
+  auto ids = test::random_ids(ids_rng, 300, graphs->config().vocab_size);
+  std::vector<int64_t> chunks = {270};
+  for (int i = 0; i < 10; ++i) chunks.push_back(1);
+  for (int i = 0; i < 5; ++i) chunks.push_back(3);
+  graphs->set_tap_layers({0, int(graphs->config().n_layers) - 1});
+  eager->set_tap_layers({0, int(eager->config().n_layers) - 1});
+  for (int noise : {0, 2}) {
+    std::mt19937 rng_a(11), rng_b(11);
+    EXPECT_TRUE(bitwise_equal(test::chunked_logits(*graphs, ids, chunks, noise, rng_a),
+                              test::chunked_logits(*eager, ids, chunks, noise, rng_b)))
+        << noise << " noise rows";
+    EXPECT_TRUE(bitwise_equal(graphs->taps(), eager->taps())) << noise << " noise rows";
   }
 }
 

@@ -1,5 +1,5 @@
 // rms_norm, rope, swiglu, embedding, argmax, add, row scatter and the random fill on the GPU against
-// their CPU twins, and row invariance.
+// their CPU twins, and row invariance; the fused norms against the standalone kernels, bit for bit.
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -11,6 +11,7 @@
 #include "backends/cuda/device_buffer.cuh"
 #include "backends/cuda/embedding.cuh"
 #include "backends/cuda/fill_random.cuh"
+#include "backends/cuda/fused_norms.cuh"
 #include "backends/cuda/rms_norm.cuh"
 #include "backends/cuda/rope.cuh"
 #include "backends/cuda/scatter_rows.cuh"
@@ -147,6 +148,92 @@ void test_scatter_rows(std::mt19937& rng) {
   check(bitwise_equal(got.data(), want.data(), got.size()), "scatter_rows puts each row in its slot and nothing else");
 }
 
+// add then rms_norm, as two kernels, against the fused kernel; and the fused kernel with no residual
+// against rms_norm alone.
+void test_add_rms_norm(std::mt19937& rng) {
+  for (int64_t dim : {128, 4096, 1000}) {
+    const int64_t n_rows = 21, n = n_rows * dim;
+    const std::vector<uint16_t> hidden = random_bf16(size_t(n), rng, 2.0f), residual = random_bf16(size_t(n), rng);
+    auto gain = to_device(random_bf16(size_t(dim), rng, 1.0f));
+    auto residual_device = to_device(residual);
+    auto hidden_apart = to_device(hidden), hidden_fused = to_device(hidden);
+    DeviceBuffer<uint16_t> normed_apart{size_t(n)}, normed_fused{size_t(n)};
+    normed_fused.fill_bytes(0xff);
+    cuda::add_bf16(hidden_apart.data(), residual_device.data(), n, hidden_apart.data());
+    cuda::rms_norm_bf16(hidden_apart.data(), n_rows, dim, gain.data(), 1e-6f, normed_apart.data());
+    cuda::add_rms_norm_bf16(hidden_fused.data(), residual_device.data(), n_rows, dim, gain.data(), 1e-6f,
+                            normed_fused.data());
+    TF_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> a = hidden_apart.to_host(), b = hidden_fused.to_host();
+    const std::vector<uint16_t> na = normed_apart.to_host(), nb = normed_fused.to_host();
+    check(bitwise_equal(a.data(), b.data(), a.size()) && bitwise_equal(na.data(), nb.data(), na.size()),
+          "add_rms_norm = add_bf16 then rms_norm_bf16, bit for bit, dim=" + std::to_string(dim));
+
+    auto plain = to_device(hidden);
+    cuda::add_rms_norm_bf16(plain.data(), nullptr, n_rows, dim, gain.data(), 1e-6f, normed_fused.data());
+    cuda::rms_norm_bf16(plain.data(), n_rows, dim, gain.data(), 1e-6f, normed_apart.data());
+    TF_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> unchanged = plain.to_host(), fused = normed_fused.to_host(), apart = normed_apart.to_host();
+    check(bitwise_equal(unchanged.data(), hidden.data(), hidden.size()) &&
+              bitwise_equal(fused.data(), apart.data(), fused.size()),
+          "add_rms_norm without a residual = rms_norm_bf16 and leaves hidden alone, dim=" + std::to_string(dim));
+  }
+}
+
+// The model's former sequence (copy q and k out of qkv, per-head rms_norm, rope, scatter k and v to
+// their slots) against the fused kernel, for two head sizes and GQA groups.
+void test_qk_norm_rope_to_cache(std::mt19937& rng) {
+  struct Case {
+    int n_heads, n_kv_heads, head_dim;
+  };
+  for (const Case c : {Case{32, 8, 128}, Case{4, 2, 64}, Case{6, 3, 256}}) {
+    const int64_t n_rows = 11, n_slots = 50, q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+    const int64_t qkv_dim = q_dim + 2 * kv_dim;
+    const std::vector<uint16_t> qkv = random_bf16(size_t(n_rows * qkv_dim), rng, 3.0f);
+    const std::vector<int32_t> positions = {0, 1, 5, 63, 64, 100, 511, 4095, 9000, 32767, 2};
+    const std::vector<int32_t> slots = {7, 0, 49, 12, 13, 31, 2, 40, 41, 22, 9};
+    auto qkv_device = to_device(qkv);
+    auto q_gain = to_device(random_bf16(size_t(c.head_dim), rng, 1.0f));
+    auto k_gain = to_device(random_bf16(size_t(c.head_dim), rng, 1.0f));
+    auto positions_device = to_device(positions);
+    auto slots_device = to_device(slots);
+    auto frequencies = to_device(cpu::rope_inverse_frequencies(c.head_dim, 1000000.0));
+
+    DeviceBuffer<uint16_t> q(size_t(n_rows * q_dim)), k(size_t(n_rows * kv_dim));
+    DeviceBuffer<uint16_t> k_cache(size_t(n_slots * kv_dim)), v_cache(size_t(n_slots * kv_dim));
+    k_cache.fill_bytes(0);
+    v_cache.fill_bytes(0);
+    TF_CUDA_CHECK(cudaMemcpy2D(q.data(), size_t(q_dim) * 2, qkv_device.data(), size_t(qkv_dim) * 2, size_t(q_dim) * 2,
+                               size_t(n_rows), cudaMemcpyDeviceToDevice));
+    TF_CUDA_CHECK(cudaMemcpy2D(k.data(), size_t(kv_dim) * 2, qkv_device.data() + q_dim, size_t(qkv_dim) * 2,
+                               size_t(kv_dim) * 2, size_t(n_rows), cudaMemcpyDeviceToDevice));
+    cuda::rms_norm_bf16(q.data(), n_rows * c.n_heads, c.head_dim, q_gain.data(), 1e-6f, q.data());
+    cuda::rms_norm_bf16(k.data(), n_rows * c.n_kv_heads, c.head_dim, k_gain.data(), 1e-6f, k.data());
+    cuda::rope_bf16(q.data(), n_rows, c.n_heads, c.head_dim, positions_device.data(), frequencies.data());
+    cuda::rope_bf16(k.data(), n_rows, c.n_kv_heads, c.head_dim, positions_device.data(), frequencies.data());
+    cuda::scatter_rows_bf16(k.data(), kv_dim, n_rows, kv_dim, slots_device.data(), k_cache.data());
+    cuda::scatter_rows_bf16(qkv_device.data() + q_dim + kv_dim, qkv_dim, n_rows, kv_dim, slots_device.data(),
+                            v_cache.data());
+
+    DeviceBuffer<uint16_t> q_fused(size_t(n_rows * q_dim));
+    DeviceBuffer<uint16_t> k_cache_fused(size_t(n_slots * kv_dim)), v_cache_fused(size_t(n_slots * kv_dim));
+    q_fused.fill_bytes(0xff);
+    k_cache_fused.fill_bytes(0);
+    v_cache_fused.fill_bytes(0);
+    cuda::qk_norm_rope_to_cache_bf16(qkv_device.data(), n_rows, {c.n_heads, c.n_kv_heads, c.head_dim}, q_gain.data(),
+                                     k_gain.data(), 1e-6f, positions_device.data(), frequencies.data(),
+                                     slots_device.data(), q_fused.data(), k_cache_fused.data(), v_cache_fused.data());
+    TF_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto same = [](const DeviceBuffer<uint16_t>& a, const DeviceBuffer<uint16_t>& b) {
+      const std::vector<uint16_t> x = a.to_host(), y = b.to_host();
+      return bitwise_equal(x.data(), y.data(), x.size());
+    };
+    check(same(q, q_fused) && same(k_cache, k_cache_fused) && same(v_cache, v_cache_fused),
+          "qk_norm_rope_to_cache = copy, rms_norm, rope, scatter, bit for bit, heads " + std::to_string(c.n_heads) + "/" +
+              std::to_string(c.n_kv_heads) + " x " + std::to_string(c.head_dim));
+  }
+}
+
 // Same seed, same values; values within the scale (plus bf16 rounding) and centred.
 void test_fill_random() {
   const int64_t n = 1 << 20;
@@ -231,6 +318,8 @@ int main() {
     test_swiglu_fused(rng);
     test_add(rng);
     test_scatter_rows(rng);
+    test_add_rms_norm(rng);
+    test_qk_norm_rope_to_cache(rng);
     test_fill_random();
     test_embedding(rng);
     test_argmax(rng);

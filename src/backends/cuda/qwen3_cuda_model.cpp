@@ -1,6 +1,7 @@
 #include "backends/cuda/qwen3_cuda_model.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "backends/cuda/activation.cuh"
@@ -9,10 +10,9 @@
 #include "backends/cuda/cuda_kv_storage.h"
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/embedding.cuh"
+#include "backends/cuda/fused_norms.cuh"
 #include "backends/cuda/linear_bf16.cuh"
 #include "backends/cuda/rms_norm.cuh"
-#include "backends/cuda/rope.cuh"
-#include "backends/cuda/scatter_rows.cuh"
 #include "kernels/cpu/rope.h"
 
 namespace tf::cuda {
@@ -20,17 +20,21 @@ namespace {
 
 constexpr int kRowFields = 6;  // tokens, positions, kv_slots, key_offsets, n_keys, logit_rows
 
-// Copies n_rows rows of `width` bf16 from a wider row layout (a column block of a fused output).
-void copy_columns(uint16_t* target, const uint16_t* source, int64_t source_width, int64_t width, int64_t n_rows) {
-  TF_CUDA_CHECK(cudaMemcpy2DAsync(target, size_t(width) * sizeof(uint16_t), source,
-                                  size_t(source_width) * sizeof(uint16_t), size_t(width) * sizeof(uint16_t),
-                                  size_t(n_rows), cudaMemcpyDeviceToDevice));
+// Launches dominate small forwards; past this many rows the kernels dominate and a graph per
+// row count would only cost memory.
+constexpr int64_t kMaxGraphRows = 256;
+// Distinct shapes kept; a workload that cycles through more starts over (capturing is cheap).
+constexpr size_t kMaxGraphs = 64;
+
+bool graphs_enabled_by_environment() {
+  const char* value = std::getenv("TF_CUDA_GRAPHS");
+  return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
 }  // namespace
 
 Qwen3CudaModel::Qwen3CudaModel(ModelConfig config, Qwen3CudaWeights weights)
-    : config_(std::move(config)), weights_(std::move(weights)) {
+    : config_(std::move(config)), weights_(std::move(weights)), use_graphs_(graphs_enabled_by_environment()) {
   inverse_frequencies_ = DeviceBuffer<float>(size_t(config_.head_dim / 2));
   inverse_frequencies_.copy_from_host(cpu::rope_inverse_frequencies(config_.head_dim, config_.rope_theta));
 }
@@ -58,22 +62,26 @@ void Qwen3CudaModel::set_tap_layers(std::vector<int> layers) {
            " layers");
   tap_layers_ = std::move(layers);
   taps_.clear();
+  graphs_.clear();
   tap_rows_ = DeviceBuffer<uint16_t>();
   tap_staging_ = PinnedHostBuffer<uint16_t>();
 }
 
 void Qwen3CudaModel::reserve(int64_t n_rows, int64_t n_keys) {
   const size_t n_ints = size_t(kRowFields * n_rows + n_keys);
+  const size_t n_taps = tap_layers_.size() * size_t(n_rows * config_.hidden_size);
+  const size_t n_attention_scratch = size_t(attention_scratch_floats(n_rows, attention_shape()));
+  if (row_staging_.size() < n_ints || tap_rows_.size() < n_taps || attention_scratch_.size() < n_attention_scratch ||
+      n_rows > row_capacity_)
+    graphs_.clear();  // their pointers are about to move
   if (row_staging_.size() < n_ints) {
     row_staging_ = PinnedHostBuffer<int32_t>(n_ints + n_ints / 2);
     row_data_ = DeviceBuffer<int32_t>(row_staging_.size());
   }
-  const size_t n_taps = tap_layers_.size() * size_t(n_rows * config_.hidden_size);
   if (tap_rows_.size() < n_taps) {
     tap_rows_ = DeviceBuffer<uint16_t>(n_taps);
     tap_staging_ = PinnedHostBuffer<uint16_t>(n_taps);
   }
-  const size_t n_attention_scratch = size_t(attention_scratch_floats(n_rows, attention_shape()));
   if (attention_scratch_.size() < n_attention_scratch) attention_scratch_ = DeviceBuffer<float>(n_attention_scratch);
   if (n_rows <= row_capacity_) return;
   const size_t rows = size_t(n_rows);
@@ -83,7 +91,6 @@ void Qwen3CudaModel::reserve(int64_t n_rows, int64_t n_keys) {
   normed_ = DeviceBuffer<uint16_t>(rows * hidden);
   qkv_ = DeviceBuffer<uint16_t>(rows * (q_dim + 2 * kv_dim));
   q_ = DeviceBuffer<uint16_t>(rows * q_dim);
-  k_ = DeviceBuffer<uint16_t>(rows * kv_dim);
   attn_out_ = DeviceBuffer<uint16_t>(rows * q_dim);
   proj_ = DeviceBuffer<uint16_t>(rows * hidden);
   gate_up_ = DeviceBuffer<uint16_t>(rows * 2 * inter);
@@ -113,7 +120,8 @@ int64_t Qwen3CudaModel::upload_rows(const Batch& batch, const KvCache& kv) {
   std::memcpy(fields + 4 * n_rows, key_slots_.n_keys.data(), size_t(n_rows) * sizeof(int32_t));
   std::memcpy(fields + kRowFields * n_rows, key_slots_.slots.data(), key_slots_.slots.size() * sizeof(int32_t));
   const size_t n_ints = size_t(kRowFields * n_rows) + key_slots_.slots.size();
-  TF_CUDA_CHECK(cudaMemcpyAsync(row_data_.data(), fields, n_ints * sizeof(int32_t), cudaMemcpyHostToDevice));
+  TF_CUDA_CHECK(cudaMemcpyAsync(row_data_.data(), fields, n_ints * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                stream_.get()));
 
   const int32_t* device = row_data_.data();
   tokens_ = device;
@@ -133,39 +141,37 @@ AttentionShape Qwen3CudaModel::attention_shape() const {
 
 void Qwen3CudaModel::attention_block(int64_t layer, int64_t n_rows, CudaKvStorage& kv) {
   const auto& w = weights_.layers[size_t(layer)];
-  const int64_t hidden = config_.hidden_size, head_dim = config_.head_dim;
-  const int64_t q_dim = config_.q_dim(), kv_dim = config_.kv_dim(), qkv_dim = q_dim + 2 * kv_dim;
+  const int64_t hidden = config_.hidden_size, q_dim = config_.q_dim(), qkv_dim = q_dim + 2 * config_.kv_dim();
   const float eps = config_.rms_norm_eps;
+  cudaStream_t stream = stream_.get();
 
-  rms_norm_bf16(hidden_.data(), n_rows, hidden, w.input_norm.data(), eps, normed_.data());
-  linear_bf16(normed_.data(), n_rows, w.qkv_proj.data(), qkv_dim, hidden, qkv_.data(), LinearOutput::bf16);
-  // q and k get their per-head norm and rotation in their own buffers; v goes to the cache as is.
-  copy_columns(q_.data(), qkv_.data(), qkv_dim, q_dim, n_rows);
-  copy_columns(k_.data(), qkv_.data() + q_dim, qkv_dim, kv_dim, n_rows);
-  rms_norm_bf16(q_.data(), n_rows * config_.n_heads, head_dim, w.q_norm.data(), eps, q_.data());
-  rms_norm_bf16(k_.data(), n_rows * config_.n_kv_heads, head_dim, w.k_norm.data(), eps, k_.data());
-  rope_bf16(q_.data(), n_rows, config_.n_heads, head_dim, positions_, inverse_frequencies_.data());
-  rope_bf16(k_.data(), n_rows, config_.n_kv_heads, head_dim, positions_, inverse_frequencies_.data());
-
+  // The previous block's output joins the residual stream here (the first layer has none).
+  add_rms_norm_bf16(hidden_.data(), layer > 0 ? proj_.data() : nullptr, n_rows, hidden, w.input_norm.data(), eps,
+                    normed_.data(), stream);
+  if (layer > 0) keep_taps(layer - 1, n_rows);
+  linear_bf16(normed_.data(), n_rows, w.qkv_proj.data(), qkv_dim, hidden, qkv_.data(), LinearOutput::bf16, stream);
   // Keys and values go to the cache first; attention reads every key from there in its bf16
   // storage type, this round's rows included, so a row sees the same numbers in any batch.
-  scatter_rows_bf16(k_.data(), kv_dim, n_rows, kv_dim, kv_slots_, kv.keys(layer));
-  scatter_rows_bf16(qkv_.data() + q_dim + kv_dim, qkv_dim, n_rows, kv_dim, kv_slots_, kv.values(layer));
+  qk_norm_rope_to_cache_bf16(qkv_.data(), n_rows,
+                             {int(config_.n_heads), int(config_.n_kv_heads), int(config_.head_dim)}, w.q_norm.data(),
+                             w.k_norm.data(), eps, positions_, inverse_frequencies_.data(), kv_slots_, q_.data(),
+                             kv.keys(layer), kv.values(layer), stream);
   attention_bf16(q_.data(), n_rows, kv.keys(layer), kv.values(layer), key_slot_list_, key_offsets_, n_keys_,
-                 attention_shape(), attn_out_.data(), nullptr,
+                 attention_shape(), attn_out_.data(), stream,
                  {attention_scratch_.data(), int64_t(attention_scratch_.size())});
-  linear_bf16(attn_out_.data(), n_rows, w.o_proj.data(), hidden, q_dim, proj_.data(), LinearOutput::bf16);
-  add_bf16(hidden_.data(), proj_.data(), n_rows * hidden, hidden_.data());
+  linear_bf16(attn_out_.data(), n_rows, w.o_proj.data(), hidden, q_dim, proj_.data(), LinearOutput::bf16, stream);
 }
 
 void Qwen3CudaModel::mlp_block(int64_t layer, int64_t n_rows) {
   const auto& w = weights_.layers[size_t(layer)];
   const int64_t hidden = config_.hidden_size, inter = config_.intermediate_size;
-  rms_norm_bf16(hidden_.data(), n_rows, hidden, w.post_attention_norm.data(), config_.rms_norm_eps, normed_.data());
-  linear_bf16(normed_.data(), n_rows, w.gate_up_proj.data(), 2 * inter, hidden, gate_up_.data(), LinearOutput::bf16);
-  swiglu_fused_bf16(gate_up_.data(), n_rows, inter, mlp_act_.data());
-  linear_bf16(mlp_act_.data(), n_rows, w.down_proj.data(), hidden, inter, proj_.data(), LinearOutput::bf16);
-  add_bf16(hidden_.data(), proj_.data(), n_rows * hidden, hidden_.data());
+  cudaStream_t stream = stream_.get();
+  add_rms_norm_bf16(hidden_.data(), proj_.data(), n_rows, hidden, w.post_attention_norm.data(), config_.rms_norm_eps,
+                    normed_.data(), stream);
+  linear_bf16(normed_.data(), n_rows, w.gate_up_proj.data(), 2 * inter, hidden, gate_up_.data(), LinearOutput::bf16,
+              stream);
+  swiglu_fused_bf16(gate_up_.data(), n_rows, inter, mlp_act_.data(), stream);
+  linear_bf16(mlp_act_.data(), n_rows, w.down_proj.data(), hidden, inter, proj_.data(), LinearOutput::bf16, stream);
 }
 
 void Qwen3CudaModel::keep_taps(int64_t layer, int64_t n_rows) {
@@ -173,16 +179,14 @@ void Qwen3CudaModel::keep_taps(int64_t layer, int64_t n_rows) {
   for (size_t t = 0; t < tap_layers_.size(); ++t) {
     if (tap_layers_[t] != layer) continue;
     TF_CUDA_CHECK(cudaMemcpyAsync(tap_rows_.data() + int64_t(t) * n_rows * config_.hidden_size, hidden_.data(),
-                                  size_t(n_rows) * row_bytes, cudaMemcpyDeviceToDevice));
+                                  size_t(n_rows) * row_bytes, cudaMemcpyDeviceToDevice, stream_.get()));
   }
 }
 
-void Qwen3CudaModel::copy_taps_to_host(int64_t n_rows) {
+void Qwen3CudaModel::unpack_taps(int64_t n_rows) {
   const int64_t hidden = config_.hidden_size, n_taps = int64_t(tap_layers_.size());
-  const size_t n = size_t(n_taps * n_rows * hidden);
-  TF_CUDA_CHECK(cudaMemcpy(tap_staging_.data(), tap_rows_.data(), n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-  // [n_taps][n_rows][hidden] bf16 on the device -> [n_rows][n_taps * hidden] f32, as the CPU model keeps them.
-  taps_.resize(n);
+  // [n_taps][n_rows][hidden] bf16 staged from the device -> [n_rows][n_taps * hidden] f32, as the CPU model keeps them.
+  taps_.resize(size_t(n_taps * n_rows * hidden));
   for (int64_t t = 0; t < n_taps; ++t)
     for (int64_t r = 0; r < n_rows; ++r) {
       const uint16_t* from = tap_staging_.data() + (t * n_rows + r) * hidden;
@@ -191,35 +195,59 @@ void Qwen3CudaModel::copy_taps_to_host(int64_t n_rows) {
     }
 }
 
+void Qwen3CudaModel::enqueue_layers(int64_t n_rows, int64_t n_logit_rows, CudaKvStorage& kv) {
+  const int64_t hidden = config_.hidden_size;
+  cudaStream_t stream = stream_.get();
+  embedding_bf16(weights_.embed_tokens.data(), config_.vocab_size, hidden, tokens_, n_rows, hidden_.data(), stream);
+  for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
+    attention_block(layer, n_rows, kv);
+    mlp_block(layer, n_rows);
+  }
+  add_bf16(hidden_.data(), proj_.data(), n_rows * hidden, hidden_.data(), stream);
+  keep_taps(config_.n_layers - 1, n_rows);
+
+  // Only rows that asked for logits pay for the final norm and the LM head: gathered first (the
+  // embedding kernel is a row gather), so the LM head runs on n_logit_rows rows.
+  if (n_logit_rows == 0) return;
+  embedding_bf16(hidden_.data(), n_rows, hidden, logit_rows_, n_logit_rows, normed_.data(), stream);
+  rms_norm_bf16(normed_.data(), n_logit_rows, hidden, weights_.final_norm.data(), config_.rms_norm_eps,
+                normed_.data(), stream);
+  linear_bf16(normed_.data(), n_logit_rows, weights_.lm_head(), config_.vocab_size, hidden, logits_.data(),
+              LinearOutput::f32, stream);
+}
+
 void Qwen3CudaModel::forward(const Batch& batch, KvCache& kv, float* logits) {
   const int64_t n_rows = int64_t(batch.rows.size());
   if (n_rows == 0) return;
   batch.check_token_ids(config_.vocab_size);
   CudaKvStorage& storage = kv.storage_as<CudaKvStorage>();
   const int64_t n_logit_rows = upload_rows(batch, kv);
-  const int64_t hidden = config_.hidden_size;
+  cudaStream_t stream = stream_.get();
 
-  embedding_bf16(weights_.embed_tokens.data(), config_.vocab_size, hidden, tokens_, n_rows, hidden_.data());
-  for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
-    attention_block(layer, n_rows, storage);
-    mlp_block(layer, n_rows);
-    keep_taps(layer, n_rows);
+  if (use_graphs_ && n_rows <= kMaxGraphRows) {
+    const GraphKey key{n_rows, n_logit_rows, storage.keys(0), storage.values(0), storage.n_slots()};
+    auto graph = graphs_.find(key);
+    if (graph == graphs_.end()) {
+      if (graphs_.size() >= kMaxGraphs) graphs_.clear();
+      graph = graphs_.emplace(key, CapturedGraph::capture(stream, [&] { enqueue_layers(n_rows, n_logit_rows, storage); }))
+                  .first;
+    }
+    graph->second.launch(stream);
+  } else {
+    enqueue_layers(n_rows, n_logit_rows, storage);
   }
 
-  // Only rows that asked for logits pay for the final norm and the LM head: gathered first (the
-  // embedding kernel is a row gather), so the LM head runs on n_logit_rows rows.
-  if (n_logit_rows > 0) {
-    embedding_bf16(hidden_.data(), n_rows, hidden, logit_rows_, n_logit_rows, normed_.data());
-    rms_norm_bf16(normed_.data(), n_logit_rows, hidden, weights_.final_norm.data(), config_.rms_norm_eps,
-                  normed_.data());
-    linear_bf16(normed_.data(), n_logit_rows, weights_.lm_head(), config_.vocab_size, hidden, logits_.data(),
-                LinearOutput::f32);
-    TF_CUDA_CHECK(cudaMemcpy(logits, logits_.data(), size_t(n_logit_rows * config_.vocab_size) * sizeof(float),
-                             cudaMemcpyDeviceToHost));
-  }
-  if (!tap_layers_.empty()) copy_taps_to_host(n_rows);
-  // The next forward refills the staging buffer; every copy from it must be done by then.
-  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  if (n_logit_rows > 0)
+    TF_CUDA_CHECK(cudaMemcpyAsync(logits, logits_.data(), size_t(n_logit_rows * config_.vocab_size) * sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream));
+  const size_t n_tap_values = tap_layers_.size() * size_t(n_rows * config_.hidden_size);
+  if (n_tap_values > 0)
+    TF_CUDA_CHECK(cudaMemcpyAsync(tap_staging_.data(), tap_rows_.data(), n_tap_values * sizeof(uint16_t),
+                                  cudaMemcpyDeviceToHost, stream));
+  // The one host synchronization of a forward: the caller reads the logits next, and the next
+  // forward refills the row staging buffer.
+  stream_.synchronize();
+  if (n_tap_values > 0) unpack_taps(n_rows);
 }
 
 std::shared_ptr<Model> make_qwen3_cuda_model(const ModelConfig& config, const Qwen3Weights& weights,

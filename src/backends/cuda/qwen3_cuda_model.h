@@ -1,12 +1,15 @@
 // Qwen3 on the CUDA backend (Hopper): the CPU model's forward with bf16 weights, activations and KV
 // cache, from batch-invariant kernels, so every row's logits are bitwise the same in any batch.
 #pragma once
+#include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "backends/cuda/attention.cuh"
 #include "backends/cuda/device_buffer.cuh"
 #include "backends/cuda/qwen3_cuda_weights.h"
+#include "backends/cuda/stream_graph.h"
 #include "engine/kv_cache.h"
 #include "models/model.h"
 
@@ -29,8 +32,24 @@ class Qwen3CudaModel : public Model {
   void keep_host_weights(std::shared_ptr<Checkpoint> checkpoint, const Qwen3Weights& weights);
 
  private:
-  // Scratch for n_rows rows and n_keys key slots; grows, never shrinks.
+  // Which captured graph replays a forward: its launch shapes and the KV cache it writes. Every
+  // other pointer it holds belongs to this model and drops the graphs when it moves (reserve).
+  struct GraphKey {
+    int64_t n_rows;
+    int64_t n_logit_rows;
+    const void* kv_keys;  // with the slot count these fix every layer's cache pointers
+    const void* kv_values;
+    int64_t kv_slots;
+    bool operator<(const GraphKey& other) const {
+      return std::tie(n_rows, n_logit_rows, kv_keys, kv_values, kv_slots) <
+             std::tie(other.n_rows, other.n_logit_rows, other.kv_keys, other.kv_values, other.kv_slots);
+    }
+  };
+
+  // Scratch for n_rows rows and n_keys key slots; grows, never shrinks. Growing drops the graphs.
   void reserve(int64_t n_rows, int64_t n_keys);
+  // Every kernel of one forward, enqueued on stream_ (directly, or while a graph is captured).
+  void enqueue_layers(int64_t n_rows, int64_t n_logit_rows, CudaKvStorage& kv);
   // Packs the rows' ids, positions, slots and key lists into one staging buffer and copies it to
   // the device in one transfer; returns the number of logit rows.
   int64_t upload_rows(const Batch& batch, const KvCache& kv);
@@ -38,7 +57,7 @@ class Qwen3CudaModel : public Model {
   void attention_block(int64_t layer, int64_t n_rows, CudaKvStorage& kv);
   void mlp_block(int64_t layer, int64_t n_rows);
   void keep_taps(int64_t layer, int64_t n_rows);
-  void copy_taps_to_host(int64_t n_rows);
+  void unpack_taps(int64_t n_rows);
 
   ModelConfig config_;
   Qwen3CudaWeights weights_;
@@ -47,6 +66,12 @@ class Qwen3CudaModel : public Model {
   DeviceBuffer<float> inverse_frequencies_;  // [head_dim / 2]
   std::vector<int> tap_layers_;
   std::vector<float> taps_;  // [n_rows][tap_layers_.size() * hidden]
+
+  CudaStream stream_;
+  // Forwards of up to kMaxGraphRows rows (decode and verify rounds, where launches dominate) are
+  // captured once per shape and replayed; TF_CUDA_GRAPHS=0 runs every forward eagerly instead.
+  bool use_graphs_ = true;
+  std::map<GraphKey, CapturedGraph> graphs_;
 
   // Row metadata: the host staging buffer and its device copy, both laid out as
   // [tokens][positions][kv_slots][key_offsets][n_keys][logit_rows] (n_rows each) then the key slots.
@@ -66,10 +91,9 @@ class Qwen3CudaModel : public Model {
   DeviceBuffer<uint16_t> hidden_;    // [n_rows][hidden]   residual stream
   DeviceBuffer<uint16_t> normed_;    // [n_rows][hidden]
   DeviceBuffer<uint16_t> qkv_;       // [n_rows][q_dim + 2 * kv_dim]
-  DeviceBuffer<uint16_t> q_;         // [n_rows][q_dim]
-  DeviceBuffer<uint16_t> k_;         // [n_rows][kv_dim]
+  DeviceBuffer<uint16_t> q_;         // [n_rows][q_dim]   normed and rotated
   DeviceBuffer<uint16_t> attn_out_;  // [n_rows][q_dim]
-  DeviceBuffer<uint16_t> proj_;      // [n_rows][hidden]
+  DeviceBuffer<uint16_t> proj_;      // [n_rows][hidden]   a block's output, added to hidden_ by the next norm
   DeviceBuffer<uint16_t> gate_up_;   // [n_rows][2 * intermediate]
   DeviceBuffer<uint16_t> mlp_act_;   // [n_rows][intermediate]
   DeviceBuffer<float> logits_;       // [n_rows][vocab]

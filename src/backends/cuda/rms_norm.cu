@@ -1,16 +1,14 @@
 // RMSNorm: one warp per row, the sum of squares in a fixed lane layout and butterfly order.
 #include "backends/cuda/rms_norm.cuh"
 
-#include "backends/cuda/bf16_math.cuh"
 #include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/row_math.cuh"
 
 namespace tf::cuda {
 namespace {
 
 constexpr int kRowsPerBlock = 8;
 
-// Lane l owns the 8-element pieces l, l+32, l+64, ...; the butterfly gives every lane the same sum
-// (IEEE addition commutes), and none of it depends on other rows.
 __global__ void rms_norm_kernel(const uint16_t* x, int n_rows, int dim, const uint16_t* __restrict__ gain,
                                 float eps, uint16_t* y) {
   const int row = int(blockIdx.x) * kRowsPerBlock + int(threadIdx.x) / 32;
@@ -18,25 +16,10 @@ __global__ void rms_norm_kernel(const uint16_t* x, int n_rows, int dim, const ui
   if (row >= n_rows) return;
   const uint16_t* x_row = x + int64_t(row) * dim;
   uint16_t* y_row = y + int64_t(row) * dim;
-  const int n_pieces = dim / 8;
-  float sum_of_squares = 0.0f;
-  for (int piece = lane; piece < n_pieces; piece += 32) {
+  const float inverse_rms = warp_inverse_rms(x_row, dim, eps, lane);
+  for (int piece = lane; piece < dim / 8; piece += 32) {
     float v[8];
-    unpack_bf16x8(*reinterpret_cast<const uint4*>(x_row + 8 * piece), v);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) sum_of_squares = __fadd_rn(sum_of_squares, __fmul_rn(v[i], v[i]));
-  }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2)
-    sum_of_squares = sum_of_squares + __shfl_xor_sync(0xffffffffu, sum_of_squares, offset);
-  const float inverse_rms = 1.0f / sqrtf(sum_of_squares / float(dim) + eps);
-  for (int piece = lane; piece < n_pieces; piece += 32) {
-    float v[8], gains[8];
-    unpack_bf16x8(*reinterpret_cast<const uint4*>(x_row + 8 * piece), v);
-    unpack_bf16x8(*reinterpret_cast<const uint4*>(gain + 8 * piece), gains);
-    // Hugging Face order: normalize first, then multiply by the gain.
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(__fmul_rn(v[i], inverse_rms), gains[i]);
+    normalized_piece(x_row, gain, inverse_rms, piece, v);
     *reinterpret_cast<uint4*>(y_row + 8 * piece) = pack_bf16x8(v);
   }
 }

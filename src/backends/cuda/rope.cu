@@ -1,8 +1,8 @@
 // RoPE: one thread per (row, head, rotation pair), with the CPU's operation order (no fused multiply-add).
 #include "backends/cuda/rope.cuh"
 
-#include "backends/cuda/bf16_math.cuh"
 #include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/row_math.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -14,14 +14,9 @@ __global__ void rope_kernel(uint16_t* x, int64_t n_pairs, int n_heads, int half,
   const int i = int(index % half);
   const int64_t row_head = index / half;
   const int64_t row = row_head / n_heads;
-  // The one place an angle is formed, as on the CPU: position * inverse frequency in f32.
-  const float angle = __fmul_rn(float(positions[row]), inverse_frequencies[i]);
-  float s, c;
-  sincosf(angle, &s, &c);
   uint16_t* head = x + row_head * 2 * half;
-  const float first = bf16_bits_to_f32(head[i]), second = bf16_bits_to_f32(head[i + half]);
-  head[i] = f32_to_bf16_bits(__fsub_rn(__fmul_rn(first, c), __fmul_rn(second, s)));
-  head[i + half] = f32_to_bf16_bits(__fadd_rn(__fmul_rn(second, c), __fmul_rn(first, s)));
+  rotate_pair(bf16_bits_to_f32(head[i]), bf16_bits_to_f32(head[i + half]), positions[row], inverse_frequencies[i],
+              head[i], head[i + half]);
 }
 
 }  // namespace

@@ -1,0 +1,31 @@
+// The norms of a decoder layer fused with the work around them, to cut kernel launches per layer.
+// Each computes, bit for bit, what the standalone kernels compute in sequence (row_math.cuh holds
+// the shared per-row math; tests compare the two).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tf::cuda {
+
+// hidden += residual (rounded to bf16, as add_bf16), then normed = rms_norm(hidden) (as
+// rms_norm_bf16). residual may be null: normed = rms_norm(hidden) alone. [n_rows][dim] bf16 bits.
+void add_rms_norm_bf16(uint16_t* hidden, const uint16_t* residual, int64_t n_rows, int64_t dim, const uint16_t* gain,
+                       float eps, uint16_t* normed, cudaStream_t stream = nullptr);
+
+struct QkvShape {
+  int n_heads;
+  int n_kv_heads;
+  int head_dim;  // even, a multiple of 8, at most 256
+};
+
+// From a fused q|k|v projection ([n_rows][(n_heads + 2 n_kv_heads) head_dim]): per-head RMSNorm of
+// q and k with their gains, RoPE at each row's position, q to q_out ([n_rows][n_heads head_dim]),
+// k and v to their cache rows at kv_slots[row] ([n_slots][n_kv_heads head_dim]). The same bits as
+// rms_norm_bf16, rope_bf16 and scatter_rows_bf16 in sequence.
+void qk_norm_rope_to_cache_bf16(const uint16_t* qkv, int64_t n_rows, const QkvShape& shape, const uint16_t* q_gain,
+                                const uint16_t* k_gain, float eps, const int32_t* positions,
+                                const float* inverse_frequencies, const int32_t* kv_slots, uint16_t* q_out,
+                                uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream = nullptr);
+
+}  // namespace tf::cuda
