@@ -61,31 +61,18 @@ def load_tokens(corpus_dir, tokenizer_dir, split, cache_dir):
 
 
 class PackedBatches:
-    """Random windows of seq_len tokens from one long token stream (documents packed end to end).
+    """Random windows of seq_len tokens from one long token stream (documents packed end to end)."""
 
-    With document_end (the id load_tokens puts after every document) each window starts at a document's
-    first token, so a rename task is seen from its request on, never as a copy without its source."""
-
-    def __init__(self, tokens, seq_len, batch_size, seed, document_end=None):
+    def __init__(self, tokens, seq_len, batch_size, seed):
         assert len(tokens) > seq_len + 1, f"only {len(tokens)} tokens for sequences of {seq_len}"
         self.tokens = tokens
         self.seq_len = seq_len
         self.batch_size = batch_size
         self.rng = random.Random(seed)
-        self.starts = None
-        if document_end is not None:
-            import torch
-            ends = torch.nonzero(tokens == document_end).flatten() + 1
-            starts = torch.cat([torch.zeros(1, dtype=ends.dtype), ends])
-            self.starts = starts[starts < len(tokens) - seq_len - 1].tolist()
-            assert self.starts, "no document starts a full window"
 
     def next(self, device):
         import torch
-        if self.starts is not None:
-            starts = [self.rng.choice(self.starts) for _ in range(self.batch_size)]
-        else:
-            starts = [self.rng.randrange(len(self.tokens) - self.seq_len - 1) for _ in range(self.batch_size)]
+        starts = [self.rng.randrange(len(self.tokens) - self.seq_len - 1) for _ in range(self.batch_size)]
         rows = torch.stack([self.tokens[s:s + self.seq_len + 1] for s in starts]).long()
         return rows.to(device, non_blocking=True)
 

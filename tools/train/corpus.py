@@ -164,10 +164,10 @@ def main():
     parser.add_argument("--held-out-fraction", type=float, default=0.02, help="share of bytes for val and for test")
     parser.add_argument("--max-file-bytes", type=int, default=100_000)
     parser.add_argument("--max-total-bytes", type=int, default=0, help="stop collecting after this (0: all)")
-    parser.add_argument("--rename-ratio", type=float, default=1.0,
+    parser.add_argument("--rename-ratio", type=float, default=0.5,
                         help="chance that a file small enough also yields a rename task")
-    # a task holds the file twice, so 6 kB files (about 2k tokens) fit a 4k-token training window
-    parser.add_argument("--max-rename-bytes", type=int, default=6000, help="only files this small become tasks")
+    # a task holds the file twice, so 3 kB files (about 1k tokens) fit a 2k-token training window
+    parser.add_argument("--max-rename-bytes", type=int, default=3000, help="only files this small become tasks")
     args = parser.parse_args()
 
     rng = random.Random(args.seed)

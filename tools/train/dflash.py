@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (END_OF_TEXT, MASK, PackedBatches, count_parameters, learning_rate, load_tokens, set_learning_rate,  # noqa: E402
+from common import (MASK, PackedBatches, count_parameters, learning_rate, load_tokens, set_learning_rate,  # noqa: E402
                     write_json)
 
 CONFIG_FIELDS = ("block_size", "target_layer_ids", "mask_token_id", "hidden_size", "intermediate_size",
@@ -357,9 +357,7 @@ def main():
     target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.bfloat16).cuda().eval()
     target.requires_grad_(False)
     with open(os.path.join(args.target, "tokenizer.json")) as f:
-        added_tokens = json.load(f)["added_tokens"]
-    mask_token_id = next(t["id"] for t in added_tokens if t["content"] == MASK)
-    end_of_text_id = next(t["id"] for t in added_tokens if t["content"] == END_OF_TEXT)
+        mask_token_id = next(t["id"] for t in json.load(f)["added_tokens"] if t["content"] == MASK)
     config = drafter_config_for(target.config, mask_token_id, args.layers, args.block_size, args.taps)
     drafter = DFlashDrafter(config).cuda()
     init_weights(drafter, std=0.02)
@@ -368,7 +366,7 @@ def main():
 
     train_tokens = load_tokens(args.corpus, args.target, "train", args.cache)
     val_tokens = load_tokens(args.corpus, args.target, "val", args.cache)
-    data_batches = PackedBatches(train_tokens, args.seq_len, args.batch_size, args.seed, document_end=end_of_text_id)
+    data_batches = PackedBatches(train_tokens, args.seq_len, args.batch_size, args.seed)
     val_batches = list(PackedBatches(val_tokens, args.seq_len, args.batch_size, args.seed)
                        .fixed(args.eval_batches, "cuda"))
     distilled = self_distilled_rows(target, train_tokens, args.seq_len, args.distill_minutes, 64, args.seed)

@@ -102,9 +102,8 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--size", choices=sorted(SIZES), default="full")
     parser.add_argument("--minutes", type=float, required=True, help="wall-clock budget of the training loop")
-    # 4k windows hold a whole rename of a 5 kB file (the held-out renames go up to that)
-    parser.add_argument("--seq-len", type=int, default=4096)
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--eval-batches", type=int, default=8)
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (slow start, faster steps)")
@@ -130,8 +129,7 @@ def main():
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                                   lr=args.lr, betas=(0.9, 0.95), fused=True)
     step_model = torch.compile(model) if args.compile else model
-    batches = PackedBatches(train_tokens, args.seq_len, args.batch_size, args.seed,
-                            document_end=tokenizer.token_to_id(END_OF_TEXT))
+    batches = PackedBatches(train_tokens, args.seq_len, args.batch_size, args.seed)
     val_batches = list(PackedBatches(val_tokens, args.seq_len, args.batch_size, args.seed).fixed(args.eval_batches,
                                                                                                   "cuda"))
 
