@@ -78,7 +78,9 @@ TEST_P(CudaInvarianceTest, GraphReplayEqualsEagerLaunches) {
     EXPECT_TRUE(bitwise_equal(test::chunked_logits(*graphs, ids, chunks, noise, rng_a),
                               test::chunked_logits(*eager, ids, chunks, noise, rng_b)))
         << noise << " noise rows";
-    EXPECT_TRUE(bitwise_equal(graphs->taps(), eager->taps())) << noise << " noise rows";
+    // Taps cover every row of the last forward; noise rows may share a slot within a forward (their
+    // K/V write races), so only a forward of our rows alone has taps that must agree.
+    if (noise == 0) EXPECT_TRUE(bitwise_equal(graphs->taps(), eager->taps()));
   }
 }
 
