@@ -28,7 +28,7 @@ namespace {
 // qwen3-8b: hidden 4096, intermediate 12288, 36 layers, 32 heads and 8 kv heads of 128, vocab 151936.
 constexpr int64_t kHidden = 4096, kIntermediate = 12288, kLayers = 36, kQWidth = 32 * 128, kKvWidth = 8 * 128;
 constexpr int64_t kVocab = 151936;
-constexpr int64_t kMaxRows = 128;
+constexpr int64_t kMaxRows = 256;
 constexpr int kWarmup = 3, kReps = 15;
 
 #define CUBLAS_CHECK(call)                                                              \
@@ -207,7 +207,7 @@ std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes) {
   std::string summary = "\n### Fastest configuration per row count\n\n| rows | fastest | step ms | current | step ms | "
                         "current / fastest | cuBLAS step ms |\n| ---: | --- | ---: | --- | ---: | ---: | ---: |\n";
   char line[1024];
-  for (int64_t n_rows : {int64_t(1), int64_t(8), int64_t(16), int64_t(32), int64_t(48), int64_t(64), int64_t(128)}) {
+  for (int64_t n_rows : {int64_t(1), int64_t(8), int64_t(16), int64_t(32), int64_t(48), int64_t(64), int64_t(128), int64_t(256)}) {
     std::snprintf(line, sizeof line, "\n### M = %lld\n\n| config |", (long long)n_rows);
     report += line;
     for (const ShapeSet& shape : shapes) report += std::string(" ") + shape.name + " us | GB/s |";

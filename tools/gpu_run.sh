@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs a bundle made by tools/gpu_bundle.sh on the GPU machine: the GPU tests, the synthetic
-# benches (decode and verify rounds with and without CUDA graphs, a 27B-class shape, 4k prefill), and the linear-layer tile
-# configuration table (linear-configs.md, to edit linear_bf16's dispatch from). Each step runs under `timeout`; logs,
-# the bench receipt and a summary go to $OUT. Run from a checkout of the same commit (the tests
+# benches (decode and verify rounds with and without CUDA graphs and overlapped launches, a
+# 27B-class shape, 4k prefill), the linear-layer tile configuration table (linear-configs.md, to
+# edit linear_bf16's dispatch from), and compute-sanitizer. Each step runs under `timeout`; logs,
+# the bench receipts and a summary go to $OUT. Run from a checkout of the same commit (the tests
 # read tests/fixtures from it).
-# Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|linear|all]   (defaults: build-cuda/bundle all)
+# Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|linear|sanitize|all]   (defaults: build-cuda/bundle all;
+# all leaves out sanitize, which is slow)
 #
 # A device call carries at most 64 MiB (working tree + carried bundle); the tracked models make the
 # tree larger. Before the call, here, leave the bf16 target and the random Qwen3-tokenizer fixture out
@@ -39,21 +41,48 @@ if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   for test_binary in "$BUNDLE"/gpu_test_*; do
     run_step "$(basename "$test_binary")" "${TF_GPU_TEST_SECONDS:-300}" "$test_binary"
   done
+  # The model tests again with every kernel launched plainly (no programmatic dependent launch).
+  for test_binary in "$BUNDLE"/gpu_test_cuda_*; do
+    TF_CUDA_PDL=0 run_step "$(basename "$test_binary")-no-pdl" "${TF_GPU_TEST_SECONDS:-300}" "$test_binary"
+  done
 fi
 
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
-  # Decode and the verify-round curve with CUDA graphs (the default), then the same launched kernel
-  # by kernel, then a 27B-class shape, then prefill of one 4,096-token chunk.
+  # Decode and the verify-round curve as shipped (CUDA graphs, overlapped launches), then without
+  # overlapped launches, then kernel by kernel; then a 27B-class shape, then one 4,096-token prefill.
   run_step bench-qwen3-8b 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3-8b \
     --prompt-len 512 --decode 64 --repeats 3 --verify-rows 1 2 4 8 16 32 64 128 \
     --receipt "$OUT/h200-qwen3-8b-synthetic-bf16.md"
-  TF_CUDA_GRAPHS=0 run_step bench-qwen3-8b-eager 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3-8b \
-    --prompt-len 512 --decode 64 --repeats 3 --verify-rows 1 16 64 --receipt "$OUT/h200-qwen3-8b-synthetic-bf16-eager.md"
+  TF_CUDA_PDL=0 run_step bench-qwen3-8b-no-pdl 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3-8b \
+    --prompt-len 512 --decode 64 --repeats 3 --verify-rows 1 16 64 --receipt "$OUT/h200-qwen3-8b-synthetic-bf16-no-pdl.md"
+  TF_CUDA_PDL=0 TF_CUDA_GRAPHS=0 run_step bench-qwen3-8b-eager 300 "$BUNDLE/tensorfold" bench --device cuda \
+    --synthetic qwen3-8b --prompt-len 512 --decode 64 --repeats 3 --verify-rows 1 16 64 \
+    --receipt "$OUT/h200-qwen3-8b-synthetic-bf16-eager.md"
   run_step bench-qwen3.5-27b-dense 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3.5-27b-dense \
     --prompt-len 512 --decode 32 --repeats 3 --verify-rows 1 16 64 --receipt "$OUT/h200-qwen3.5-27b-dense-synthetic-bf16.md"
   run_step bench-qwen3-8b-prefill-4096 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3-8b \
     --prompt-len 4096 --decode 4 --repeats 3 --receipt "$OUT/h200-qwen3-8b-synthetic-bf16-prefill-4096.md"
-  cat "$OUT"/bench-*.log
+  # The embedded model end to end through the engine: small, so launch-bound; draft off against
+  # long copy and n-gram (the drafter stays on the CPU side, too slow beside a GPU target).
+  run_step spec-bench-embedded-mlx4 150 "$BUNDLE/tensorfold" spec-bench --device cuda \
+    --model models/tensorfold-code-target-mlx4 --drafter none --waves 2 --max-tokens 256 \
+    --receipt "$OUT/h200-spec-bench-trained-mlx4.md"
+  cat "$OUT"/bench-*.log "$OUT"/spec-bench-*.log
+fi
+
+if [ "$MODE" = sanitize ]; then
+  # compute-sanitizer, each run bounded: memcheck on the graph/overlap model tests and the kernels,
+  # racecheck (shared-memory hazards) on the kernels and on one small model case (every kernel runs).
+  sanitize() {  # tool, test binary, gtest filter or ""
+    local name="$1-$2" filter=()
+    [ -n "$3" ] && filter=("--gtest_filter=$3")
+    run_step "$name" "${TF_SANITIZE_SECONDS:-60}" compute-sanitizer --tool "$1" --error-exitcode 3 "$BUNDLE/$2" "${filter[@]}"
+    tail -3 "$OUT/$name.log"
+  }
+  sanitize memcheck gpu_test_cuda_model_invariance '*GraphReplay*:*Chunking*/0'
+  sanitize memcheck gpu_test_elementwise_kernels ""
+  sanitize racecheck gpu_test_elementwise_kernels ""
+  sanitize racecheck gpu_test_cuda_model_parity '*LogitsMatchTheCpuModel/0'
 fi
 
 if [ "$MODE" = linear ] || [ "$MODE" = all ]; then

@@ -3,6 +3,7 @@
 
 #include "backends/cuda/bf16_math.cuh"
 #include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/overlapped_launch.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -10,6 +11,8 @@ namespace {
 // Element c of row r reads gate[r * in_stride + c] and up[r * in_stride + c].
 __global__ void swiglu_kernel(const uint16_t* gate, const uint16_t* up, int64_t n_rows, int64_t width,
                               int64_t in_stride, uint16_t* out) {
+  wait_for_prior_kernel();
+  let_next_kernel_start();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_rows * width) return;
   const int64_t in = (i / width) * in_stride + i % width;
@@ -23,9 +26,8 @@ void launch(const uint16_t* gate, const uint16_t* up, int64_t n_rows, int64_t wi
   const int64_t n = n_rows * width;
   if (n == 0) return;
   constexpr int kThreads = 256;
-  swiglu_kernel<<<unsigned((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(gate, up, n_rows, width,
-                                                                                   in_stride, out);
-  TF_CUDA_CHECK_LAUNCH("swiglu_kernel");
+  launch_overlapped("swiglu_kernel", swiglu_kernel, dim3(unsigned((n + kThreads - 1) / kThreads)), dim3(kThreads), 0,
+                    stream, gate, up, n_rows, width, in_stride, out);
 }
 
 }  // namespace

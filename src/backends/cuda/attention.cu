@@ -13,6 +13,7 @@
 
 #include "backends/cuda/bf16_math.cuh"
 #include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/overlapped_launch.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -181,6 +182,8 @@ __device__ Partial<kMaxHeadDim / 32> attend_keys(const Params& p, const SharedTi
 template <int kMaxHeadDim>
 __global__ void attention_split_kernel(Params p) {
   constexpr int kPerLane = kMaxHeadDim / 32;
+  wait_for_prior_kernel();
+  let_next_kernel_start();
   extern __shared__ uint4 shared_memory[];  // uint4: 16-byte alignment for the tile loads
   const AttentionShape& shape = p.shape;
   const int head_dim = shape.head_dim, group = shape.n_heads / shape.n_kv_heads;
@@ -239,6 +242,8 @@ __global__ void attention_split_kernel(Params p) {
 template <int kMaxHeadDim>
 __global__ void attention_merge_kernel(Params p, int64_t n_pairs) {
   constexpr int kPerLane = kMaxHeadDim / 32;
+  wait_for_prior_kernel();
+  let_next_kernel_start();
   const int64_t pair = int64_t(blockIdx.x) * kMergeWarpsPerBlock + int(threadIdx.x) / 32;
   if (pair >= n_pairs) return;
   const int lane = int(threadIdx.x) % 32, head_dim = p.shape.head_dim;
@@ -273,13 +278,13 @@ void launch(Params p, int64_t n_rows, bool is_split, cudaStream_t stream) {
     TF_CUDA_CHECK(cudaFuncSetAttribute(attention_split_kernel<kMaxHeadDim>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(n_shared)));
   const dim3 grid(unsigned(n_blocks), is_split ? unsigned(kAttentionMaxSplits) : 1u);
-  attention_split_kernel<kMaxHeadDim><<<grid, unsigned(p.heads_per_block * 32), n_shared, stream>>>(p);
-  TF_CUDA_CHECK_LAUNCH("attention_split_kernel");
+  launch_overlapped("attention_split_kernel", attention_split_kernel<kMaxHeadDim>, grid,
+                    dim3(unsigned(p.heads_per_block * 32)), n_shared, stream, p);
   if (!is_split) return;
   const int64_t n_pairs = n_rows * shape.n_heads;
-  attention_merge_kernel<kMaxHeadDim><<<unsigned((n_pairs + kMergeWarpsPerBlock - 1) / kMergeWarpsPerBlock),
-                                        kMergeWarpsPerBlock * 32, 0, stream>>>(p, n_pairs);
-  TF_CUDA_CHECK_LAUNCH("attention_merge_kernel");
+  launch_overlapped("attention_merge_kernel", attention_merge_kernel<kMaxHeadDim>,
+                    dim3(unsigned((n_pairs + kMergeWarpsPerBlock - 1) / kMergeWarpsPerBlock)),
+                    dim3(kMergeWarpsPerBlock * 32), 0, stream, p, n_pairs);
 }
 
 }  // namespace

@@ -2,12 +2,15 @@
 #include "backends/cuda/embedding.cuh"
 
 #include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/overlapped_launch.cuh"
 
 namespace tf::cuda {
 namespace {
 
 __global__ void embedding_kernel(const uint16_t* __restrict__ table, int n_vocab, int dim,
                                  const int32_t* __restrict__ ids, uint16_t* __restrict__ out) {
+  wait_for_prior_kernel();
+  let_next_kernel_start();
   const int32_t id = ids[blockIdx.x];
   const bool is_valid = id >= 0 && id < n_vocab;
   const uint4* source = reinterpret_cast<const uint4*>(table + int64_t(is_valid ? id : 0) * dim);
@@ -26,8 +29,8 @@ void embedding_bf16(const uint16_t* table, int64_t n_vocab, int64_t dim, const i
   TF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(table) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
                   "embedding_bf16: table and out must be 16-byte aligned");
   if (n == 0) return;
-  embedding_kernel<<<unsigned(n), 128, 0, stream>>>(table, int(n_vocab), int(dim), ids, out);
-  TF_CUDA_CHECK_LAUNCH("embedding_kernel");
+  launch_overlapped("embedding_kernel", embedding_kernel, dim3(unsigned(n)), dim3(128), 0, stream, table, int(n_vocab),
+                    int(dim), ids, out);
 }
 
 }  // namespace tf::cuda

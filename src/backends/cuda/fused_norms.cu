@@ -3,6 +3,7 @@
 #include "backends/cuda/fused_norms.cuh"
 
 #include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/overlapped_launch.cuh"
 #include "backends/cuda/row_math.cuh"
 
 namespace tf::cuda {
@@ -13,6 +14,8 @@ constexpr int kMaxHeadDim = 256;
 
 __global__ void add_rms_norm_kernel(uint16_t* hidden, const uint16_t* __restrict__ residual, int n_rows, int dim,
                                     const uint16_t* __restrict__ gain, float eps, uint16_t* __restrict__ normed) {
+  wait_for_prior_kernel();
+  let_next_kernel_start();
   const int row = int(blockIdx.x) * kWarpsPerBlock + int(threadIdx.x) / 32;
   const int lane = int(threadIdx.x) % 32;
   if (row >= n_rows) return;
@@ -47,6 +50,8 @@ __global__ void qk_norm_rope_to_cache_kernel(const uint16_t* __restrict__ qkv, i
                                              const int32_t* __restrict__ kv_slots, uint16_t* __restrict__ q_out,
                                              uint16_t* __restrict__ k_cache, uint16_t* __restrict__ v_cache) {
   __shared__ float normed[kWarpsPerBlock][kMaxHeadDim];
+  wait_for_prior_kernel();
+  let_next_kernel_start();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int heads_per_row = shape.n_heads + 2 * shape.n_kv_heads;
   const int64_t slot_index = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
@@ -91,9 +96,8 @@ void add_rms_norm_bf16(uint16_t* hidden, const uint16_t* residual, int64_t n_row
                   "add_rms_norm_bf16: buffers must be 16-byte aligned");
   if (n_rows == 0) return;
   const unsigned n_blocks = unsigned((n_rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  add_rms_norm_kernel<<<n_blocks, kWarpsPerBlock * 32, 0, stream>>>(hidden, residual, int(n_rows), int(dim), gain, eps,
-                                                                    normed);
-  TF_CUDA_CHECK_LAUNCH("add_rms_norm_kernel");
+  launch_overlapped("add_rms_norm_kernel", add_rms_norm_kernel, dim3(n_blocks), dim3(kWarpsPerBlock * 32), 0, stream,
+                    hidden, residual, int(n_rows), int(dim), gain, eps, normed);
 }
 
 void qk_norm_rope_to_cache_bf16(const uint16_t* qkv, int64_t n_rows, const QkvShape& shape, const uint16_t* q_gain,
@@ -111,9 +115,9 @@ void qk_norm_rope_to_cache_bf16(const uint16_t* qkv, int64_t n_rows, const QkvSh
   TF_CUDA_REQUIRE(n_rows >= 0 && n_heads < (int64_t(1) << 31), "qk_norm_rope_to_cache_bf16: too many rows");
   if (n_rows == 0) return;
   const unsigned n_blocks = unsigned((n_heads + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  qk_norm_rope_to_cache_kernel<<<n_blocks, kWarpsPerBlock * 32, 0, stream>>>(
-      qkv, int(n_rows), shape, q_gain, k_gain, eps, positions, inverse_frequencies, kv_slots, q_out, k_cache, v_cache);
-  TF_CUDA_CHECK_LAUNCH("qk_norm_rope_to_cache_kernel");
+  launch_overlapped("qk_norm_rope_to_cache_kernel", qk_norm_rope_to_cache_kernel, dim3(n_blocks),
+                    dim3(kWarpsPerBlock * 32), 0, stream, qkv, int(n_rows), shape, q_gain, k_gain, eps, positions,
+                    inverse_frequencies, kv_slots, q_out, k_cache, v_cache);
 }
 
 }  // namespace tf::cuda

@@ -8,6 +8,7 @@
 
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/linear_bf16_configs.cuh"
+#include "backends/cuda/overlapped_launch.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -38,6 +39,54 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
+// The two mma k16 steps of one K block for every row and column tile: the one place an element's
+// chain grows, so both kernels below give it the same operations in the same order.
+template <int kRowTiles, int kColTiles>
+__device__ __forceinline__ void multiply_k_block(float (&acc)[kRowTiles][kColTiles][4], const uint4 (&xv)[kRowTiles][2],
+                                                 const uint4 (&wv)[kColTiles]) {
+#pragma unroll
+  for (int s = 0; s < 2; ++s)
+#pragma unroll
+    for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+      for (int c = 0; c < kColTiles; ++c)
+        mma_bf16(acc[r][c], word(xv[r][0], 2 * s), word(xv[r][1], 2 * s), word(xv[r][0], 2 * s + 1),
+                 word(xv[r][1], 2 * s + 1), word(wv[c], 2 * s), word(wv[c], 2 * s + 1));
+}
+
+// Row tile by row tile (so shared memory holds one tile's partials): the 8 warp partials of each
+// element, added in warp order, then stored. Every thread of the block calls it.
+template <int kRowTiles, int kColTiles, int kColGroups, bool kF32Out>
+__device__ void store_warp_sums(const float (&acc)[kRowTiles][kColTiles][4],
+                                float4 (&partials)[kColGroups][kWarps][kColTiles][32], int row0, int block_col0,
+                                int n_rows, int n_out, void* y) {
+  constexpr int kThreads = kWarps * 32 * kColGroups;
+  const int warp = int(threadIdx.x) / 32 % kWarps, group = int(threadIdx.x) / (32 * kWarps), lane = int(threadIdx.x) % 32;
+#pragma unroll
+  for (int r = 0; r < kRowTiles; ++r) {
+    if (r > 0) __syncthreads();  // the previous tile's partials have all been read
+#pragma unroll
+    for (int c = 0; c < kColTiles; ++c)
+      partials[group][warp][c][lane] = make_float4(acc[r][c][0], acc[r][c][1], acc[r][c][2], acc[r][c][3]);
+    __syncthreads();
+    constexpr int n_elements = kColGroups * kColTiles * 32 * 4;
+    for (int index = int(threadIdx.x); index < n_elements; index += kThreads) {
+      const int e = index % 4, owner = (index / 4) % 32, c = (index / 128) % kColTiles, owner_group = index / (128 * kColTiles);
+      float sum = reinterpret_cast<const float*>(&partials[owner_group][0][c][owner])[e];
+#pragma unroll
+      for (int v = 1; v < kWarps; ++v) sum = sum + reinterpret_cast<const float*>(&partials[owner_group][v][c][owner])[e];
+      const int row = row0 + r * kMmaRows + owner / 4 + 8 * (e / 2);
+      const int col = block_col0 + (owner_group * kColTiles + c) * kMmaCols + 2 * (owner % 4) + e % 2;
+      if (row >= n_rows || col >= n_out) continue;
+      if constexpr (kF32Out) {
+        static_cast<float*>(y)[int64_t(row) * n_out + col] = sum;
+      } else {
+        static_cast<uint16_t*>(y)[int64_t(row) * n_out + col] = __bfloat16_as_ushort(__float2bfloat16_rn(sum));
+      }
+    }
+  }
+}
+
 // One block: kMmaRows*kRowTiles rows by kMmaCols*kColTiles*kColGroups columns, all K. Each column
 // group is 8 warps splitting K over its own kColTiles n8 tiles; the groups share the activation
 // loads through L1. Lane (g = lane/4, q = lane%4) reads inputs 8q..8q+7 of a K block with one
@@ -53,7 +102,6 @@ template <int kRowTiles, int kColTiles, int kColGroups, int kUnroll, bool kUpper
 __global__ void __launch_bounds__(kWarps * 32 * kColGroups)
     linear_bf16_kernel(const uint16_t* __restrict__ x, int n_rows, const uint16_t* __restrict__ w, int n_out,
                        int n_in, void* __restrict__ y) {
-  constexpr int kThreads = kWarps * 32 * kColGroups;
   // One row tile's warp partials at a time: [group][warp][col tile][lane] x 4 accumulators.
   __shared__ float4 partials[kColGroups][kWarps][kColTiles][32];
   const int warp = int(threadIdx.x) / 32 % kWarps, group = int(threadIdx.x) / (32 * kWarps), lane = int(threadIdx.x) % 32;
@@ -82,6 +130,18 @@ __global__ void __launch_bounds__(kWarps * 32 * kColGroups)
       x_row[r][h] = x + int64_t(x_ok[r][h] ? row : 0) * n_in + 8 * q;
     }
 
+  // The weights do not depend on earlier kernels: start pulling this warp's first K blocks into L2
+  // while the kernel before this one (launched overlapped) finishes writing x.
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int k = (warp + kWarps * u) * kBlockK;
+#pragma unroll
+    for (int c = 0; c < kColTiles; ++c)
+      if (k + 8 * q < n_in && w_ok[c]) asm volatile("prefetch.global.L2 [%0];" ::"l"(w_row[c] + k));
+  }
+  wait_for_prior_kernel();
+  let_next_kernel_start();
+
   float acc[kRowTiles][kColTiles][4] = {};
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int j = warp; j < n_blocks_k; j += kWarps * kUnroll) {
@@ -104,43 +164,110 @@ __global__ void __launch_bounds__(kWarps * 32 * kColGroups)
     for (int u = 0; u < kUnroll; ++u) {
       // Skipped, not zero-padded: an element's chain of mma steps is the same for every kUnroll.
       if (j + kWarps * u >= n_blocks_k) break;
-#pragma unroll
-      for (int s = 0; s < 2; ++s)
-#pragma unroll
-        for (int r = 0; r < kRowTiles; ++r)
-#pragma unroll
-          for (int c = 0; c < kColTiles; ++c)
-            mma_bf16(acc[r][c], word(xv[u][r][0], 2 * s), word(xv[u][r][1], 2 * s),
-                     word(xv[u][r][0], 2 * s + 1), word(xv[u][r][1], 2 * s + 1), word(wv[u][c], 2 * s),
-                     word(wv[u][c], 2 * s + 1));
+      multiply_k_block(acc, xv[u], wv[u]);
     }
   }
 
-  // Row tile by row tile (so shared memory holds one tile's partials): the 8 warp partials of each
-  // element, added in warp order.
-#pragma unroll
-  for (int r = 0; r < kRowTiles; ++r) {
-    if (r > 0) __syncthreads();  // the previous tile's partials have all been read
-#pragma unroll
-    for (int c = 0; c < kColTiles; ++c)
-      partials[group][warp][c][lane] = make_float4(acc[r][c][0], acc[r][c][1], acc[r][c][2], acc[r][c][3]);
-    __syncthreads();
-    constexpr int n_elements = kColGroups * kColTiles * 32 * 4;
-    for (int index = int(threadIdx.x); index < n_elements; index += kThreads) {
-      const int e = index % 4, owner = (index / 4) % 32, c = (index / 128) % kColTiles, owner_group = index / (128 * kColTiles);
-      float sum = reinterpret_cast<const float*>(&partials[owner_group][0][c][owner])[e];
-#pragma unroll
-      for (int v = 1; v < kWarps; ++v) sum = sum + reinterpret_cast<const float*>(&partials[owner_group][v][c][owner])[e];
-      const int row = row0 + r * kMmaRows + owner / 4 + 8 * (e / 2);
-      const int col = block_col0 + (owner_group * kColTiles + c) * kMmaCols + 2 * (owner % 4) + e % 2;
-      if (row >= n_rows || col >= n_out) continue;
-      if constexpr (kF32Out) {
-        static_cast<float*>(y)[int64_t(row) * n_out + col] = sum;
+  store_warp_sums<kRowTiles, kColTiles, kColGroups, kF32Out>(acc, partials, row0, block_col0, n_rows, n_out, y);
+}
+
+// cp.async: 16 bytes global -> shared without passing through registers; zero-filled when
+// !is_valid (global is then only a placeholder address). .cg: L2 only, as the loads above skip L1.
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global, bool is_valid) {
+  const uint32_t address = uint32_t(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(address), "l"(global), "r"(is_valid ? 16 : 0));
+}
+__device__ __forceinline__ void commit_async_copies() { asm volatile("cp.async.commit_group;"); }
+template <int kPendingGroups>
+__device__ __forceinline__ void wait_async_copies() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPendingGroups));
+}
+
+constexpr int kSuperBlockK = kWarps * kBlockK;       // inputs per pipeline stage: one K block per warp
+constexpr int kStageRowStride = kSuperBlockK + 8;     // 16 bytes of padding: the 32 lanes' 16-byte reads
+                                                      // of 8 rows fall in distinct bank groups
+
+constexpr size_t pipelined_shared_bytes(int row_tiles, int col_tiles, int stages) {
+  return size_t(stages) * size_t(kMmaRows * row_tiles + kMmaCols * col_tiles) * kStageRowStride * sizeof(uint16_t);
+}
+
+// The same chains as linear_bf16_kernel (warp w multiplies K blocks w, w+8, ... in order, then the
+// 8 warp partials are added in warp order), with operands staged through shared memory: the block
+// copies a stage (256 inputs of every row and column it covers) with cp.async while the warps
+// multiply an earlier one, kStages deep, so loads stay in flight without holding registers. Each
+// warp then reads exactly the 16 bytes per lane the register kernel would have loaded.
+template <int kRowTiles, int kColTiles, int kStages, bool kF32Out>
+__global__ void __launch_bounds__(kWarps * 32)
+    linear_bf16_pipelined_kernel(const uint16_t* __restrict__ x, int n_rows, const uint16_t* __restrict__ w,
+                                 int n_out, int n_in, void* __restrict__ y) {
+  constexpr int kRows = kMmaRows * kRowTiles, kCols = kMmaCols * kColTiles;
+  constexpr int kStageElements = (kRows + kCols) * kStageRowStride;
+  constexpr int kPiecesPerRow = kSuperBlockK / 8;
+  extern __shared__ uint4 stage_memory[];
+  uint16_t* const stages = reinterpret_cast<uint16_t*>(stage_memory);
+  __shared__ float4 partials[1][kWarps][kColTiles][32];
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int row0 = int(blockIdx.x) * kRows, col0 = int(blockIdx.y) * kCols;
+  const int n_blocks_k = (n_in + kBlockK - 1) / kBlockK;
+  const int n_super_blocks = (n_blocks_k + kWarps - 1) / kWarps;
+
+  // Stage `super` into buffer `buffer`: rows of x first, then rows of W (one per column).
+  auto load_stage = [&](int super, int buffer) {
+    uint16_t* tile = stages + buffer * kStageElements;
+    const int k0 = super * kSuperBlockK;
+    for (int i = int(threadIdx.x); i < (kRows + kCols) * kPiecesPerRow; i += kWarps * 32) {
+      const int r = i / kPiecesPerRow, k = k0 + 8 * (i % kPiecesPerRow);
+      uint16_t* target = tile + r * kStageRowStride + (k - k0);
+      if (r < kRows) {
+        const bool is_valid = row0 + r < n_rows && k < n_in;  // n_in % 8 == 0: a piece is whole or absent
+        copy_async_16(target, is_valid ? x + int64_t(row0 + r) * n_in + k : x, is_valid);
       } else {
-        static_cast<uint16_t*>(y)[int64_t(row) * n_out + col] = __bfloat16_as_ushort(__float2bfloat16_rn(sum));
+        const bool is_valid = col0 + r - kRows < n_out && k < n_in;
+        copy_async_16(target, is_valid ? w + int64_t(col0 + r - kRows) * n_in + k : w, is_valid);
       }
     }
+  };
+
+  // The weights do not depend on earlier kernels: pull the first stages' into L2 while the kernel
+  // before this one (launched overlapped) finishes writing x.
+  for (int i = int(threadIdx.x); i < (kStages - 1) * kCols * (kSuperBlockK / 64); i += kWarps * 32) {
+    const int super = i / (kCols * (kSuperBlockK / 64)), c = i / (kSuperBlockK / 64) % kCols;
+    const int k = super * kSuperBlockK + 64 * (i % (kSuperBlockK / 64));  // one 128-byte line
+    if (col0 + c < n_out && k < n_in) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + int64_t(col0 + c) * n_in + k));
   }
+  wait_for_prior_kernel();
+  let_next_kernel_start();
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_super_blocks) load_stage(s, s);
+    commit_async_copies();  // empty groups too, so the wait count below always means the same stage
+  }
+  float acc[kRowTiles][kColTiles][4] = {};
+  for (int t = 0; t < n_super_blocks; ++t) {
+    wait_async_copies<kStages - 2>();  // this thread's copies of stage t have landed...
+    __syncthreads();                   // ...and everyone's; and stage t-1's buffer is free again
+    if (t + kStages - 1 < n_super_blocks) load_stage(t + kStages - 1, (t + kStages - 1) % kStages);
+    commit_async_copies();
+    const int j = t * kWarps + warp;  // this warp's K block: its chain, in order
+    if (j >= n_blocks_k) continue;    // skipped, as in linear_bf16_kernel
+    const uint16_t* x_tile = stages + (t % kStages) * kStageElements;
+    const uint16_t* w_tile = x_tile + kRows * kStageRowStride;
+    const int k_in_stage = warp * kBlockK + 8 * q;
+    uint4 xv[kRowTiles][2], wv[kColTiles];
+#pragma unroll
+    for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        xv[r][h] = *reinterpret_cast<const uint4*>(x_tile + (r * kMmaRows + g + 8 * h) * kStageRowStride + k_in_stage);
+#pragma unroll
+    for (int c = 0; c < kColTiles; ++c)
+      wv[c] = *reinterpret_cast<const uint4*>(w_tile + (c * kMmaCols + g) * kStageRowStride + k_in_stage);
+    multiply_k_block(acc, xv, wv);
+  }
+  wait_async_copies<0>();
+  store_warp_sums<kRowTiles, kColTiles, 1, kF32Out>(acc, partials, row0, col0, n_rows, n_out, y);
 }
 
 using Launcher = void (*)(const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n_out, int64_t n_in, void* y,
@@ -154,13 +281,32 @@ void launch(const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n_out,
   // Row tiles vary fastest, so the blocks that share a weight slice run together and share it in L2.
   const dim3 grid(unsigned((n_rows + block_rows - 1) / block_rows), unsigned((n_out + block_cols - 1) / block_cols));
   if (output == LinearOutput::f32) {
-    linear_bf16_kernel<kRowTiles, kColTiles, kColGroups, kUnroll, kUpperRows, true>
-        <<<grid, threads, 0, stream>>>(x, int(n_rows), w, int(n_out), int(n_in), y);
+    launch_overlapped("linear_bf16_kernel", linear_bf16_kernel<kRowTiles, kColTiles, kColGroups, kUnroll, kUpperRows, true>,
+                      grid, dim3(threads), 0, stream, x, int(n_rows), w, int(n_out), int(n_in), y);
   } else {
-    linear_bf16_kernel<kRowTiles, kColTiles, kColGroups, kUnroll, kUpperRows, false>
-        <<<grid, threads, 0, stream>>>(x, int(n_rows), w, int(n_out), int(n_in), y);
+    launch_overlapped("linear_bf16_kernel", linear_bf16_kernel<kRowTiles, kColTiles, kColGroups, kUnroll, kUpperRows, false>,
+                      grid, dim3(threads), 0, stream, x, int(n_rows), w, int(n_out), int(n_in), y);
   }
-  TF_CUDA_CHECK_LAUNCH("linear_bf16_kernel");
+}
+
+template <int kRowTiles, int kColTiles, int kStages>
+void launch_pipelined(const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n_out, int64_t n_in, void* y,
+                      LinearOutput output, cudaStream_t stream) {
+  constexpr int64_t block_rows = kMmaRows * kRowTiles, block_cols = kMmaCols * kColTiles;
+  constexpr size_t shared_bytes = pipelined_shared_bytes(kRowTiles, kColTiles, kStages);
+  auto* const kernel = output == LinearOutput::f32 ? linear_bf16_pipelined_kernel<kRowTiles, kColTiles, kStages, true>
+                                                   : linear_bf16_pipelined_kernel<kRowTiles, kColTiles, kStages, false>;
+  // Past 48 KB a kernel must ask for its dynamic shared memory, once per kernel.
+  static const bool is_prepared = [] {
+    for (auto* k : {linear_bf16_pipelined_kernel<kRowTiles, kColTiles, kStages, true>,
+                    linear_bf16_pipelined_kernel<kRowTiles, kColTiles, kStages, false>})
+      TF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
+    return true;
+  }();
+  (void)is_prepared;
+  const dim3 grid(unsigned((n_rows + block_rows - 1) / block_rows), unsigned((n_out + block_cols - 1) / block_cols));
+  launch_overlapped("linear_bf16_pipelined_kernel", kernel, grid, dim3(kWarps * 32), shared_bytes, stream, x,
+                    int(n_rows), w, int(n_out), int(n_in), y);
 }
 
 struct ConfigEntry {
@@ -169,7 +315,9 @@ struct ConfigEntry {
 };
 
 #define TF_LINEAR_CONFIG(name, rows, cols, groups, unroll, is_lower_only) \
-  ConfigEntry{{name, rows, cols, groups, unroll, is_lower_only}, &launch<rows, cols, groups, unroll, !is_lower_only>}
+  ConfigEntry{{name, rows, cols, groups, unroll, 0, is_lower_only}, &launch<rows, cols, groups, unroll, !is_lower_only>}
+#define TF_LINEAR_PIPELINED_CONFIG(name, rows, cols, stages) \
+  ConfigEntry{{name, rows, cols, 1, 1, stages, false}, &launch_pipelined<rows, cols, stages>}
 
 // Every configuration the bench times and the test checks. The first four are the original ones.
 constexpr ConfigEntry kConfigs[] = {
@@ -195,8 +343,16 @@ constexpr ConfigEntry kConfigs[] = {
     TF_LINEAR_CONFIG("r4c8u1", 4, 8, 1, 1, false),
     TF_LINEAR_CONFIG("r4c2g2u1", 4, 2, 2, 1, false),
     TF_LINEAR_CONFIG("r4c4g2u1", 4, 4, 2, 1, false),
+    TF_LINEAR_PIPELINED_CONFIG("p1c4s4", 1, 4, 4),
+    TF_LINEAR_PIPELINED_CONFIG("p1c8s4", 1, 8, 4),
+    TF_LINEAR_PIPELINED_CONFIG("p2c4s4", 2, 4, 4),
+    TF_LINEAR_PIPELINED_CONFIG("p2c8s3", 2, 8, 3),
+    TF_LINEAR_PIPELINED_CONFIG("p4c4s3", 4, 4, 3),
+    TF_LINEAR_PIPELINED_CONFIG("p4c8s2", 4, 8, 2),
+    TF_LINEAR_PIPELINED_CONFIG("p8c4s2", 8, 4, 2),
 };
 #undef TF_LINEAR_CONFIG
+#undef TF_LINEAR_PIPELINED_CONFIG
 constexpr int kConfigCount = int(sizeof kConfigs / sizeof kConfigs[0]);
 
 constexpr int config_id_of(std::string_view name) {

@@ -2,6 +2,7 @@
 #include "backends/cuda/rms_norm.cuh"
 
 #include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/overlapped_launch.cuh"
 #include "backends/cuda/row_math.cuh"
 
 namespace tf::cuda {
@@ -11,6 +12,8 @@ constexpr int kRowsPerBlock = 8;
 
 __global__ void rms_norm_kernel(const uint16_t* x, int n_rows, int dim, const uint16_t* __restrict__ gain,
                                 float eps, uint16_t* y) {
+  wait_for_prior_kernel();
+  let_next_kernel_start();
   const int row = int(blockIdx.x) * kRowsPerBlock + int(threadIdx.x) / 32;
   const int lane = int(threadIdx.x) % 32;
   if (row >= n_rows) return;
@@ -35,8 +38,8 @@ void rms_norm_bf16(const uint16_t* x, int64_t n_rows, int64_t dim, const uint16_
                   "rms_norm_bf16: x, y and gain must be 16-byte aligned");
   if (n_rows == 0) return;
   const unsigned n_blocks = unsigned((n_rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  rms_norm_kernel<<<n_blocks, kRowsPerBlock * 32, 0, stream>>>(x, int(n_rows), int(dim), gain, eps, y);
-  TF_CUDA_CHECK_LAUNCH("rms_norm_kernel");
+  launch_overlapped("rms_norm_kernel", rms_norm_kernel, dim3(n_blocks), dim3(kRowsPerBlock * 32), 0, stream, x,
+                    int(n_rows), int(dim), gain, eps, y);
 }
 
 }  // namespace tf::cuda
