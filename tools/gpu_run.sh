@@ -48,8 +48,9 @@ if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
 fi
 
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
-  # Decode and the verify-round curve as shipped (CUDA graphs, overlapped launches), then without
-  # overlapped launches, then kernel by kernel; then a 27B-class shape, then one 4,096-token prefill.
+  # Decode and the verify-round curve as shipped (CUDA graphs; overlapped launches up to 8 rows),
+  # then without overlapped launches, then kernel by kernel; then a 27B-class shape, then one
+  # 4,096-token prefill.
   run_step bench-qwen3-8b 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3-8b \
     --prompt-len 512 --decode 64 --repeats 3 --verify-rows 1 2 4 8 16 32 64 128 \
     --receipt "$OUT/h200-qwen3-8b-synthetic-bf16.md"

@@ -130,15 +130,6 @@ __global__ void __launch_bounds__(kWarps * 32 * kColGroups)
       x_row[r][h] = x + int64_t(x_ok[r][h] ? row : 0) * n_in + 8 * q;
     }
 
-  // The weights do not depend on earlier kernels: start pulling this warp's first K blocks into L2
-  // while the kernel before this one (launched overlapped) finishes writing x.
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int k = (warp + kWarps * u) * kBlockK;
-#pragma unroll
-    for (int c = 0; c < kColTiles; ++c)
-      if (k + 8 * q < n_in && w_ok[c]) asm volatile("prefetch.global.L2 [%0];" ::"l"(w_row[c] + k));
-  }
   wait_for_prior_kernel();
   let_next_kernel_start();
 
@@ -171,105 +162,6 @@ __global__ void __launch_bounds__(kWarps * 32 * kColGroups)
   store_warp_sums<kRowTiles, kColTiles, kColGroups, kF32Out>(acc, partials, row0, block_col0, n_rows, n_out, y);
 }
 
-// cp.async: 16 bytes global -> shared without passing through registers; zero-filled when
-// !is_valid (global is then only a placeholder address). .cg: L2 only, as the loads above skip L1.
-__device__ __forceinline__ void copy_async_16(void* shared, const void* global, bool is_valid) {
-  const uint32_t address = uint32_t(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(address), "l"(global), "r"(is_valid ? 16 : 0));
-}
-__device__ __forceinline__ void commit_async_copies() { asm volatile("cp.async.commit_group;"); }
-template <int kPendingGroups>
-__device__ __forceinline__ void wait_async_copies() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPendingGroups));
-}
-
-constexpr int kSuperBlockK = kWarps * kBlockK;       // inputs per pipeline stage: one K block per warp
-constexpr int kStageRowStride = kSuperBlockK + 8;     // 16 bytes of padding: the 32 lanes' 16-byte reads
-                                                      // of 8 rows fall in distinct bank groups
-
-constexpr size_t pipelined_shared_bytes(int row_tiles, int col_tiles, int stages) {
-  return size_t(stages) * size_t(kMmaRows * row_tiles + kMmaCols * col_tiles) * kStageRowStride * sizeof(uint16_t);
-}
-
-// The same chains as linear_bf16_kernel (warp w multiplies K blocks w, w+8, ... in order, then the
-// 8 warp partials are added in warp order), with operands staged through shared memory: the block
-// copies a stage (256 inputs of every row and column it covers) with cp.async while the warps
-// multiply an earlier one, kStages deep, so loads stay in flight without holding registers. Each
-// warp then reads exactly the 16 bytes per lane the register kernel would have loaded.
-template <int kRowTiles, int kColTiles, int kStages, bool kF32Out>
-__global__ void __launch_bounds__(kWarps * 32)
-    linear_bf16_pipelined_kernel(const uint16_t* __restrict__ x, int n_rows, const uint16_t* __restrict__ w,
-                                 int n_out, int n_in, void* __restrict__ y) {
-  constexpr int kRows = kMmaRows * kRowTiles, kCols = kMmaCols * kColTiles;
-  constexpr int kStageElements = (kRows + kCols) * kStageRowStride;
-  constexpr int kPiecesPerRow = kSuperBlockK / 8;
-  extern __shared__ uint4 stage_memory[];
-  uint16_t* const stages = reinterpret_cast<uint16_t*>(stage_memory);
-  __shared__ float4 partials[1][kWarps][kColTiles][32];
-  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int g = lane / 4, q = lane % 4;
-  const int row0 = int(blockIdx.x) * kRows, col0 = int(blockIdx.y) * kCols;
-  const int n_blocks_k = (n_in + kBlockK - 1) / kBlockK;
-  const int n_super_blocks = (n_blocks_k + kWarps - 1) / kWarps;
-
-  // Stage `super` into buffer `buffer`: rows of x first, then rows of W (one per column).
-  auto load_stage = [&](int super, int buffer) {
-    uint16_t* tile = stages + buffer * kStageElements;
-    const int k0 = super * kSuperBlockK;
-    for (int i = int(threadIdx.x); i < (kRows + kCols) * kPiecesPerRow; i += kWarps * 32) {
-      const int r = i / kPiecesPerRow, k = k0 + 8 * (i % kPiecesPerRow);
-      uint16_t* target = tile + r * kStageRowStride + (k - k0);
-      if (r < kRows) {
-        const bool is_valid = row0 + r < n_rows && k < n_in;  // n_in % 8 == 0: a piece is whole or absent
-        copy_async_16(target, is_valid ? x + int64_t(row0 + r) * n_in + k : x, is_valid);
-      } else {
-        const bool is_valid = col0 + r - kRows < n_out && k < n_in;
-        copy_async_16(target, is_valid ? w + int64_t(col0 + r - kRows) * n_in + k : w, is_valid);
-      }
-    }
-  };
-
-  // The weights do not depend on earlier kernels: pull the first stages' into L2 while the kernel
-  // before this one (launched overlapped) finishes writing x.
-  for (int i = int(threadIdx.x); i < (kStages - 1) * kCols * (kSuperBlockK / 64); i += kWarps * 32) {
-    const int super = i / (kCols * (kSuperBlockK / 64)), c = i / (kSuperBlockK / 64) % kCols;
-    const int k = super * kSuperBlockK + 64 * (i % (kSuperBlockK / 64));  // one 128-byte line
-    if (col0 + c < n_out && k < n_in) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + int64_t(col0 + c) * n_in + k));
-  }
-  wait_for_prior_kernel();
-  let_next_kernel_start();
-
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_super_blocks) load_stage(s, s);
-    commit_async_copies();  // empty groups too, so the wait count below always means the same stage
-  }
-  float acc[kRowTiles][kColTiles][4] = {};
-  for (int t = 0; t < n_super_blocks; ++t) {
-    wait_async_copies<kStages - 2>();  // this thread's copies of stage t have landed...
-    __syncthreads();                   // ...and everyone's; and stage t-1's buffer is free again
-    if (t + kStages - 1 < n_super_blocks) load_stage(t + kStages - 1, (t + kStages - 1) % kStages);
-    commit_async_copies();
-    const int j = t * kWarps + warp;  // this warp's K block: its chain, in order
-    if (j >= n_blocks_k) continue;    // skipped, as in linear_bf16_kernel
-    const uint16_t* x_tile = stages + (t % kStages) * kStageElements;
-    const uint16_t* w_tile = x_tile + kRows * kStageRowStride;
-    const int k_in_stage = warp * kBlockK + 8 * q;
-    uint4 xv[kRowTiles][2], wv[kColTiles];
-#pragma unroll
-    for (int r = 0; r < kRowTiles; ++r)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        xv[r][h] = *reinterpret_cast<const uint4*>(x_tile + (r * kMmaRows + g + 8 * h) * kStageRowStride + k_in_stage);
-#pragma unroll
-    for (int c = 0; c < kColTiles; ++c)
-      wv[c] = *reinterpret_cast<const uint4*>(w_tile + (c * kMmaCols + g) * kStageRowStride + k_in_stage);
-    multiply_k_block(acc, xv, wv);
-  }
-  wait_async_copies<0>();
-  store_warp_sums<kRowTiles, kColTiles, 1, kF32Out>(acc, partials, row0, col0, n_rows, n_out, y);
-}
-
 using Launcher = void (*)(const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n_out, int64_t n_in, void* y,
                           LinearOutput output, cudaStream_t stream);
 
@@ -289,35 +181,13 @@ void launch(const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n_out,
   }
 }
 
-template <int kRowTiles, int kColTiles, int kStages>
-void launch_pipelined(const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n_out, int64_t n_in, void* y,
-                      LinearOutput output, cudaStream_t stream) {
-  constexpr int64_t block_rows = kMmaRows * kRowTiles, block_cols = kMmaCols * kColTiles;
-  constexpr size_t shared_bytes = pipelined_shared_bytes(kRowTiles, kColTiles, kStages);
-  auto* const kernel = output == LinearOutput::f32 ? linear_bf16_pipelined_kernel<kRowTiles, kColTiles, kStages, true>
-                                                   : linear_bf16_pipelined_kernel<kRowTiles, kColTiles, kStages, false>;
-  // Past 48 KB a kernel must ask for its dynamic shared memory, once per kernel.
-  static const bool is_prepared = [] {
-    for (auto* k : {linear_bf16_pipelined_kernel<kRowTiles, kColTiles, kStages, true>,
-                    linear_bf16_pipelined_kernel<kRowTiles, kColTiles, kStages, false>})
-      TF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
-    return true;
-  }();
-  (void)is_prepared;
-  const dim3 grid(unsigned((n_rows + block_rows - 1) / block_rows), unsigned((n_out + block_cols - 1) / block_cols));
-  launch_overlapped("linear_bf16_pipelined_kernel", kernel, grid, dim3(kWarps * 32), shared_bytes, stream, x,
-                    int(n_rows), w, int(n_out), int(n_in), y);
-}
-
 struct ConfigEntry {
   LinearConfig config;
   Launcher launcher;
 };
 
 #define TF_LINEAR_CONFIG(name, rows, cols, groups, unroll, is_lower_only) \
-  ConfigEntry{{name, rows, cols, groups, unroll, 0, is_lower_only}, &launch<rows, cols, groups, unroll, !is_lower_only>}
-#define TF_LINEAR_PIPELINED_CONFIG(name, rows, cols, stages) \
-  ConfigEntry{{name, rows, cols, 1, 1, stages, false}, &launch_pipelined<rows, cols, stages>}
+  ConfigEntry{{name, rows, cols, groups, unroll, is_lower_only}, &launch<rows, cols, groups, unroll, !is_lower_only>}
 
 // Every configuration the bench times and the test checks. The first four are the original ones.
 constexpr ConfigEntry kConfigs[] = {
@@ -343,16 +213,8 @@ constexpr ConfigEntry kConfigs[] = {
     TF_LINEAR_CONFIG("r4c8u1", 4, 8, 1, 1, false),
     TF_LINEAR_CONFIG("r4c2g2u1", 4, 2, 2, 1, false),
     TF_LINEAR_CONFIG("r4c4g2u1", 4, 4, 2, 1, false),
-    TF_LINEAR_PIPELINED_CONFIG("p1c4s4", 1, 4, 4),
-    TF_LINEAR_PIPELINED_CONFIG("p1c8s4", 1, 8, 4),
-    TF_LINEAR_PIPELINED_CONFIG("p2c4s4", 2, 4, 4),
-    TF_LINEAR_PIPELINED_CONFIG("p2c8s3", 2, 8, 3),
-    TF_LINEAR_PIPELINED_CONFIG("p4c4s3", 4, 4, 3),
-    TF_LINEAR_PIPELINED_CONFIG("p4c8s2", 4, 8, 2),
-    TF_LINEAR_PIPELINED_CONFIG("p8c4s2", 8, 4, 2),
 };
 #undef TF_LINEAR_CONFIG
-#undef TF_LINEAR_PIPELINED_CONFIG
 constexpr int kConfigCount = int(sizeof kConfigs / sizeof kConfigs[0]);
 
 constexpr int config_id_of(std::string_view name) {

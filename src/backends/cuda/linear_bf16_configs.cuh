@@ -10,12 +10,10 @@ namespace tf::cuda {
 // A block covers 16*row_tiles rows and 8*col_tiles*col_groups columns, all of K. Each of its
 // col_groups groups of 8 warps splits K the same way (K block j -> warp j % 8) over its own
 // 8*col_tiles columns; unroll is how many K blocks a warp loads before it multiplies.
-// stages > 0: the operands go through shared memory in a cp.async pipeline that deep instead
-// (one column group, no unroll). is_lower_rows_only: rows 8..15 of the 16-row tile are never
-// loaded (valid only for M <= 8).
+// is_lower_rows_only: rows 8..15 of the 16-row tile are never loaded (valid only for M <= 8).
 struct LinearConfig {
-  const char* name;  // "r<row_tiles>c<col_tiles>[g<col_groups>]u<unroll>[-lo]" or "p<row_tiles>c<col_tiles>s<stages>"
-  int row_tiles, col_tiles, col_groups, unroll, stages;
+  const char* name;  // "r<row_tiles>c<col_tiles>[g<col_groups>]u<unroll>[-lo]"
+  int row_tiles, col_tiles, col_groups, unroll;
   bool is_lower_rows_only;
 };
 

@@ -1,15 +1,14 @@
 // Programmatic dependent launch (Hopper): a forward's kernels are launched so that each may start
-// while the one before it is finishing. A kernel launched this way calls wait_for_prior_kernel()
-// before it reads anything an earlier kernel wrote and before it writes anything; before that it
-// may only do work that depends on neither (the linear kernel prefetches its weights into L2).
-// Launched plainly (kernel tests, TF_CUDA_PDL=0) the wait returns at once, so results never change.
+// while the one before it is finishing. Every kernel launched through launch_overlapped calls
+// wait_for_prior_kernel() before it reads anything an earlier kernel wrote and before it writes
+// anything. Launched plainly the wait returns at once, so results never change.
+// Overlap is opt-in per thread (OverlappedLaunchScope): the model asks for it on the forwards where
+// it measured faster; TF_CUDA_PDL=0 turns it off everywhere.
 #pragma once
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/env_switch.h"
 
 namespace tf::cuda {
 
@@ -19,12 +18,28 @@ __device__ __forceinline__ void wait_for_prior_kernel() { asm volatile("griddepc
 __device__ __forceinline__ void let_next_kernel_start() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
 inline bool overlapped_launches_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("TF_CUDA_PDL");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }();
+  static const bool enabled = is_switched_on("TF_CUDA_PDL");
   return enabled;
 }
+
+inline bool& overlap_requested_on_this_thread() {
+  thread_local bool requested = false;
+  return requested;
+}
+
+// Launches through launch_overlapped overlap while this lives (and TF_CUDA_PDL is not 0).
+class OverlappedLaunchScope {
+ public:
+  explicit OverlappedLaunchScope(bool overlap) : previous_(overlap_requested_on_this_thread()) {
+    overlap_requested_on_this_thread() = overlap;
+  }
+  ~OverlappedLaunchScope() { overlap_requested_on_this_thread() = previous_; }
+  OverlappedLaunchScope(const OverlappedLaunchScope&) = delete;
+  OverlappedLaunchScope& operator=(const OverlappedLaunchScope&) = delete;
+
+ private:
+  bool previous_;
+};
 
 template <class... KernelParams, class... Args>
 void launch_overlapped(const char* kernel_name, void (*kernel)(KernelParams...), dim3 grid, dim3 block,
@@ -38,7 +53,7 @@ void launch_overlapped(const char* kernel_name, void (*kernel)(KernelParams...),
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = overlapped_launches_enabled() ? 1 : 0;
+  config.numAttrs = overlapped_launches_enabled() && overlap_requested_on_this_thread() ? 1 : 0;
   const cudaError_t status = cudaLaunchKernelEx(&config, kernel, static_cast<KernelParams>(args)...);
   if (status != cudaSuccess) fail_cuda(status, kernel_name, __FILE__, __LINE__);
 }
