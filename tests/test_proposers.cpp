@@ -1,5 +1,6 @@
 // Model-free proposers and the draft tree: chain sharing and bounds, long-copy against a
-// brute-force suffix search, copies with edits, incremental observation, n-gram and replay.
+// brute-force suffix search, copies with edits, incremental observation, n-gram and replay; the
+// drafter gate's decisions.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "speculation/drafter_gate.h"
 #include "speculation/long_copy.h"
 #include "speculation/ngram.h"
 #include "speculation/proposer.h"
@@ -297,6 +299,45 @@ TEST(Proposers, ShareOneTree) {
   EXPECT_EQ(tree.size(), 10);
   EXPECT_EQ(tree.parents[8], -1);
   EXPECT_EQ(tree.sources[9], uint8_t(ProposerKind::replay));
+}
+
+TEST(DrafterGate, RunsWhileAcceptedTokensPayForTheRunAndProbesWhenSkipped) {
+  DrafterGate gate;
+  const double round_seconds = 0.005;
+  // Warm-up: it runs whatever it costs, so the averages start from real runs.
+  for (int64_t i = 0; i < DrafterGate::kWarmupRuns; ++i) {
+    EXPECT_TRUE(gate.should_run(round_seconds)) << i;
+    gate.record_run(0.020, 0, round_seconds);  // a run costs four rounds and gets nothing accepted
+  }
+  // Probes that do not pay come at doubling intervals, up to the cap.
+  int64_t interval = DrafterGate::kFirstProbeInterval;
+  for (int probe = 0; probe < 6; ++probe) {
+    for (int64_t i = 0; i < interval; ++i) {
+      EXPECT_FALSE(gate.should_run(round_seconds)) << probe << " " << i;
+      gate.record_skip();
+    }
+    EXPECT_TRUE(gate.should_run(round_seconds)) << probe;
+    gate.record_run(0.020, 0, round_seconds);
+    interval = std::min(2 * interval, DrafterGate::kMaxProbeInterval);
+    EXPECT_EQ(gate.probe_interval(), interval);
+  }
+  // The text turned predictable: 6 accepted tokens a run are worth 30 ms against a 20 ms run.
+  for (int i = 0; i < 12; ++i) gate.record_run(0.020, 6, round_seconds);
+  EXPECT_TRUE(gate.should_run(round_seconds));
+  EXPECT_EQ(gate.probe_interval(), DrafterGate::kFirstProbeInterval);
+  EXPECT_NEAR(gate.accepted_per_run(), 6.0, 0.2);
+  EXPECT_NEAR(gate.seconds_per_run(), 0.020, 1e-9);
+  // Cheap rounds make the same tokens worth less: 6 x 2 ms < 20 ms.
+  EXPECT_FALSE(gate.should_run(0.002));
+}
+
+TEST(DrafterGate, ANewLaneStartsFromTheEnginesAverages) {
+  DrafterGate engine_wide;
+  for (int i = 0; i < 8; ++i) engine_wide.record_run(0.020, 0, 0.005);
+  const DrafterGate lane = engine_wide.for_new_lane();
+  EXPECT_FALSE(lane.should_run(0.005));  // no warm-up of its own
+  EXPECT_EQ(lane.probe_interval(), DrafterGate::kFirstProbeInterval);
+  EXPECT_TRUE(DrafterGate().should_run(0.005));  // an engine with no runs yet warms up
 }
 
 }  // namespace

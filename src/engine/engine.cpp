@@ -88,6 +88,8 @@ struct Engine::Impl {
   std::vector<float> logits;
   std::vector<int64_t> logit_row_of;         // [batch rows] index among logit rows, or -1
   std::vector<float> committed_taps;         // [n_tokens][tap width] gathered for one lane
+  double round_seconds = 0.0;                // running average of a round's forward: what a saved round is worth
+  DrafterGate drafter_gate;                  // every lane's drafter runs, the start of a new lane's gate
   std::thread thread;
 
   // Lanes get their whole budget up front; scratch gets a round's worth of rows.
@@ -262,6 +264,7 @@ void Engine::Impl::admit() {
       if (drafter && allowed(ProposerKind::drafter)) {
         auto block_drafter = std::make_unique<DrafterProposer>(drafter);
         lane->drafter = block_drafter.get();
+        lane->drafter_gate = drafter_gate.for_new_lane();
         lane->proposers.push_back(std::move(block_drafter));
       }
       if (allowed(ProposerKind::ngram)) lane->proposers.push_back(std::make_unique<NgramProposer>(NgramOptions{}));
@@ -296,11 +299,21 @@ void Engine::Impl::add_decode_rows(Lane& lane, int64_t max_rows, int64_t* n_scra
   lane.tree_depth = 0;
   // More drafts than the budget can emit would only cost rows.
   int64_t max_nodes = std::min(max_rows - 1, lane.budget_left() - 1);
+  lane.drafter_seconds = -1.0;
   if (max_nodes > 0 && !lane.proposers.empty()) {
     LaneHistory history = lane.history();
     for (auto& proposer : lane.proposers) {
       proposer->observe(history);
-      if (tree.size() < max_nodes) proposer->propose(history, max_nodes, &tree);
+      if (tree.size() >= max_nodes) continue;
+      if (proposer.get() != lane.drafter) {
+        proposer->propose(history, max_nodes, &tree);
+      } else if (options.gate_drafter && !lane.drafter_gate.should_run(round_seconds)) {
+        lane.drafter_gate.record_skip();
+      } else {
+        const auto start = Lane::Clock::now();
+        proposer->propose(history, max_nodes, &tree);
+        lane.drafter_seconds = std::chrono::duration<double>(Lane::Clock::now() - start).count();
+      }
     }
   }
   const int64_t root_row = int64_t(batch.rows.size());
@@ -365,7 +378,10 @@ void Engine::Impl::round() {
   for (size_t r = 0; r < batch.rows.size(); ++r)
     if (batch.rows[r].wants_logits) logit_row_of[r] = n_logit_rows++;
   logits.resize(size_t(n_logit_rows * n_vocab));
+  const auto forward_start = Lane::Clock::now();
   model->forward(batch, kv, logits.data());
+  const double forward_seconds = std::chrono::duration<double>(Lane::Clock::now() - forward_start).count();
+  round_seconds = round_seconds == 0.0 ? forward_seconds : round_seconds + 0.25 * (forward_seconds - round_seconds);
   {
     std::lock_guard<std::mutex> lock(mutex);
     stats.rounds += 1;
@@ -426,6 +442,12 @@ void Engine::Impl::accept(Lane& lane, const LaneRows& placed, const Batch& batch
   }
   feed_drafter(lane, lane.n_cached, committed_rows);
   lane.n_cached += 1 + n_accepted;
+  if (lane.drafter_seconds >= 0.0) {
+    const int64_t n_drafter_accepted =
+        std::count(accepted_sources.begin(), accepted_sources.end(), uint8_t(ProposerKind::drafter));
+    lane.drafter_gate.record_run(lane.drafter_seconds, n_drafter_accepted, round_seconds);
+    drafter_gate.record_run(lane.drafter_seconds, n_drafter_accepted, round_seconds);
+  }
   const int64_t max_depth = lane.tree_depth;
   std::lock_guard<std::mutex> lock(mutex);
   stats.drafted_tokens += tree.size();

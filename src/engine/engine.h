@@ -35,6 +35,9 @@ struct EngineOptions {
   int64_t lone_window = 64;        // the same for the lone driver
   int64_t min_confident_match = 24;  // long-copy match length that proposes long copy rows
   LanePolicy lane_policy = LanePolicy::automatic;
+  // Run a lane's block drafter only while its accepted tokens pay for its time (DrafterGate);
+  // off, it runs every round (what acceptance measurements want).
+  bool gate_drafter = true;
 };
 
 constexpr int kMaxTrackedDepth = 64;

@@ -9,6 +9,7 @@
 #include "engine/request.h"
 #include "engine/stop_matcher.h"
 #include "sampling/sampler.h"
+#include "speculation/drafter_gate.h"
 #include "speculation/drafter_proposer.h"
 #include "speculation/proposer.h"
 #include "tokenizer/tokenizer.h"
@@ -31,6 +32,8 @@ struct Lane {
   std::unique_ptr<StopMatcher> stop_matcher;
   std::vector<std::unique_ptr<Proposer>> proposers;  // asked in order; earlier ones fill first
   DrafterProposer* drafter = nullptr;                // among `proposers`; fed taps after commits
+  DrafterGate drafter_gate;
+  double drafter_seconds = -1.0;                     // this round's drafter run; -1: it did not run
   DraftTree tree;                                    // this round's drafts below the root
   int64_t tree_depth = 0;                            // deepest node of this round's tree
   ReplyTimings timings;

@@ -80,7 +80,9 @@ TEST_P(CudaInvarianceTest, GraphReplayEqualsEagerLaunches) {
         << noise << " noise rows";
     // Taps cover every row of the last forward; noise rows may share a slot within a forward (their
     // K/V write races), so only a forward of our rows alone has taps that must agree.
-    if (noise == 0) EXPECT_TRUE(bitwise_equal(graphs->taps(), eager->taps()));
+    if (noise == 0) {
+      EXPECT_TRUE(bitwise_equal(graphs->taps(), eager->taps()));
+    }
   }
 }
 
