@@ -88,7 +88,9 @@ struct Engine::Impl {
   std::vector<float> logits;
   std::vector<int64_t> logit_row_of;         // [batch rows] index among logit rows, or -1
   std::vector<float> committed_taps;         // [n_tokens][tap width] gathered for one lane
-  double round_seconds = 0.0;                // running average of a round's forward: what a saved round is worth
+  // Running average of one lane's share of a round's forward: what a round a lane saves is worth
+  // (with many lanes the round happens anyway; the lane saves its share of it).
+  double lane_round_seconds = 0.0;
   DrafterGate drafter_gate;                  // every lane's drafter runs, the start of a new lane's gate
   std::thread thread;
 
@@ -307,7 +309,7 @@ void Engine::Impl::add_decode_rows(Lane& lane, int64_t max_rows, int64_t* n_scra
       if (tree.size() >= max_nodes) continue;
       if (proposer.get() != lane.drafter) {
         proposer->propose(history, max_nodes, &tree);
-      } else if (options.gate_drafter && !lane.drafter_gate.should_run(round_seconds)) {
+      } else if (options.gate_drafter && !lane.drafter_gate.should_run(lane_round_seconds)) {
         lane.drafter_gate.record_skip();
       } else {
         const auto start = Lane::Clock::now();
@@ -381,7 +383,9 @@ void Engine::Impl::round() {
   const auto forward_start = Lane::Clock::now();
   model->forward(batch, kv, logits.data());
   const double forward_seconds = std::chrono::duration<double>(Lane::Clock::now() - forward_start).count();
-  round_seconds = round_seconds == 0.0 ? forward_seconds : round_seconds + 0.25 * (forward_seconds - round_seconds);
+  const double lane_share = forward_seconds / double(std::max<size_t>(1, placed.size()));
+  lane_round_seconds =
+      lane_round_seconds == 0.0 ? lane_share : lane_round_seconds + 0.25 * (lane_share - lane_round_seconds);
   {
     std::lock_guard<std::mutex> lock(mutex);
     stats.rounds += 1;
@@ -445,8 +449,8 @@ void Engine::Impl::accept(Lane& lane, const LaneRows& placed, const Batch& batch
   if (lane.drafter_seconds >= 0.0) {
     const int64_t n_drafter_accepted =
         std::count(accepted_sources.begin(), accepted_sources.end(), uint8_t(ProposerKind::drafter));
-    lane.drafter_gate.record_run(lane.drafter_seconds, n_drafter_accepted, round_seconds);
-    drafter_gate.record_run(lane.drafter_seconds, n_drafter_accepted, round_seconds);
+    lane.drafter_gate.record_run(lane.drafter_seconds, n_drafter_accepted, lane_round_seconds);
+    drafter_gate.record_run(lane.drafter_seconds, n_drafter_accepted, lane_round_seconds);
   }
   const int64_t max_depth = lane.tree_depth;
   std::lock_guard<std::mutex> lock(mutex);
