@@ -1,8 +1,44 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace tf {
+namespace {
+
+// How long a thread spins for the next task (or the caller for the last worker) before it sleeps:
+// longer than the gap between the kernels of one forward, short enough that an idle engine sleeps.
+constexpr auto kSpinTime = std::chrono::microseconds(100);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Spins until done() or kSpinTime has passed; says whether done() became true.
+template <class Done>
+bool spin_until(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if (i % 64 == 63 && std::chrono::steady_clock::now() > deadline) return false;
+  }
+}
+
+void run_share(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int index, int n_parts) {
+  int64_t begin = n * index / n_parts;
+  int64_t end = n * (index + 1) / n_parts;
+  if (begin < end) fn(begin, end);
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -12,17 +48,10 @@ ThreadPool::ThreadPool(int n_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
+    stopping_.store(true);
   }
   wake_.notify_all();
   for (auto& w : workers_) w.join();
-}
-
-static void run_share(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int index,
-                      int n_parts) {
-  int64_t begin = n * index / n_parts;
-  int64_t end = n * (index + 1) / n_parts;
-  if (begin < end) fn(begin, end);
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
@@ -31,36 +60,42 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     fn(0, n);
     return;
   }
+  task_ = &fn;
+  task_n_ = n;
+  n_pending_.store(int(workers_.size()), std::memory_order_relaxed);
   {
+    // Under the mutex, so a worker about to sleep either sees the new generation or gets the notify.
     std::lock_guard<std::mutex> lock(mutex_);
-    task_ = &fn;
-    task_n_ = n;
-    n_pending_ = int(workers_.size());
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   run_share(fn, n, 0, n_threads());
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [this] { return n_pending_ == 0; });
+  const auto all_done = [this] { return n_pending_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(all_done)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, all_done);
+  }
   task_ = nullptr;
 }
 
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int64_t, int64_t)>* task;
-    int64_t n;
-    {
+    const auto has_news = [&] {
+      return stopping_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen;
+    };
+    if (!spin_until(has_news)) {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
-      task = task_;
-      n = task_n_;
+      wake_.wait(lock, has_news);
     }
-    run_share(*task, n, index, n_threads());
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (--n_pending_ == 0) done_.notify_one();
+    if (stopping_.load(std::memory_order_acquire)) return;
+    seen = generation_.load(std::memory_order_acquire);
+    run_share(*task_, task_n_, index, n_threads());
+    if (n_pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Under the mutex, so a caller about to sleep either sees zero or gets the notify.
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_.notify_one();
+    }
   }
 }
 

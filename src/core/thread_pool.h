@@ -1,6 +1,7 @@
 // A fixed pool of worker threads with a static parallel-for.
 // Work is split by index ranges only; no kernel lets the split change a reduction order.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -27,15 +28,18 @@ class ThreadPool {
  private:
   void worker_loop(int index);
 
+  // A decode step is dozens of short parallel_for calls; waking sleeping threads for each one costs
+  // more than the work (futex round trips). So both sides first spin for a while on the atomics
+  // below, and only then sleep on the condition variables.
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  const std::function<void(int64_t, int64_t)>* task_ = nullptr;
+  const std::function<void(int64_t, int64_t)>* task_ = nullptr;  // published by generation_
   int64_t task_n_ = 0;
-  uint64_t generation_ = 0;
-  int n_pending_ = 0;
-  bool stopping_ = false;
+  std::atomic<uint64_t> generation_{0};  // bumped under mutex_ for each task
+  std::atomic<int> n_pending_{0};        // workers still running the current task
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace tf
