@@ -1,6 +1,6 @@
 // Model-free proposers and the draft tree: chain sharing and bounds, long-copy against a
 // brute-force suffix search, copies with edits, incremental observation, n-gram and replay; the
-// drafter gate's decisions.
+// proposer gate's decisions and the row cost it reads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,10 +8,10 @@
 #include <random>
 #include <vector>
 
-#include "speculation/drafter_gate.h"
 #include "speculation/long_copy.h"
 #include "speculation/ngram.h"
 #include "speculation/proposer.h"
+#include "speculation/proposer_gate.h"
 #include "speculation/replay.h"
 
 namespace tf {
@@ -301,43 +301,60 @@ TEST(Proposers, ShareOneTree) {
   EXPECT_EQ(tree.sources[9], uint8_t(ProposerKind::replay));
 }
 
-TEST(DrafterGate, RunsWhileAcceptedTokensPayForTheRunAndProbesWhenSkipped) {
-  DrafterGate gate;
+TEST(ProposerGate, RunsWhileAcceptedTokensPayForTheUseAndProbesWhenSkipped) {
+  ProposerGate gate;
   const double round_seconds = 0.005;
-  // Warm-up: it runs whatever it costs, so the averages start from real runs.
-  for (int64_t i = 0; i < DrafterGate::kWarmupRuns; ++i) {
+  // Warm-up: it drafts whatever it costs, so the averages start from real uses.
+  for (int64_t i = 0; i < ProposerGate::kWarmupUses; ++i) {
     EXPECT_TRUE(gate.should_run(round_seconds)) << i;
-    gate.record_run(0.020, 0, round_seconds);  // a run costs four rounds and gets nothing accepted
+    gate.record_use(0.020, 0, round_seconds);  // a use costs four rounds and gets nothing accepted
   }
   // Probes that do not pay come at doubling intervals, up to the cap.
-  int64_t interval = DrafterGate::kFirstProbeInterval;
+  int64_t interval = ProposerGate::kFirstProbeInterval;
   for (int probe = 0; probe < 6; ++probe) {
     for (int64_t i = 0; i < interval; ++i) {
       EXPECT_FALSE(gate.should_run(round_seconds)) << probe << " " << i;
       gate.record_skip();
     }
     EXPECT_TRUE(gate.should_run(round_seconds)) << probe;
-    gate.record_run(0.020, 0, round_seconds);
-    interval = std::min(2 * interval, DrafterGate::kMaxProbeInterval);
+    gate.record_use(0.020, 0, round_seconds);
+    interval = std::min(2 * interval, ProposerGate::kMaxProbeInterval);
     EXPECT_EQ(gate.probe_interval(), interval);
   }
-  // The text turned predictable: 6 accepted tokens a run are worth 30 ms against a 20 ms run.
-  for (int i = 0; i < 12; ++i) gate.record_run(0.020, 6, round_seconds);
+  // The text turned predictable: 6 accepted tokens a use are worth 30 ms against a 20 ms use.
+  for (int i = 0; i < 12; ++i) gate.record_use(0.020, 6, round_seconds);
   EXPECT_TRUE(gate.should_run(round_seconds));
-  EXPECT_EQ(gate.probe_interval(), DrafterGate::kFirstProbeInterval);
-  EXPECT_NEAR(gate.accepted_per_run(), 6.0, 0.2);
-  EXPECT_NEAR(gate.seconds_per_run(), 0.020, 1e-9);
+  EXPECT_EQ(gate.probe_interval(), ProposerGate::kFirstProbeInterval);
+  EXPECT_NEAR(gate.accepted_per_use(), 6.0, 0.2);
+  EXPECT_NEAR(gate.seconds_per_use(), 0.020, 1e-9);
   // Cheap rounds make the same tokens worth less: 6 x 2 ms < 20 ms.
   EXPECT_FALSE(gate.should_run(0.002));
 }
 
-TEST(DrafterGate, ANewLaneStartsFromTheEnginesAverages) {
-  DrafterGate engine_wide;
-  for (int i = 0; i < 8; ++i) engine_wide.record_run(0.020, 0, 0.005);
-  const DrafterGate lane = engine_wide.for_new_lane();
+TEST(ProposerGate, ANewLaneStartsFromTheEnginesAverages) {
+  ProposerGate engine_wide;
+  for (int i = 0; i < 8; ++i) engine_wide.record_use(0.020, 0, 0.005);
+  const ProposerGate lane = engine_wide.for_new_lane();
   EXPECT_FALSE(lane.should_run(0.005));  // no warm-up of its own
-  EXPECT_EQ(lane.probe_interval(), DrafterGate::kFirstProbeInterval);
-  EXPECT_TRUE(DrafterGate().should_run(0.005));  // an engine with no runs yet warms up
+  EXPECT_EQ(lane.probe_interval(), ProposerGate::kFirstProbeInterval);
+  EXPECT_TRUE(ProposerGate().should_run(0.005));  // an engine with no runs yet warms up
+}
+
+TEST(RowCost, ReadsTheSlopeOfRoundTimeOverRows) {
+  RowCost cost;
+  EXPECT_EQ(cost.seconds_per_row(), 0.0);
+  for (int i = 0; i < 200; ++i) cost.record_round(5, 0.003);  // rounds of one size: no slope yet
+  EXPECT_EQ(cost.seconds_per_row(), 0.0);
+  // 2 ms plus 0.5 ms a row, over rounds of 1 to 16 rows.
+  for (int i = 0; i < 400; ++i) {
+    const int64_t rows = 1 + i % 16;
+    cost.record_round(rows, 0.002 + 0.0005 * double(rows));
+  }
+  EXPECT_NEAR(cost.seconds_per_row(), 0.0005, 2e-5);
+  // Rows that cost nothing (a GPU's verify rounds) read as about zero, never below.
+  RowCost flat;
+  for (int i = 0; i < 400; ++i) flat.record_round(1 + i % 16, 0.002 - 1e-7 * double(i % 16));
+  EXPECT_EQ(flat.seconds_per_row(), 0.0);
 }
 
 }  // namespace

@@ -92,6 +92,7 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
   options.engine.n_ctx = flags.n_ctx;
   options.engine.max_queue = flags.max_queue;
   options.engine.lane_policy = lane_policy_from_env();
+  options.engine.gate_proposers = true;  // drafting that does not pay for itself only costs the client time
   options.load.device = flags.device;
   options.load.n_threads = flags.n_threads;
   return options;

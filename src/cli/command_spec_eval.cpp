@@ -34,7 +34,7 @@ struct SpecEvalFlags {
   int64_t code_tokens = 128;
   int64_t prose_tokens = 96;
   int n_threads = 0;
-  bool gate_drafter = false;
+  bool gate_proposers = false;
   std::string device = "cpu";
   std::string receipt;
 };
@@ -95,9 +95,9 @@ struct ModeResult {
 // Every case submitted at once to an engine of n_streams lanes (the rest queue), greedy.
 ModeResult run_cases(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
                      std::shared_ptr<DFlashDrafter> drafter, const std::vector<EvalCase>& cases, int n_streams,
-                     bool use_draft, ProposerSet proposers, bool gate_drafter) {
+                     bool use_draft, ProposerSet proposers, bool gate_proposers) {
   EngineOptions options;
-  options.gate_drafter = gate_drafter;
+  options.gate_proposers = gate_proposers;
   options.n_parallel = n_streams;
   options.max_queue = int32_t(cases.size());
   options.lane_policy = lane_policy_from_env();
@@ -147,7 +147,7 @@ void run_spec_eval(const SpecEvalFlags& flags) {
          << "- command: `tensorfold spec-eval --device " << flags.device << " --model " << flags.model_dir << " --drafter "
          << (drafter_dir.empty() ? "none" : drafter_dir) << " --per-kind " << flags.per_kind << " --kinds"
          << joined(flags.kinds) << " --modes" << joined(flags.modes) << " --streams" << joined(flags.streams)
-         << (flags.gate_drafter ? " --gate-drafter" : "") << "`\n"
+         << (flags.gate_proposers ? " --gate-proposers" : "") << "`\n"
          << "- cases: " << flags.cases_file << "\n- commit: " << receipt_commit() << "\n- machine: " << receipt_machine()
          << "\n- greedy; all cases of a kind submitted at once to an engine of N lanes; tok/s = completion tokens"
             " / wall time from the first submit to the last reply (prefill included)\n"
@@ -160,7 +160,7 @@ void run_spec_eval(const SpecEvalFlags& flags) {
     const auto& list = cases[kind];
     if (list.empty()) continue;
     for (int n_streams : flags.streams) {
-      ModeResult off = run_cases(model, tokenizer, drafter, list, n_streams, false, 0, flags.gate_drafter);
+      ModeResult off = run_cases(model, tokenizer, drafter, list, n_streams, false, 0, flags.gate_proposers);
       auto row = [&](const std::string& mode, const ModeResult& r) {
         int64_t tokens = 0, rounds = 0, drafted = 0, accepted = 0;
         for (size_t i = 0; i < r.replies.size(); ++i) {
@@ -183,7 +183,7 @@ void run_spec_eval(const SpecEvalFlags& flags) {
       row("draft off", off);
       for (const std::string& mode : flags.modes) {
         if (mode != "long-copy" && mode != "ngram" && !drafter) continue;
-        row(mode, run_cases(model, tokenizer, drafter, list, n_streams, true, proposers_of_mode(mode), flags.gate_drafter));
+        row(mode, run_cases(model, tokenizer, drafter, list, n_streams, true, proposers_of_mode(mode), flags.gate_proposers));
       }
       if (kind == "rename" && n_streams == flags.streams.front()) {
         int exact = 0, modulo_trailing = 0;
@@ -220,8 +220,8 @@ void register_spec_eval_command(CLI::App& app) {
   cmd->add_option("--code-tokens", flags->code_tokens, "Completion tokens for a code case")->capture_default_str();
   cmd->add_option("--prose-tokens", flags->prose_tokens, "Completion tokens for a prose case")->capture_default_str();
   cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")->envname("TF_THREADS");
-  cmd->add_flag("--gate-drafter", flags->gate_drafter,
-                "Run the drafter only while it pays, as the server does (its acceptance then depends on timing)");
+  cmd->add_flag("--gate-proposers", flags->gate_proposers,
+                "Let the drafter and n-gram draft only while they pay, as the server does (acceptance then depends on timing)");
   cmd->add_option("--receipt", flags->receipt, "Also write the receipt to this file");
   add_device_option(*cmd, flags->device);
   cmd->callback([flags] { run_spec_eval(*flags); });

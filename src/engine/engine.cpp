@@ -63,6 +63,11 @@ struct LaneRows {
   bool is_decode;
 };
 
+// The proposers whose drafts measured costlier than they yield on some device: the block drafter
+// (a forward of its whole block per use) and n-gram (many short guesses, a verified row each).
+// Long copy drafts rarely and long; replay is a benchmark's forced acceptance.
+bool is_gated(ProposerKind kind) { return kind == ProposerKind::drafter || kind == ProposerKind::ngram; }
+
 }  // namespace
 
 struct Engine::Impl {
@@ -91,7 +96,8 @@ struct Engine::Impl {
   // Running average of one lane's share of a round's forward: what a round a lane saves is worth
   // (with many lanes the round happens anyway; the lane saves its share of it).
   double lane_round_seconds = 0.0;
-  DrafterGate drafter_gate;                  // every lane's drafter runs, the start of a new lane's gate
+  std::array<ProposerGate, kProposerKinds> gates;  // every lane's uses: where a new lane's gates start
+  RowCost row_cost;                                // what a verified row adds to a round
   std::thread thread;
 
   // Lanes get their whole budget up front; scratch gets a round's worth of rows.
@@ -266,10 +272,10 @@ void Engine::Impl::admit() {
       if (drafter && allowed(ProposerKind::drafter)) {
         auto block_drafter = std::make_unique<DrafterProposer>(drafter);
         lane->drafter = block_drafter.get();
-        lane->drafter_gate = drafter_gate.for_new_lane();
         lane->proposers.push_back(std::move(block_drafter));
       }
       if (allowed(ProposerKind::ngram)) lane->proposers.push_back(std::make_unique<NgramProposer>(NgramOptions{}));
+      for (int kind = 0; kind < kProposerKinds; ++kind) lane->gates[size_t(kind)] = gates[size_t(kind)].for_new_lane();
     }
     lane->timings.prompt_n = lane->n_prompt;
     lane->admitted = Clock::now();
@@ -301,20 +307,24 @@ void Engine::Impl::add_decode_rows(Lane& lane, int64_t max_rows, int64_t* n_scra
   lane.tree_depth = 0;
   // More drafts than the budget can emit would only cost rows.
   int64_t max_nodes = std::min(max_rows - 1, lane.budget_left() - 1);
-  lane.drafter_seconds = -1.0;
+  lane.use_seconds.fill(-1.0);
   if (max_nodes > 0 && !lane.proposers.empty()) {
     LaneHistory history = lane.history();
     for (auto& proposer : lane.proposers) {
       proposer->observe(history);
       if (tree.size() >= max_nodes) continue;
-      if (proposer.get() != lane.drafter) {
+      const size_t kind = size_t(proposer->kind());
+      if (!options.gate_proposers || !is_gated(proposer->kind())) {
         proposer->propose(history, max_nodes, &tree);
-      } else if (options.gate_drafter && !lane.drafter_gate.should_run(lane_round_seconds)) {
-        lane.drafter_gate.record_skip();
+      } else if (!lane.gates[kind].should_run(lane_round_seconds)) {
+        lane.gates[kind].record_skip();
       } else {
+        // A use costs the proposer's own time and a verified row for every node it adds.
+        const int64_t n_before = tree.size();
         const auto start = Lane::Clock::now();
         proposer->propose(history, max_nodes, &tree);
-        lane.drafter_seconds = std::chrono::duration<double>(Lane::Clock::now() - start).count();
+        lane.use_seconds[kind] = std::chrono::duration<double>(Lane::Clock::now() - start).count() +
+                                 double(tree.size() - n_before) * row_cost.seconds_per_row();
       }
     }
   }
@@ -383,6 +393,7 @@ void Engine::Impl::round() {
   const auto forward_start = Lane::Clock::now();
   model->forward(batch, kv, logits.data());
   const double forward_seconds = std::chrono::duration<double>(Lane::Clock::now() - forward_start).count();
+  row_cost.record_round(int64_t(batch.rows.size()), forward_seconds);
   const double lane_share = forward_seconds / double(std::max<size_t>(1, placed.size()));
   lane_round_seconds =
       lane_round_seconds == 0.0 ? lane_share : lane_round_seconds + 0.25 * (lane_share - lane_round_seconds);
@@ -446,11 +457,11 @@ void Engine::Impl::accept(Lane& lane, const LaneRows& placed, const Batch& batch
   }
   feed_drafter(lane, lane.n_cached, committed_rows);
   lane.n_cached += 1 + n_accepted;
-  if (lane.drafter_seconds >= 0.0) {
-    const int64_t n_drafter_accepted =
-        std::count(accepted_sources.begin(), accepted_sources.end(), uint8_t(ProposerKind::drafter));
-    lane.drafter_gate.record_run(lane.drafter_seconds, n_drafter_accepted, lane_round_seconds);
-    drafter_gate.record_run(lane.drafter_seconds, n_drafter_accepted, lane_round_seconds);
+  for (size_t kind = 0; kind < size_t(kProposerKinds); ++kind) {
+    if (lane.use_seconds[kind] < 0.0) continue;
+    const int64_t n_kind_accepted = std::count(accepted_sources.begin(), accepted_sources.end(), uint8_t(kind));
+    lane.gates[kind].record_use(lane.use_seconds[kind], n_kind_accepted, lane_round_seconds);
+    gates[kind].record_use(lane.use_seconds[kind], n_kind_accepted, lane_round_seconds);
   }
   const int64_t max_depth = lane.tree_depth;
   std::lock_guard<std::mutex> lock(mutex);

@@ -35,9 +35,10 @@ struct EngineOptions {
   int64_t lone_window = 64;        // the same for the lone driver
   int64_t min_confident_match = 24;  // long-copy match length that proposes long copy rows
   LanePolicy lane_policy = LanePolicy::automatic;
-  // Run a lane's block drafter only while its accepted tokens pay for its time (DrafterGate);
-  // off, it runs every round (what acceptance measurements want).
-  bool gate_drafter = true;
+  // Let a lane's block drafter and n-gram proposer draft only while their accepted tokens pay for
+  // their time and rows (ProposerGate). The server turns it on; off, they draft every round, so
+  // acceptance does not depend on the clock (measurements and tests).
+  bool gate_proposers = false;
 };
 
 constexpr int kMaxTrackedDepth = 64;

@@ -1,6 +1,7 @@
 // One live stream on the engine thread: its tokens, its KV lane, its proposers, and the state that
 // turns tokens into text.
 #pragma once
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -9,9 +10,9 @@
 #include "engine/request.h"
 #include "engine/stop_matcher.h"
 #include "sampling/sampler.h"
-#include "speculation/drafter_gate.h"
 #include "speculation/drafter_proposer.h"
 #include "speculation/proposer.h"
+#include "speculation/proposer_gate.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tf {
@@ -32,8 +33,8 @@ struct Lane {
   std::unique_ptr<StopMatcher> stop_matcher;
   std::vector<std::unique_ptr<Proposer>> proposers;  // asked in order; earlier ones fill first
   DrafterProposer* drafter = nullptr;                // among `proposers`; fed taps after commits
-  DrafterGate drafter_gate;
-  double drafter_seconds = -1.0;                     // this round's drafter run; -1: it did not run
+  std::array<ProposerGate, kProposerKinds> gates;    // by ProposerKind; used for the gated kinds
+  std::array<double, kProposerKinds> use_seconds{};  // this round's cost of each gated use; -1: no use
   DraftTree tree;                                    // this round's drafts below the root
   int64_t tree_depth = 0;                            // deepest node of this round's tree
   ReplyTimings timings;

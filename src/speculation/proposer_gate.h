@@ -1,0 +1,87 @@
+// Whether a lane's proposer drafts this round. Drafting costs real time: the proposer's own work
+// (the block drafter runs a forward of its whole block) and a verified row for every node it adds.
+// It pays only through the tokens the target accepts, each worth about one lane-round. So a gate
+// keeps two running averages, the tokens accepted per use and the seconds a use costs, and lets
+// the proposer draft while accepted x a lane-round's seconds >= a use's seconds. Skipped, it still
+// drafts now and then (a probe), so a lane whose text turns predictable finds out; each probe that
+// does not pay doubles the wait for the next one. Only speed depends on it: which proposals are
+// made never changes a token.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+namespace tf {
+
+class ProposerGate {
+ public:
+  static constexpr int64_t kWarmupUses = 4;           // uses before the averages are trusted
+  static constexpr int64_t kFirstProbeInterval = 16;  // skipped rounds before a probe...
+  static constexpr int64_t kMaxProbeInterval = 256;   // ...doubling up to this while probes fail
+  static constexpr double kSmoothing = 0.25;          // weight of the newest sample in each average
+
+  bool should_run(double round_seconds) const {
+    return n_uses_ < kWarmupUses || n_skipped_ >= probe_interval_ || pays(round_seconds);
+  }
+  void record_skip() { ++n_skipped_; }
+  // After a round in which the proposer drafted: what the use cost in seconds, how many of its
+  // nodes the target accepted, and what a lane-round costs now.
+  void record_use(double seconds, int64_t n_accepted, double round_seconds) {
+    const double weight = n_uses_ == 0 ? 1.0 : kSmoothing;
+    seconds_per_use_ += weight * (seconds - seconds_per_use_);
+    accepted_per_use_ += weight * (double(n_accepted) - accepted_per_use_);
+    ++n_uses_;
+    n_skipped_ = 0;
+    if (pays(round_seconds)) {
+      probe_interval_ = kFirstProbeInterval;
+    } else if (n_uses_ > kWarmupUses) {
+      probe_interval_ = std::min(2 * probe_interval_, kMaxProbeInterval);
+    }
+  }
+  // A new lane starts from what the engine's other lanes have seen, not from a fresh warm-up.
+  ProposerGate for_new_lane() const {
+    ProposerGate gate = *this;
+    gate.n_skipped_ = 0;
+    gate.probe_interval_ = kFirstProbeInterval;
+    return gate;
+  }
+  double accepted_per_use() const { return accepted_per_use_; }
+  double seconds_per_use() const { return seconds_per_use_; }
+  int64_t probe_interval() const { return probe_interval_; }
+
+ private:
+  bool pays(double round_seconds) const { return accepted_per_use_ * round_seconds >= seconds_per_use_; }
+
+  double accepted_per_use_ = 0.0;
+  double seconds_per_use_ = 0.0;
+  int64_t n_uses_ = 0;
+  int64_t n_skipped_ = 0;
+  int64_t probe_interval_ = kFirstProbeInterval;
+};
+
+// What one more verified row adds to a round's forward, from the rounds seen: the slope of a
+// least-squares line through (rows, seconds), each average exponentially weighted so it follows
+// the machine's load. Zero until the rounds have varied in size.
+class RowCost {
+ public:
+  static constexpr double kSmoothing = 0.05;
+
+  void record_round(int64_t n_rows, double seconds) {
+    const double x = double(n_rows), weight = n_rounds_ == 0 ? 1.0 : kSmoothing;
+    mean_x_ += weight * (x - mean_x_);
+    mean_y_ += weight * (seconds - mean_y_);
+    mean_xx_ += weight * (x * x - mean_xx_);
+    mean_xy_ += weight * (x * seconds - mean_xy_);
+    ++n_rounds_;
+  }
+  double seconds_per_row() const {
+    const double variance = mean_xx_ - mean_x_ * mean_x_;
+    if (variance < 0.25) return 0.0;  // every round about the same size: no slope to read
+    return std::max(0.0, (mean_xy_ - mean_x_ * mean_y_) / variance);
+  }
+
+ private:
+  double mean_x_ = 0.0, mean_y_ = 0.0, mean_xx_ = 0.0, mean_xy_ = 0.0;
+  int64_t n_rounds_ = 0;
+};
+
+}  // namespace tf
