@@ -7,14 +7,20 @@
 namespace tf {
 namespace {
 
-// Softmax probability of `token` under logits[0..n).
-float probability_of(const float* logits, int64_t n, int32_t token) {
-  float max_logit = logits[0];
-  for (int64_t i = 1; i < n; ++i) max_logit = std::max(max_logit, logits[i]);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(double(logits[i] - max_logit));
-  return float(std::exp(double(logits[token] - max_logit)) / sum);
-}
+// The softmax of one logits row, normalised once, so each token's probability is one exp more.
+class RowSoftmax {
+ public:
+  RowSoftmax(const float* logits, int64_t n) : logits_(logits), max_logit_(logits[0]) {
+    for (int64_t i = 1; i < n; ++i) max_logit_ = std::max(max_logit_, logits[i]);
+    for (int64_t i = 0; i < n; ++i) sum_ += std::exp(double(logits[i] - max_logit_));
+  }
+  float probability(int32_t token) const { return float(std::exp(double(logits_[token] - max_logit_)) / sum_); }
+
+ private:
+  const float* logits_;
+  float max_logit_;
+  double sum_ = 0.0;
+};
 
 }  // namespace
 
@@ -46,14 +52,13 @@ void DrafterProposer::propose(const LaneHistory& history, int64_t max_nodes, Dra
     float* row = logits_.data() + j * n_vocab;
     drafter_->block_logits(j, row);
     int32_t token = argmax_token(row, n_vocab);
-    path_probability *= probability_of(row, n_vocab, token);
+    path_probability *= RowSoftmax(row, n_vocab).probability(token);
     if (j > 0 && path_probability < options_.min_path_probability) break;
     chain.push_back(token);
   }
   std::vector<int32_t> first = top_k_tokens(logits_.data(), n_vocab, options_.n_root_candidates);
-  auto unlikely = [&](int32_t token) {
-    return probability_of(logits_.data(), n_vocab, token) < options_.min_path_probability;
-  };
+  const RowSoftmax first_row(logits_.data(), n_vocab);
+  auto unlikely = [&](int32_t token) { return first_row.probability(token) < options_.min_path_probability; };
   first.erase(std::remove_if(first.begin() + 1, first.end(), unlikely), first.end());
   // The chain's head first, then its siblings, then the rest of the chain: a tight window keeps
   // the likelier shallow guesses and drops the deep tail.
