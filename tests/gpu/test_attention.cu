@@ -61,9 +61,12 @@ std::vector<uint16_t> run_gpu(const Problem& p, const std::vector<int>& rows, co
   n_keys_device.copy_from_host(n_keys);
   out.fill_bytes(0xff);
   const cuda::AttentionShape shape{p.n_heads, p.n_kv_heads, p.head_dim, 1.0f / std::sqrt(float(p.head_dim))};
-  // NaN-poisoned scratch: a partial read before it is written shows up in the output.
+  // NaN-poisoned partials: one read before it is written shows up in the output. The arrival
+  // counters in front start at zero, as the caller must leave them.
   DeviceBuffer<float> scratch(splits == Splits::parallel ? size_t(cuda::attention_scratch_floats(int64_t(rows.size()), shape)) : 0);
   scratch.fill_bytes(0xff);
+  if (scratch.size() > 0)
+    TF_CUDA_CHECK(cudaMemset(scratch.data(), 0, size_t(cuda::attention_scratch_counters()) * sizeof(float)));
   cuda::attention_bf16(q_device.data(), int64_t(rows.size()), k_device.data(), v_device.data(), slots_device.data(),
                        offsets_device.data(), n_keys_device.data(), shape, out.data(), nullptr,
                        {scratch.data(), int64_t(scratch.size())});

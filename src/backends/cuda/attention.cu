@@ -1,8 +1,10 @@
 // Attention in two passes. Pass 1: one block per (row, KV head, head tile, split); its warps are
 // the query heads that share the KV head, so each chunk's keys and values are loaded into shared
-// memory once for all of them. Lane l scores keys l and l+32 of a chunk (a sequential dot over
-// head_dim) and owns output dimensions l, l+32, l+64, ... for the values. Pass 2: one warp per
-// (row, head) merges the splits' partials in split order.
+// memory once for all of them (every copy of a chunk in flight at once). Lane l scores keys l and
+// l+32 of a chunk (a sequential dot over head_dim) and owns output dimensions l, l+32, l+64, ...
+// for the values. The last block of a (row, KV head, head tile) to finish its split merges every
+// split's partial in split order (an arrival counter says which block is last; the order of the
+// merge does not depend on it).
 // With many rows the GPU is full without splitting, so one block walks a row's splits in order
 // and merges them in registers: the same operations in the same order as pass 2, so the same bits.
 // Kernels are compiled per head_dim bucket (64, 128, 256: the register space); the loops run to
@@ -19,7 +21,6 @@ namespace tf::cuda {
 namespace {
 
 constexpr int kMaxHeadsPerBlock = 8;
-constexpr int kMergeWarpsPerBlock = 4;
 // Up to this many (row, head) pairs the rows alone leave most of the GPU idle, so their splits
 // run as separate blocks; the scratch this takes is bounded by it.
 constexpr int64_t kMaxSplitPairs = 4096;
@@ -54,7 +55,15 @@ struct Params {
   uint16_t* out;
   float* partial_stats;  // [n_rows * n_heads][kAttentionMaxSplits][2] (max, sum); null: no split pass
   float* partial_acc;    // [n_rows * n_heads][kAttentionMaxSplits][head_dim]
+  unsigned* arrivals;    // [n_rows * n_kv_heads * n_head_tiles] split blocks done; 0 between calls
 };
+
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
+}
+
+__device__ __forceinline__ void wait_async_copies() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // A softmax partial as one lane holds it: the running max, the sum of exp(score - max) and the
 // lane's output dimensions of sum(exp(score - max) * value). Empty: max -inf, zeros.
@@ -117,13 +126,13 @@ __device__ Partial<kMaxHeadDim / 32> attend_keys(const Params& p, const SharedTi
   for (int chunk = key_begin; chunk < key_end; chunk += kAttentionChunk) {
     const int n_in_chunk = min(kAttentionChunk, key_end - chunk);
     __syncthreads();  // every warp is done with the previous chunk's tiles (and the queries are stored)
-#pragma unroll 4
     for (int i = int(threadIdx.x); i < n_in_chunk * vectors_per_key; i += int(blockDim.x)) {
       const int j = i / vectors_per_key, d = (i % vectors_per_key) * 8;
       const int64_t at = int64_t(row_slots[chunk + j]) * kv_stride + kv_offset + d;
-      *reinterpret_cast<uint4*>(tiles.keys + j * tile_stride + d) = *reinterpret_cast<const uint4*>(p.k_cache + at);
-      *reinterpret_cast<uint4*>(tiles.values + j * tile_stride + d) = *reinterpret_cast<const uint4*>(p.v_cache + at);
+      copy_async_16(tiles.keys + j * tile_stride + d, p.k_cache + at);
+      copy_async_16(tiles.values + j * tile_stride + d, p.v_cache + at);
     }
+    wait_async_copies();
     __syncthreads();
     if (!has_head) continue;
 
@@ -177,8 +186,35 @@ __device__ Partial<kMaxHeadDim / 32> attend_keys(const Params& p, const SharedTi
   return part;
 }
 
-// Pass 1. blockIdx.x: (row, KV head, head tile); blockIdx.y: the split (always 0 without scratch).
-// A row with one split, or any row when there is no split pass, is finished here.
+// A (row, head)'s split partials from scratch, merged in split order, to its output. The partials
+// come from other blocks: read past L1, kMergeBatch splits' loads in flight at once.
+template <int kMaxHeadDim>
+__device__ void merge_splits(const Params& p, int64_t pair, int n_splits, int n_keys, int lane) {
+  constexpr int kPerLane = kMaxHeadDim / 32, kMergeBatch = 8;
+  const int head_dim = p.shape.head_dim;
+  Partial<kPerLane> row_partial;
+  for (int first = 0; first < n_splits; first += kMergeBatch) {
+    Partial<kPerLane> parts[kMergeBatch];
+#pragma unroll
+    for (int b = 0; b < kMergeBatch; ++b) {
+      if (first + b >= n_splits) break;
+      const int64_t at = pair * kAttentionMaxSplits + first + b;
+      parts[b].max = __ldcg(p.partial_stats + 2 * at);
+      parts[b].sum = __ldcg(p.partial_stats + 2 * at + 1);
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i)
+        if (lane + 32 * i < head_dim) parts[b].acc[i] = __ldcg(p.partial_acc + at * head_dim + lane + 32 * i);
+    }
+#pragma unroll
+    for (int b = 0; b < kMergeBatch; ++b)
+      if (first + b < n_splits) merge(row_partial, parts[b]);
+  }
+  write_output(p, pair, row_partial, n_keys, lane);
+}
+
+// blockIdx.x: (row, KV head, head tile); blockIdx.y: the split (always 0 without scratch).
+// A row with one split, or any row when there is no split pass, is finished by its one block;
+// otherwise by the last of its split blocks to arrive.
 template <int kMaxHeadDim>
 __global__ void attention_split_kernel(Params p) {
   constexpr int kPerLane = kMaxHeadDim / 32;
@@ -217,15 +253,29 @@ __global__ void attention_split_kernel(Params p) {
     const int begin = split * plan.keys_per_split;
     const Partial<kPerLane> part =
         attend_keys<kMaxHeadDim>(p, tiles, row_slots, begin, min(n_keys, begin + plan.keys_per_split), kv_offset, has_head);
-    if (!has_head) return;
-    const int64_t at = pair * kAttentionMaxSplits + split;
-    if (lane == 0) {
-      p.partial_stats[2 * at] = part.max;
-      p.partial_stats[2 * at + 1] = part.sum;
-    }
+    if (has_head) {
+      const int64_t at = pair * kAttentionMaxSplits + split;
+      if (lane == 0) {
+        p.partial_stats[2 * at] = part.max;
+        p.partial_stats[2 * at + 1] = part.sum;
+      }
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i)
-      if (lane + 32 * i < head_dim) p.partial_acc[at * head_dim + lane + 32 * i] = part.acc[i];
+      for (int i = 0; i < kPerLane; ++i)
+        if (lane + 32 * i < head_dim) p.partial_acc[at * head_dim + lane + 32 * i] = part.acc[i];
+    }
+    // Publish the partials, then count this block in; the last one merges.
+    __shared__ bool is_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned& arrived = p.arrivals[blockIdx.x];
+      is_last = atomicAdd(&arrived, 1u) == unsigned(plan.n_splits - 1);
+      if (is_last) arrived = 0;  // ready for the next call: every split has counted
+    }
+    __syncthreads();
+    if (!is_last || !has_head) return;
+    __threadfence();
+    merge_splits<kMaxHeadDim>(p, pair, plan.n_splits, n_keys, lane);
     return;
   }
   Partial<kPerLane> row_partial;
@@ -236,32 +286,6 @@ __global__ void attention_split_kernel(Params p) {
     if (has_head) merge(row_partial, part);
   }
   if (has_head) write_output(p, pair, row_partial, n_keys, lane);
-}
-
-// Pass 2: one warp per (row, head) with more than one split; the partials merge in split order.
-template <int kMaxHeadDim>
-__global__ void attention_merge_kernel(Params p, int64_t n_pairs) {
-  constexpr int kPerLane = kMaxHeadDim / 32;
-  wait_for_prior_kernel();
-  let_next_kernel_start();
-  const int64_t pair = int64_t(blockIdx.x) * kMergeWarpsPerBlock + int(threadIdx.x) / 32;
-  if (pair >= n_pairs) return;
-  const int lane = int(threadIdx.x) % 32, head_dim = p.shape.head_dim;
-  const int n_keys = p.n_keys[pair / p.shape.n_heads];
-  const SplitPlan plan = plan_splits(n_keys);
-  if (plan.n_splits <= 1) return;  // pass 1 wrote this one
-  Partial<kPerLane> row_partial;
-  for (int s = 0; s < plan.n_splits; ++s) {
-    const int64_t at = pair * kAttentionMaxSplits + s;
-    Partial<kPerLane> part;
-    part.max = p.partial_stats[2 * at];
-    part.sum = p.partial_stats[2 * at + 1];
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i)
-      if (lane + 32 * i < head_dim) part.acc[i] = p.partial_acc[at * head_dim + lane + 32 * i];
-    merge(row_partial, part);
-  }
-  write_output(p, pair, row_partial, n_keys, lane);
 }
 
 int heads_per_block(const AttentionShape& shape) {
@@ -280,19 +304,19 @@ void launch(Params p, int64_t n_rows, bool is_split, cudaStream_t stream) {
   const dim3 grid(unsigned(n_blocks), is_split ? unsigned(kAttentionMaxSplits) : 1u);
   launch_overlapped("attention_split_kernel", attention_split_kernel<kMaxHeadDim>, grid,
                     dim3(unsigned(p.heads_per_block * 32)), n_shared, stream, p);
-  if (!is_split) return;
-  const int64_t n_pairs = n_rows * shape.n_heads;
-  launch_overlapped("attention_merge_kernel", attention_merge_kernel<kMaxHeadDim>,
-                    dim3(unsigned((n_pairs + kMergeWarpsPerBlock - 1) / kMergeWarpsPerBlock)),
-                    dim3(kMergeWarpsPerBlock * 32), 0, stream, p, n_pairs);
 }
 
 }  // namespace
 
+// One counter per split block group, (row, KV head, head tile): never more than the (row, head)
+// pairs of a split pass. A fixed count, so the counters sit in the same place for every row count
+// and stay zero between calls.
+int64_t attention_scratch_counters() { return kMaxSplitPairs; }
+
 int64_t attention_scratch_floats(int64_t n_rows, const AttentionShape& shape) {
   const int64_t n_pairs = n_rows * shape.n_heads;
   if (n_pairs > kMaxSplitPairs) return 0;
-  return n_pairs * kAttentionMaxSplits * (shape.head_dim + 2);
+  return attention_scratch_counters() + n_pairs * kAttentionMaxSplits * (shape.head_dim + 2);
 }
 
 void attention_bf16(const uint16_t* q, int64_t n_rows, const uint16_t* k_cache, const uint16_t* v_cache,
@@ -311,8 +335,10 @@ void attention_bf16(const uint16_t* q, int64_t n_rows, const uint16_t* k_cache, 
   const int64_t n_stats = n_rows * shape.n_heads * kAttentionMaxSplits * 2;
   const int per_block = heads_per_block(shape);
   const int group = shape.n_heads / shape.n_kv_heads;
+  float* partials = scratch.data + attention_scratch_counters();
   const Params p{q, k_cache, v_cache, slots, slot_offsets, n_keys, shape, per_block, (group + per_block - 1) / per_block,
-                 out, is_split ? scratch.data : nullptr, is_split ? scratch.data + n_stats : nullptr};
+                 out, is_split ? partials : nullptr, is_split ? partials + n_stats : nullptr,
+                 is_split ? reinterpret_cast<unsigned*>(scratch.data) : nullptr};
   if (shape.head_dim <= 64)
     launch<64>(p, n_rows, is_split, stream);
   else if (shape.head_dim <= 128)

@@ -21,7 +21,9 @@ struct AttentionShape {
   float scale;   // 1/sqrt(head_dim)
 };
 
-// Device scratch for the splits' partials (f32), owned by the caller.
+// Device scratch for the splits' arrival counters (the first attention_scratch_counters floats,
+// as unsigned) and partials (f32), owned by the caller, who zero-fills the counters once after
+// allocating it; every call leaves them at zero again.
 struct AttentionScratch {
   float* data = nullptr;
   int64_t n_floats = 0;
@@ -30,6 +32,7 @@ struct AttentionScratch {
 // Scratch a call over n_rows rows wants for its split pass; 0 when it would compute each row's
 // splits one after another in one block anyway (many rows fill the GPU without splitting).
 int64_t attention_scratch_floats(int64_t n_rows, const AttentionShape& shape);
+int64_t attention_scratch_counters();
 
 // q, out: [n_rows][n_heads * head_dim] bf16 bits.
 // k_cache, v_cache: [n_slots][n_kv_heads * head_dim] bf16 bits (this layer's slice).

@@ -1,5 +1,5 @@
-// Fused norms: one warp per row (add_rms_norm) or per head (qk_norm_rope_to_cache), with the
-// per-row math of row_math.cuh, so the results equal the standalone kernels' bit for bit.
+// q/k norm, RoPE and the cache write in one kernel: one warp per head, with the per-row math of
+// row_math.cuh, so the results equal the standalone kernels' bit for bit.
 #include "backends/cuda/fused_norms.cuh"
 
 #include "backends/cuda/cuda_check.cuh"
@@ -11,35 +11,6 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kMaxHeadDim = 256;
-
-__global__ void add_rms_norm_kernel(uint16_t* hidden, const uint16_t* __restrict__ residual, int n_rows, int dim,
-                                    const uint16_t* __restrict__ gain, float eps, uint16_t* __restrict__ normed) {
-  wait_for_prior_kernel();
-  let_next_kernel_start();
-  const int row = int(blockIdx.x) * kWarpsPerBlock + int(threadIdx.x) / 32;
-  const int lane = int(threadIdx.x) % 32;
-  if (row >= n_rows) return;
-  uint16_t* h_row = hidden + int64_t(row) * dim;
-  if (residual != nullptr) {
-    // The lane that adds a piece is the lane that later reads it back: no barrier needed.
-    const uint16_t* r_row = residual + int64_t(row) * dim;
-    for (int piece = lane; piece < dim / 8; piece += 32) {
-      float h[8], r[8];
-      unpack_bf16x8(*reinterpret_cast<const uint4*>(h_row + 8 * piece), h);
-      unpack_bf16x8(*reinterpret_cast<const uint4*>(r_row + 8 * piece), r);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) h[i] = __fadd_rn(h[i], r[i]);
-      *reinterpret_cast<uint4*>(h_row + 8 * piece) = pack_bf16x8(h);
-    }
-  }
-  const float inverse_rms = warp_inverse_rms(h_row, dim, eps, lane);
-  uint16_t* y_row = normed + int64_t(row) * dim;
-  for (int piece = lane; piece < dim / 8; piece += 32) {
-    float v[8];
-    normalized_piece(h_row, gain, inverse_rms, piece, v);
-    *reinterpret_cast<uint4*>(y_row + 8 * piece) = pack_bf16x8(v);
-  }
-}
 
 // Warp w of a block takes head slot (blockIdx.x * kWarpsPerBlock + w) of the flattened
 // [row][q heads | k heads | v heads] list.
@@ -86,19 +57,6 @@ __global__ void qk_norm_rope_to_cache_kernel(const uint16_t* __restrict__ qkv, i
 }
 
 }  // namespace
-
-void add_rms_norm_bf16(uint16_t* hidden, const uint16_t* residual, int64_t n_rows, int64_t dim, const uint16_t* gain,
-                       float eps, uint16_t* normed, cudaStream_t stream) {
-  TF_CUDA_REQUIRE(n_rows >= 0 && n_rows < (int64_t(1) << 31) && dim > 0 && dim % 8 == 0 && dim < (int64_t(1) << 31),
-                  "add_rms_norm_bf16: dim must be a positive multiple of 8");
-  TF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(hidden) % 16 == 0 && reinterpret_cast<uintptr_t>(residual) % 16 == 0 &&
-                      reinterpret_cast<uintptr_t>(gain) % 16 == 0 && reinterpret_cast<uintptr_t>(normed) % 16 == 0,
-                  "add_rms_norm_bf16: buffers must be 16-byte aligned");
-  if (n_rows == 0) return;
-  const unsigned n_blocks = unsigned((n_rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  launch_overlapped("add_rms_norm_kernel", add_rms_norm_kernel, dim3(n_blocks), dim3(kWarpsPerBlock * 32), 0, stream,
-                    hidden, residual, int(n_rows), int(dim), gain, eps, normed);
-}
 
 void qk_norm_rope_to_cache_bf16(const uint16_t* qkv, int64_t n_rows, const QkvShape& shape, const uint16_t* q_gain,
                                 const uint16_t* k_gain, float eps, const int32_t* positions,

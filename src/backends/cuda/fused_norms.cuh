@@ -1,4 +1,4 @@
-// The norms of a decoder layer fused with the work around them, to cut kernel launches per layer.
+// The q/k norms of a decoder layer fused with RoPE and the cache write, to cut kernel launches.
 // Each computes, bit for bit, what the standalone kernels compute in sequence (row_math.cuh holds
 // the shared per-row math; tests compare the two).
 #pragma once
@@ -7,11 +7,6 @@
 #include <cstdint>
 
 namespace tf::cuda {
-
-// hidden += residual (rounded to bf16, as add_bf16), then normed = rms_norm(hidden) (as
-// rms_norm_bf16). residual may be null: normed = rms_norm(hidden) alone. [n_rows][dim] bf16 bits.
-void add_rms_norm_bf16(uint16_t* hidden, const uint16_t* residual, int64_t n_rows, int64_t dim, const uint16_t* gain,
-                       float eps, uint16_t* normed, cudaStream_t stream = nullptr);
 
 struct QkvShape {
   int n_heads;
