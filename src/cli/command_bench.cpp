@@ -97,7 +97,15 @@ void run_bench(const BenchFlags& flags, const std::string& command_line) {
 
   std::vector<double> prefill_rates, decode_rates;
   std::vector<std::vector<double>> verify_ms(flags.verify_rows.size());
-  std::vector<float> logits(size_t(std::max<int64_t>(1, max_verify_rows) * n_vocab));
+  // Every token is chosen greedily by the model itself, as the engine has a greedy lane's tokens
+  // chosen (on a GPU the logits stay there): no row needs its logits on the host.
+  const SamplingParams greedy;
+  const auto greedy_picks = [&](int64_t n_rows, int64_t first_position) {
+    std::vector<LogitRowPick> picks(size_t(n_rows), LogitRowPick{&greedy, 0});
+    for (int64_t i = 0; i < n_rows; ++i) picks[size_t(i)].position = first_position + i + 1;
+    return picks;
+  };
+  std::vector<int32_t> tokens(size_t(std::max<int64_t>(1, max_verify_rows)));
   // One cache for every repetition: a backend that captures a forward per shape and cache (CUDA
   // graphs) captures in the warm-up and replays in the timed runs, as a server does.
   KvCache kv(*model, kv_blocks_for(n_positions));
@@ -109,16 +117,16 @@ void run_bench(const BenchFlags& flags, const std::string& command_line) {
       prefill.rows.push_back({prompt[size_t(i)], int32_t(i), lane, int32_t(i) - 1,
                               kv.slot(lane, i), i + 1 == flags.prompt_len});
     auto start = Clock::now();
-    model->forward(prefill, kv, logits.data());
+    model->forward_and_pick(prefill, kv, greedy_picks(1, flags.prompt_len - 1), tokens.data(), nullptr);
     double prefill_s = seconds_since(start);
-    int32_t token = argmax(logits.data(), n_vocab);
+    int32_t token = tokens[0];
     start = Clock::now();
     for (int64_t i = 0; i < flags.n_decode; ++i) {
       int32_t pos = int32_t(flags.prompt_len + i);
       Batch step;
       step.rows.push_back({token, pos, lane, -1, kv.slot(lane, pos), true});
-      model->forward(step, kv, logits.data());
-      token = argmax(logits.data(), n_vocab);
+      model->forward_and_pick(step, kv, greedy_picks(1, pos), tokens.data(), nullptr);
+      token = tokens[0];
     }
     double decode_s = seconds_since(start);
     // A verify round: one lane's chain of n draft rows after the decoded tokens, every row asking
@@ -130,7 +138,7 @@ void run_bench(const BenchFlags& flags, const std::string& command_line) {
         verify.rows.push_back({random_token(), verify_start + int32_t(i), lane, int32_t(i) - 1,
                                kv.slot(lane, verify_start + i), true});
       start = Clock::now();
-      model->forward(verify, kv, logits.data());
+      model->forward_and_pick(verify, kv, greedy_picks(flags.verify_rows[v], verify_start), tokens.data(), nullptr);
       if (rep > 0) verify_ms[v].push_back(seconds_since(start) * 1e3);
     }
     kv.lane_close(lane);

@@ -90,8 +90,11 @@ struct Engine::Impl {
   int64_t n_waiting = 0;                     // queue depth seen at the last admission
   int32_t scratch_lane;                      // slots for draft rows off their lane's main chain
   Sampler sampler;
-  std::vector<float> logits;
-  std::vector<int64_t> logit_row_of;         // [batch rows] index among logit rows, or -1
+  std::vector<LogitRowPick> picks;            // [logit rows] who chooses the next token
+  std::vector<int32_t> picked;                // [logit rows] the model's choice, or -1
+  std::vector<float> logits;                  // [logit rows without a pick][vocab]
+  std::vector<int64_t> logit_row_of;          // [batch rows] index among logit rows, or -1
+  std::vector<int64_t> host_logits_row_of;    // [logit rows] row in `logits`, or -1 when picked
   std::vector<float> committed_taps;         // [n_tokens][tap width] gathered for one lane
   // Running average of one lane's share of a round's forward: what a round a lane saves is worth
   // (with many lanes the round happens anyway; the lane saves its share of it).
@@ -124,6 +127,7 @@ struct Engine::Impl {
   int64_t window_for(const Lane& lane, int64_t n_decoding) const;
   void add_decode_rows(Lane& lane, int64_t max_rows, int64_t* n_scratch, Batch& batch);
   void accept(Lane& lane, const LaneRows& placed, const Batch& batch);
+  int32_t choose(Lane& lane, int64_t logit_row, const float** row_logits);
   void on_token(Lane& lane, int32_t token, const float* lane_logits);
   void feed_drafter(Lane& lane, int64_t first_position, const std::vector<int64_t>& rows);
   void finish(Lane& lane, FinishReason reason, const std::string& error = {});
@@ -386,12 +390,27 @@ void Engine::Impl::round() {
   if (batch.rows.empty()) return;
   const int64_t n_vocab = model->config().vocab_size;
   logit_row_of.assign(batch.rows.size(), -1);
-  int64_t n_logit_rows = 0;
-  for (size_t r = 0; r < batch.rows.size(); ++r)
-    if (batch.rows[r].wants_logits) logit_row_of[r] = n_logit_rows++;
-  logits.resize(size_t(n_logit_rows * n_vocab));
+  picks.clear();
+  for (const LaneRows& p : placed) {
+    // The model chooses a lane's tokens itself unless the lane needs its logits here.
+    const SamplingParams& sampling = p.lane->request.sampling;
+    const bool is_pickable = sampling.presence_penalty == 0.0f && sampling.frequency_penalty == 0.0f &&
+                             p.lane->request.n_top_logprobs < 0;
+    for (int64_t r = p.first_row; r < p.first_row + p.n_rows; ++r) {
+      const BatchRow& row = batch.rows[size_t(r)];
+      if (!row.wants_logits) continue;
+      logit_row_of[size_t(r)] = int64_t(picks.size());
+      picks.push_back({is_pickable ? &sampling : nullptr, int64_t(row.pos) + 1});
+    }
+  }
+  int64_t n_unpicked = 0;
+  host_logits_row_of.assign(picks.size(), -1);
+  for (size_t i = 0; i < picks.size(); ++i)
+    if (picks[i].sampling == nullptr) host_logits_row_of[i] = n_unpicked++;
+  picked.resize(picks.size());
+  logits.resize(size_t(n_unpicked * n_vocab));
   const auto forward_start = Lane::Clock::now();
-  model->forward(batch, kv, logits.data());
+  model->forward_and_pick(batch, kv, picks, picked.data(), logits.data());
   const double forward_seconds = std::chrono::duration<double>(Lane::Clock::now() - forward_start).count();
   row_cost.record_round(int64_t(batch.rows.size()), forward_seconds);
   const double lane_share = forward_seconds / double(std::max<size_t>(1, placed.size()));
@@ -413,10 +432,9 @@ void Engine::Impl::round() {
     p.lane->n_cached += p.n_rows;
     int64_t last = p.first_row + p.n_rows - 1;
     if (logit_row_of[size_t(last)] < 0) continue;  // more prompt to come
-    const float* lane_logits = logits.data() + logit_row_of[size_t(last)] * n_vocab;
     p.lane->timings.rounds += 1;
-    int32_t token = sampler.sample(lane_logits, n_vocab, p.lane->request.sampling,
-                                   int64_t(p.lane->tokens.size()), p.lane->counts);
+    const float* lane_logits = nullptr;
+    const int32_t token = choose(*p.lane, logit_row_of[size_t(last)], &lane_logits);
     on_token(*p.lane, token, lane_logits);
   }
 }
@@ -425,7 +443,6 @@ void Engine::Impl::round() {
 // sample at that position) picks the child; the walk stops where no child holds that token. Every
 // emitted token is the target's choice, so drafts change speed, never tokens.
 void Engine::Impl::accept(Lane& lane, const LaneRows& placed, const Batch& batch) {
-  const int64_t n_vocab = model->config().vocab_size;
   const DraftTree& tree = lane.tree;
   lane.timings.rounds += 1;
   // Counted before tokens are emitted: emitting the last one finishes the reply and reports them.
@@ -436,9 +453,8 @@ void Engine::Impl::accept(Lane& lane, const LaneRows& placed, const Batch& batch
   std::vector<uint8_t> accepted_sources;
   for (;;) {
     int64_t row = placed.first_row + 1 + node;
-    const float* row_logits = logits.data() + logit_row_of[size_t(row)] * n_vocab;
-    int32_t token = sampler.sample(row_logits, n_vocab, lane.request.sampling,
-                                   int64_t(lane.tokens.size()), lane.counts);
+    const float* row_logits = nullptr;
+    const int32_t token = choose(lane, logit_row_of[size_t(row)], &row_logits);
     int32_t child = -1;
     for (int64_t i = node + 1; i < tree.size() && child < 0; ++i)
       if (tree.parents[size_t(i)] == node && tree.tokens[size_t(i)] == token) child = int32_t(i);
@@ -485,6 +501,19 @@ void Engine::Impl::feed_drafter(Lane& lane, int64_t first_position, const std::v
   for (size_t i = 0; i < rows.size(); ++i)
     std::copy_n(taps.data() + size_t(rows[i]) * width, width, committed_taps.data() + i * width);
   lane.drafter->observe_taps(first_position, committed_taps.data(), int64_t(rows.size()));
+}
+
+// The token after logit row `logit_row`: the model's pick, or the sampler's over the row's logits
+// (then *row_logits points at them; they are null for a picked row).
+int32_t Engine::Impl::choose(Lane& lane, int64_t logit_row, const float** row_logits) {
+  const int64_t host_row = host_logits_row_of[size_t(logit_row)];
+  if (host_row < 0) {
+    *row_logits = nullptr;
+    return picked[size_t(logit_row)];
+  }
+  const int64_t n_vocab = model->config().vocab_size;
+  *row_logits = logits.data() + host_row * n_vocab;
+  return sampler.sample(*row_logits, n_vocab, lane.request.sampling, int64_t(lane.tokens.size()), lane.counts);
 }
 
 void Engine::Impl::on_token(Lane& lane, int32_t token, const float* lane_logits) {

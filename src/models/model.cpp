@@ -1,5 +1,7 @@
 #include "models/model.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "models/qwen3.h"
 #if TF_HAVE_CUDA
@@ -15,6 +17,29 @@ void require_device_in_build(const std::string& device) {
     fail("device 'cuda' is not available: this build has no CUDA backend (configure with -DTF_CUDA=ON, or use "
          "--device cpu)");
 #endif
+}
+
+void Model::forward_and_pick(const Batch& batch, KvCache& kv, const std::vector<LogitRowPick>& picks, int32_t* tokens,
+                             float* logits) {
+  const int64_t n_vocab = config().vocab_size;
+  all_logits_.resize(picks.size() * size_t(n_vocab));
+  forward(batch, kv, all_logits_.data());
+  int64_t n_unpicked = 0;
+  for (size_t i = 0; i < picks.size(); ++i) {
+    const float* row = all_logits_.data() + int64_t(i) * n_vocab;
+    if (picks[i].sampling != nullptr) {
+      tokens[i] = pick_on_host(row, n_vocab, picks[i]);
+    } else {
+      tokens[i] = -1;
+      std::copy_n(row, n_vocab, logits + n_unpicked++ * n_vocab);
+    }
+  }
+}
+
+int32_t pick_on_host(const float* row_logits, int64_t n_vocab, const LogitRowPick& pick) {
+  thread_local Sampler sampler;
+  static const TokenCounts no_history;
+  return sampler.sample(row_logits, n_vocab, *pick.sampling, pick.position, no_history);
 }
 
 std::shared_ptr<Model> load_model(const std::string& model_dir, const ModelLoadOptions& options) {

@@ -10,11 +10,21 @@
 #include "engine/kv_storage.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
+#include "sampling/sampler.h"
 
 namespace tf {
 
 class KvCache;
 struct Qwen3Weights;
+
+// Who chooses the token after a logit row. With `sampling` set (greedy or seeded, penalties off) the
+// model may choose it, next to the logits (on a GPU they then never leave it); the token is the one
+// Sampler::sample gives for those logits, parameters and position. Without, the caller wants the
+// row's logits (penalties need the reply so far; logprobs need the distribution).
+struct LogitRowPick {
+  const SamplingParams* sampling = nullptr;
+  int64_t position = 0;  // the index the chosen token will have in its sequence
+};
 
 class Model {
  public:
@@ -23,6 +33,11 @@ class Model {
   // Runs every row of the batch; each row's K/V is written to its kv_slot. For each row with
   // wants_logits, writes n_vocab logits to `logits` in row order (logits rows are packed).
   virtual void forward(const Batch& batch, KvCache& kv, float* logits) = 0;
+  // forward(), then for logit row i (rows with wants_logits, in order; picks has one per row):
+  // tokens[i] = the chosen token when picks[i].sampling is set, else -1 and the row's logits go to
+  // `logits`, packed in row order (only the rows without a pick take space there).
+  virtual void forward_and_pick(const Batch& batch, KvCache& kv, const std::vector<LogitRowPick>& picks,
+                                int32_t* tokens, float* logits);
   // Keys and values of n_slots positions in every layer, in this backend's memory and type; a
   // KvCache made with the model (KvCache(model, n_blocks)) holds it.
   virtual std::unique_ptr<KvStorage> make_kv_storage(int64_t n_slots) const = 0;
@@ -45,7 +60,13 @@ class Model {
     static const std::vector<float> none;
     return none;
   }
+
+ private:
+  std::vector<float> all_logits_;  // forward_and_pick's default: every logit row of a forward
 };
+
+// The token a pick with sampling set chooses from its row's logits, on the host.
+int32_t pick_on_host(const float* row_logits, int64_t n_vocab, const LogitRowPick& pick);
 
 struct ModelLoadOptions {
   std::string device = "cpu";  // "cpu" or "cuda"

@@ -5,6 +5,7 @@
 
 #include "backends/cuda/activation.cuh"
 #include "backends/cuda/add.cuh"
+#include "backends/cuda/argmax.cuh"
 #include "backends/cuda/attention.cuh"
 #include "backends/cuda/cuda_kv_storage.h"
 #include "backends/cuda/device_info.h"
@@ -81,7 +82,10 @@ void Qwen3CudaModel::reserve(int64_t n_rows, int64_t n_keys) {
     tap_rows_ = DeviceBuffer<uint16_t>(n_taps);
     tap_staging_ = PinnedHostBuffer<uint16_t>(n_taps);
   }
-  if (attention_scratch_.size() < n_attention_scratch) attention_scratch_ = DeviceBuffer<float>(n_attention_scratch);
+  if (attention_scratch_.size() < n_attention_scratch) {
+    attention_scratch_ = DeviceBuffer<float>(n_attention_scratch);
+    attention_scratch_.fill_bytes(0);  // its arrival counters start at zero
+  }
   if (n_rows <= row_capacity_) return;
   const size_t rows = size_t(n_rows);
   const size_t hidden = size_t(config_.hidden_size), q_dim = size_t(config_.q_dim());
@@ -95,6 +99,8 @@ void Qwen3CudaModel::reserve(int64_t n_rows, int64_t n_keys) {
   gate_up_ = DeviceBuffer<uint16_t>(rows * 2 * inter);
   mlp_act_ = DeviceBuffer<uint16_t>(rows * inter);
   logits_ = DeviceBuffer<float>(rows * size_t(config_.vocab_size));
+  argmax_ = DeviceBuffer<int32_t>(rows);
+  argmax_staging_ = PinnedHostBuffer<int32_t>(rows);
   row_capacity_ = n_rows;
 }
 
@@ -213,11 +219,11 @@ void Qwen3CudaModel::enqueue_layers(int64_t n_rows, int64_t n_logit_rows, CudaKv
                 normed_.data(), stream);
   linear_bf16(normed_.data(), n_logit_rows, weights_.lm_head(), config_.vocab_size, hidden, logits_.data(),
               LinearOutput::f32, stream);
+  argmax_f32(logits_.data(), n_logit_rows, config_.vocab_size, argmax_.data(), stream);
 }
 
-void Qwen3CudaModel::forward(const Batch& batch, KvCache& kv, float* logits) {
+int64_t Qwen3CudaModel::enqueue_forward(const Batch& batch, KvCache& kv) {
   const int64_t n_rows = int64_t(batch.rows.size());
-  if (n_rows == 0) return;
   batch.check_token_ids(config_.vocab_size);
   CudaKvStorage& storage = kv.storage_as<CudaKvStorage>();
   const int64_t n_logit_rows = upload_rows(batch, kv);
@@ -237,17 +243,74 @@ void Qwen3CudaModel::forward(const Batch& batch, KvCache& kv, float* logits) {
     enqueue_layers(n_rows, n_logit_rows, storage);
   }
 
-  if (n_logit_rows > 0)
-    TF_CUDA_CHECK(cudaMemcpyAsync(logits, logits_.data(), size_t(n_logit_rows * config_.vocab_size) * sizeof(float),
-                                  cudaMemcpyDeviceToHost, stream));
   const size_t n_tap_values = tap_layers_.size() * size_t(n_rows * config_.hidden_size);
   if (n_tap_values > 0)
     TF_CUDA_CHECK(cudaMemcpyAsync(tap_staging_.data(), tap_rows_.data(), n_tap_values * sizeof(uint16_t),
                                   cudaMemcpyDeviceToHost, stream));
-  // The one host synchronization of a forward: the caller reads the logits next, and the next
+  return n_logit_rows;
+}
+
+void Qwen3CudaModel::finish_forward(int64_t n_rows) {
+  // The one host synchronization of a forward: the caller reads the results next, and the next
   // forward refills the row staging buffer.
   stream_.synchronize();
-  if (n_tap_values > 0) unpack_taps(n_rows);
+  if (!tap_layers_.empty()) unpack_taps(n_rows);
+}
+
+void Qwen3CudaModel::forward(const Batch& batch, KvCache& kv, float* logits) {
+  const int64_t n_rows = int64_t(batch.rows.size());
+  if (n_rows == 0) return;
+  const int64_t n_logit_rows = enqueue_forward(batch, kv);
+  if (n_logit_rows > 0)
+    TF_CUDA_CHECK(cudaMemcpyAsync(logits, logits_.data(), size_t(n_logit_rows * config_.vocab_size) * sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream_.get()));
+  finish_forward(n_rows);
+}
+
+void Qwen3CudaModel::forward_and_pick(const Batch& batch, KvCache& kv, const std::vector<LogitRowPick>& picks,
+                                      int32_t* tokens, float* logits) {
+  const int64_t n_rows = int64_t(batch.rows.size());
+  if (n_rows == 0) return;
+  const int64_t n_logit_rows = enqueue_forward(batch, kv);
+  if (int64_t(picks.size()) != n_logit_rows) fail("forward_and_pick: one pick per logit row");
+  const int64_t n_vocab = config_.vocab_size;
+  const size_t row_bytes = size_t(n_vocab) * sizeof(float);
+  cudaStream_t stream = stream_.get();
+  if (n_logit_rows > 0)
+    TF_CUDA_CHECK(cudaMemcpyAsync(argmax_staging_.data(), argmax_.data(), size_t(n_logit_rows) * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, stream));
+  // Rows the host needs, packed; consecutive ones travel in one copy.
+  std::vector<int64_t> host_rows;
+  for (int64_t i = 0; i < n_logit_rows; ++i)
+    if (picks[size_t(i)].sampling == nullptr || !picks[size_t(i)].sampling->is_greedy()) host_rows.push_back(i);
+  if (logits_staging_.size() < host_rows.size() * size_t(n_vocab))
+    logits_staging_ = PinnedHostBuffer<float>(host_rows.size() * size_t(n_vocab));
+  for (size_t begin = 0; begin < host_rows.size();) {
+    size_t end = begin + 1;
+    while (end < host_rows.size() && host_rows[end] == host_rows[end - 1] + 1) ++end;
+    TF_CUDA_CHECK(cudaMemcpyAsync(logits_staging_.data() + begin * size_t(n_vocab),
+                                  logits_.data() + host_rows[begin] * n_vocab, (end - begin) * row_bytes,
+                                  cudaMemcpyDeviceToHost, stream));
+    begin = end;
+  }
+  finish_forward(n_rows);
+
+  size_t next_host_row = 0;
+  int64_t n_unpicked = 0;
+  for (int64_t i = 0; i < n_logit_rows; ++i) {
+    const LogitRowPick& pick = picks[size_t(i)];
+    if (pick.sampling != nullptr && pick.sampling->is_greedy()) {
+      tokens[i] = argmax_staging_.data()[i];
+      continue;
+    }
+    const float* row = logits_staging_.data() + next_host_row++ * size_t(n_vocab);
+    if (pick.sampling != nullptr) {
+      tokens[i] = pick_on_host(row, n_vocab, pick);
+    } else {
+      tokens[i] = -1;
+      std::memcpy(logits + n_unpicked++ * n_vocab, row, row_bytes);
+    }
+  }
 }
 
 std::shared_ptr<Model> make_qwen3_cuda_model(const ModelConfig& config, const Qwen3Weights& weights,

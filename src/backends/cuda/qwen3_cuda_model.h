@@ -23,6 +23,10 @@ class Qwen3CudaModel : public Model {
 
   const ModelConfig& config() const override { return config_; }
   void forward(const Batch& batch, KvCache& kv, float* logits) override;
+  // Greedy picks are argmaxes on the GPU: only their ids cross to the host. Sampled picks and
+  // unpicked rows bring their logits over.
+  void forward_and_pick(const Batch& batch, KvCache& kv, const std::vector<LogitRowPick>& picks, int32_t* tokens,
+                        float* logits) override;
   std::unique_ptr<KvStorage> make_kv_storage(int64_t n_slots) const override;
   int64_t weight_bytes_per_step() const override;
   void set_tap_layers(std::vector<int> layers) override;
@@ -57,6 +61,10 @@ class Qwen3CudaModel : public Model {
   void attention_block(int64_t layer, int64_t n_rows, CudaKvStorage& kv);
   void mlp_block(int64_t layer, int64_t n_rows);
   void keep_taps(int64_t layer, int64_t n_rows);
+  // Enqueues a whole forward (graph or eager) and the copy of its taps; returns its logit rows.
+  int64_t enqueue_forward(const Batch& batch, KvCache& kv);
+  // Waits for the forward's copies, then unpacks the taps.
+  void finish_forward(int64_t n_rows);
   void unpack_taps(int64_t n_rows);
 
   ModelConfig config_;
@@ -97,6 +105,9 @@ class Qwen3CudaModel : public Model {
   DeviceBuffer<uint16_t> gate_up_;   // [n_rows][2 * intermediate]
   DeviceBuffer<uint16_t> mlp_act_;   // [n_rows][intermediate]
   DeviceBuffer<float> logits_;       // [n_rows][vocab]
+  DeviceBuffer<int32_t> argmax_;     // [n_rows] each logit row's argmax, computed in every forward
+  PinnedHostBuffer<int32_t> argmax_staging_;
+  PinnedHostBuffer<float> logits_staging_;  // the logit rows the host needs, packed
   DeviceBuffer<float> attention_scratch_;  // partials of attention's key splits (attention_scratch_floats)
   DeviceBuffer<uint16_t> tap_rows_;  // [n_tap_layers][n_rows][hidden]
   PinnedHostBuffer<uint16_t> tap_staging_;
