@@ -52,6 +52,14 @@ TEST_P(ForwardInvarianceTest, DecodeRowIsTheSameAmongAnyNumberOfRows) {
   }
 }
 
+// The tokens the model chooses itself equal the sampler's on the same logits (greedy and sampled),
+// and unpicked rows' logits come back unchanged.
+TEST_P(ForwardInvarianceTest, PicksEqualTheSamplerOnTheLogits) {
+  std::mt19937 rng(9);
+  auto model = load_with_threads(GetParam(), 3);
+  test::expect_picks_match_logits(*model, random_ids(rng, 37, model->config().vocab_size));
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyQwen3, ForwardInvarianceTest,
                          ::testing::Values("qwen3-tiny-a", "qwen3-tiny-b", "qwen3-tiny-c"));
 

@@ -1,6 +1,7 @@
 // attention_bf16 on the GPU: parity with cpu::attention, and rows bitwise independent of their
-// neighbours, of the row count, of where their keys live in the cache, and of whether the key
-// splits ran as separate blocks (with scratch) or one after another in one block (without).
+// neighbours, of the row count, of where their keys live in the cache, of whether the key splits
+// ran as separate blocks (with scratch) or one after another in one block (without), and of
+// whether a row shared its blocks with the other rows of a chain group.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -31,11 +32,32 @@ struct Problem {
 
 
 enum class Splits { parallel, in_order };  // with scratch, or without (one block per row)
+enum class Groups { none, chains };         // every row alone, or runs of prefix rows share blocks
+
+// Runs of rows (in the order given) whose key lists are each a prefix of the next and cut into
+// splits alike, at most attention_rows_per_group long: the groups a model forms from chain rows. [n_groups + 1] starts.
+std::vector<int32_t> chain_group_starts(const Problem& p, const std::vector<int>& rows, const cuda::AttentionShape& shape) {
+  std::vector<int32_t> starts;
+  int group_size = 0;
+  for (size_t i = 0; i < rows.size(); ++i, ++group_size) {
+    const auto& before = i > 0 ? p.visible[size_t(rows[i - 1])] : p.visible[size_t(rows[i])];
+    const auto& here = p.visible[size_t(rows[i])];
+    const bool is_prefix = before.size() <= here.size() && std::equal(before.begin(), before.end(), here.begin());
+    const bool cuts_alike =
+        cuda::attention_chunks_per_split(int(before.size())) == cuda::attention_chunks_per_split(int(here.size()));
+    if (i > 0 && is_prefix && cuts_alike && group_size < cuda::attention_rows_per_group(shape)) continue;
+    starts.push_back(int32_t(i));
+    group_size = 0;
+  }
+  starts.push_back(int32_t(rows.size()));
+  return starts;
+}
 
 // Places logical key j at physical slot placement[j] of a cache of n_slots (other slots hold
 // noise), runs the GPU kernel over the chosen rows (repeats allowed) and returns their outputs.
 std::vector<uint16_t> run_gpu(const Problem& p, const std::vector<int>& rows, const std::vector<int32_t>& placement,
-                              int64_t n_slots, std::mt19937& rng, Splits splits = Splits::parallel) {
+                              int64_t n_slots, std::mt19937& rng, Splits splits = Splits::parallel,
+                              Groups groups = Groups::none) {
   const int64_t kv_width = int64_t(p.n_kv_heads) * p.head_dim, q_width = int64_t(p.n_heads) * p.head_dim;
   std::vector<uint16_t> k_cache = random_bf16(size_t(n_slots * kv_width), rng), v_cache = random_bf16(size_t(n_slots * kv_width), rng);
   for (int64_t j = 0; j < p.n_logical; ++j) {
@@ -61,15 +83,19 @@ std::vector<uint16_t> run_gpu(const Problem& p, const std::vector<int>& rows, co
   n_keys_device.copy_from_host(n_keys);
   out.fill_bytes(0xff);
   const cuda::AttentionShape shape{p.n_heads, p.n_kv_heads, p.head_dim, 1.0f / std::sqrt(float(p.head_dim))};
-  // NaN-poisoned partials: one read before it is written shows up in the output. The arrival
-  // counters in front start at zero, as the caller must leave them.
+  // NaN-poisoned scratch: a partial read before it is written shows up in the output.
   DeviceBuffer<float> scratch(splits == Splits::parallel ? size_t(cuda::attention_scratch_floats(int64_t(rows.size()), shape)) : 0);
   scratch.fill_bytes(0xff);
-  if (scratch.size() > 0)
-    TF_CUDA_CHECK(cudaMemset(scratch.data(), 0, size_t(cuda::attention_scratch_counters()) * sizeof(float)));
+  const std::vector<int32_t> starts = chain_group_starts(p, rows, shape);
+  const std::vector<int32_t> group_count = {int32_t(starts.size()) - 1};
+  DeviceBuffer<int32_t> starts_device(starts.size()), group_count_device(1);
+  starts_device.copy_from_host(starts);
+  group_count_device.copy_from_host(group_count);
+  const cuda::AttentionGroups device_groups =
+      groups == Groups::chains ? cuda::AttentionGroups{starts_device.data(), group_count_device.data()} : cuda::AttentionGroups{};
   cuda::attention_bf16(q_device.data(), int64_t(rows.size()), k_device.data(), v_device.data(), slots_device.data(),
                        offsets_device.data(), n_keys_device.data(), shape, out.data(), nullptr,
-                       {scratch.data(), int64_t(scratch.size())});
+                       {scratch.data(), int64_t(scratch.size())}, device_groups);
   TF_CUDA_CHECK(cudaDeviceSynchronize());
   return out.to_host();
 }
@@ -150,16 +176,19 @@ void test_attention(int n_heads, int n_kv_heads, int head_dim, std::mt19937& rng
   std::vector<std::vector<uint16_t>> alone(static_cast<size_t>(n_rows));
   for (int r = 0; r < n_rows; ++r) alone[size_t(r)] = run_gpu(p, {r}, identity_placement(n_logical), n_logical, rng);
   int n_bad = 0;
-  for (int trial = 0; trial < 2; ++trial) {
+  for (int trial = 0; trial < 4; ++trial) {
     const int64_t n_slots = 3 * n_logical;
     const std::vector<int32_t> placement = scattered_placement(n_logical, n_slots, rng);
     std::vector<int> rows = all_rows;
     if (trial == 1) std::reverse(rows.begin(), rows.end());
-    std::vector<uint16_t> together = run_gpu(p, rows, placement, n_slots, rng, trial == 0 ? Splits::parallel : Splits::in_order);
+    // Trials 2 and 3: the causal rows (each a prefix of the next) share blocks as a chain group.
+    std::vector<uint16_t> together = run_gpu(p, rows, placement, n_slots, rng, trial % 2 == 0 ? Splits::parallel : Splits::in_order,
+                                             trial >= 2 ? Groups::chains : Groups::none);
     for (size_t i = 0; i < rows.size(); ++i)
       if (!bitwise_equal(together.data() + int64_t(i) * q_width, alone[size_t(rows[i])].data(), size_t(q_width))) ++n_bad;
   }
-  check(n_bad == 0, "attention rows bitwise equal alone, among neighbours and under other slot placements" + shape_name);
+  check(n_bad == 0, "attention rows bitwise equal alone, among neighbours, in chain groups and under other slot placements" +
+                        shape_name);
 }
 
 // Decode and verify rows: long key lists, cut into many splits. Row 0 sees 4000 keys; 63 others
@@ -194,6 +223,12 @@ void test_long_keys(int n_heads, int n_kv_heads, int head_dim, std::mt19937& rng
   const double error = error_against_cpu(p, together, pool);
   check(error < 4e-3, "attention parity with cpu (long key lists)" + describe(p) + " rel_err=" + format_error(error));
 
+  // The rows by key count: runs of plain causal rows are prefixes of each other and share blocks.
+  std::vector<int> by_length = all_rows;
+  std::stable_sort(by_length.begin(), by_length.end(),
+                   [&](int a, int b) { return p.visible[size_t(a)].size() < p.visible[size_t(b)].size(); });
+  const std::vector<uint16_t> grouped = run_gpu(p, by_length, scattered_placement(n_logical, 2 * n_logical, rng),
+                                                2 * n_logical, rng, Splits::parallel, Groups::chains);
   std::vector<int> many_rows;
   for (int i = 0; i < 300; ++i) many_rows.push_back(int(rng() % all_rows.size()));
   many_rows[137] = 0;
@@ -205,8 +240,10 @@ void test_long_keys(int n_heads, int n_kv_heads, int head_dim, std::mt19937& rng
     if (!bitwise_equal(together.data() + r * q_width, alone.data(), size_t(q_width))) ++n_bad;
     for (size_t i = 0; i < many_rows.size(); ++i)
       if (many_rows[i] == r && !bitwise_equal(many.data() + int64_t(i) * q_width, alone.data(), size_t(q_width))) ++n_bad;
+    const size_t at = size_t(std::find(by_length.begin(), by_length.end(), r) - by_length.begin());
+    if (!bitwise_equal(grouped.data() + int64_t(at) * q_width, alone.data(), size_t(q_width))) ++n_bad;
   }
-  check(n_bad == 0, "attention long rows bitwise equal alone, among 63 others and among 300" + describe(p));
+  check(n_bad == 0, "attention long rows bitwise equal alone, among 63 others, among 300 and in chain groups" + describe(p));
 }
 
 }  // namespace
@@ -221,7 +258,7 @@ int main() {
     test_attention(10, 2, 24, rng, pool);  // head dims off the 64/128/256 buckets (the tiny fixtures')
     test_attention(4, 2, 40, rng, pool);
     test_attention(8, 4, 32, rng, pool);
-    test_attention(24, 2, 64, rng, pool);  // 12 heads per KV head: two head tiles, the second short
+    test_attention(24, 2, 64, rng, pool);  // 12 heads per KV head: query rows of a block straddle rows
     test_long_keys(32, 8, 128, rng, pool);
     test_long_keys(16, 8, 64, rng, pool);
     test_long_keys(8, 1, 256, rng, pool);

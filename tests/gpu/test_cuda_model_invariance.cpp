@@ -86,6 +86,14 @@ TEST_P(CudaInvarianceTest, GraphReplayEqualsEagerLaunches) {
   }
 }
 
+// The tokens the model chooses itself equal the sampler's on the same logits (greedy and sampled),
+// and unpicked rows' logits come back unchanged.
+TEST_P(CudaInvarianceTest, PicksEqualTheSamplerOnTheLogits) {
+  std::mt19937 rng(9);
+  auto model = test::load_fixture(GetParam(), "cuda");
+  test::expect_picks_match_logits(*model, test::random_ids(rng, 37, model->config().vocab_size));
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyQwen3, CudaInvarianceTest,
                          ::testing::Values("qwen3-tiny-a", "qwen3-tiny-b", "qwen3-tiny-c"));
 

@@ -3,6 +3,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <future>
 #include <random>
 #include <vector>
@@ -133,6 +135,48 @@ inline std::vector<float> chain_logits(Model& model, const std::vector<int32_t>&
   model.forward(tree, kv, out.data());
   out.resize(size_t(n_chain * vocab));  // the chain's rows come first
   return out;
+}
+
+// forward_and_pick against forward on the same rows: a prefill of `ids` where every row asks for
+// logits, with greedy, sampled and unpicked rows mixed (cycling). Each picked token must be the one
+// Sampler::sample takes from the row's logits, and each unpicked row's logits must come back
+// bitwise, packed in row order.
+inline void expect_picks_match_logits(Model& model, const std::vector<int32_t>& ids) {
+  const int64_t n_vocab = model.config().vocab_size, n = int64_t(ids.size());
+  const std::vector<float> logits = prefill_logits(model, ids);
+  SamplingParams greedy, sampled, sharp;
+  sampled.temperature = 0.9f;
+  sampled.top_p = 0.95f;
+  sampled.seed = 17;
+  sharp.temperature = 0.5f;
+  sharp.top_k = 5;
+  sharp.min_p = 0.05f;
+  sharp.seed = 3;
+  const SamplingParams* kinds[] = {&greedy, &sampled, nullptr, &sharp};
+  std::vector<LogitRowPick> picks;
+  for (int64_t i = 0; i < n; ++i) picks.push_back({kinds[i % 4], i + 1});
+
+  KvCache kv(model, kv_blocks_for(n));
+  const int32_t lane = kv.lane_open();
+  kv.lane_reserve(lane, n);
+  Batch batch;
+  for (int64_t i = 0; i < n; ++i) batch.rows.push_back({ids[size_t(i)], int32_t(i), lane, int32_t(i) - 1, kv.slot(lane, i), true});
+  std::vector<int32_t> tokens(size_t(n), -2);
+  std::vector<float> unpicked(size_t((n + 3) / 4 * n_vocab), NAN);
+  model.forward_and_pick(batch, kv, picks, tokens.data(), unpicked.data());
+
+  Sampler sampler;
+  int64_t n_unpicked = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = logits.data() + i * n_vocab;
+    if (picks[size_t(i)].sampling == nullptr) {
+      EXPECT_EQ(tokens[size_t(i)], -1) << "row " << i;
+      EXPECT_EQ(std::memcmp(unpicked.data() + n_unpicked++ * n_vocab, row, size_t(n_vocab) * sizeof(float)), 0)
+          << "unpicked row " << i << " logits";
+    } else {
+      EXPECT_EQ(tokens[size_t(i)], sampler.sample(row, n_vocab, *picks[size_t(i)].sampling, i + 1, {})) << "row " << i;
+    }
+  }
 }
 
 // n greedy tokens after `prompt`, through a one-lane engine.

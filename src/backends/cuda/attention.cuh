@@ -1,9 +1,10 @@
 // Causal / tree attention over a paged bf16 KV cache, by logical position, on the GPU.
 // A row's keys, in logical order, are cut into chunks of kAttentionChunk (the CPU's 64) and the
-// chunks into at most kAttentionMaxSplits splits; both cuts depend on the row's own key count
-// only. Each split is an online softmax over its chunks in order; the splits' partials are then
-// merged in split order with one formula. Physical slots are read through the row's slot list, so
-// neither neighbour rows, the row count, nor key placement change a row's result.
+// chunks into at most kAttentionMaxSplits splits (attention_chunks_per_split); both cuts depend on
+// the row's own key count only. Each split is an online softmax over its chunks in order; the
+// splits' partials are then merged in split order with one formula. Physical slots are read through
+// the row's slot list, so neither neighbour rows, the row count, nor key placement change a row's
+// result.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -14,6 +15,12 @@ namespace tf::cuda {
 constexpr int kAttentionChunk = 64;
 constexpr int kAttentionMaxSplits = 32;
 
+// Chunks per split of a row with n_keys keys: as few as keep it at kAttentionMaxSplits splits.
+__host__ __device__ inline int attention_chunks_per_split(int n_keys) {
+  const int n_chunks = (n_keys + kAttentionChunk - 1) / kAttentionChunk;
+  return n_chunks <= kAttentionMaxSplits ? 1 : (n_chunks + kAttentionMaxSplits - 1) / kAttentionMaxSplits;
+}
+
 struct AttentionShape {
   int n_heads;
   int n_kv_heads;
@@ -21,9 +28,7 @@ struct AttentionShape {
   float scale;   // 1/sqrt(head_dim)
 };
 
-// Device scratch for the splits' arrival counters (the first attention_scratch_counters floats,
-// as unsigned) and partials (f32), owned by the caller, who zero-fills the counters once after
-// allocating it; every call leaves them at zero again.
+// Device scratch for the splits' partials (f32), owned by the caller.
 struct AttentionScratch {
   float* data = nullptr;
   int64_t n_floats = 0;
@@ -32,7 +37,17 @@ struct AttentionScratch {
 // Scratch a call over n_rows rows wants for its split pass; 0 when it would compute each row's
 // splits one after another in one block anyway (many rows fill the GPU without splitting).
 int64_t attention_scratch_floats(int64_t n_rows, const AttentionShape& shape);
-int64_t attention_scratch_counters();
+
+// Rows that share keys, so one block serves them all: within a group each row's key list is a
+// prefix of the group's last row's (a chain of positions: prefill chunks, verify chains), every
+// row has the same attention_chunks_per_split, and a group has at most attention_rows_per_group rows. Device arrays: starts[0 .. n_groups] are the
+// groups' first rows then n_rows, *n_groups their count. Null: every row on its own. Grouping
+// changes which block computes a row, never its bits.
+struct AttentionGroups {
+  const int32_t* starts = nullptr;
+  const int32_t* n_groups = nullptr;
+};
+int attention_rows_per_group(const AttentionShape& shape);
 
 // q, out: [n_rows][n_heads * head_dim] bf16 bits.
 // k_cache, v_cache: [n_slots][n_kv_heads * head_dim] bf16 bits (this layer's slice).
@@ -44,6 +59,6 @@ int64_t attention_scratch_counters();
 void attention_bf16(const uint16_t* q, int64_t n_rows, const uint16_t* k_cache, const uint16_t* v_cache,
                     const int32_t* slots, const int32_t* slot_offsets, const int32_t* n_keys,
                     const AttentionShape& shape, uint16_t* out, cudaStream_t stream = nullptr,
-                    AttentionScratch scratch = {});
+                    AttentionScratch scratch = {}, AttentionGroups groups = {});
 
 }  // namespace tf::cuda

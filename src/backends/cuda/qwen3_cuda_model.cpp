@@ -21,6 +21,8 @@ namespace tf::cuda {
 namespace {
 
 constexpr int kRowFields = 6;  // tokens, positions, kv_slots, key_offsets, n_keys, logit_rows
+// Then the attention groups: their count and n_rows + 1 starts at most; then the key slots.
+int64_t group_ints(int64_t n_rows) { return n_rows + 2; }
 
 // Launches dominate small forwards; past this many rows the kernels dominate and a graph per
 // row count would only cost memory.
@@ -68,7 +70,7 @@ void Qwen3CudaModel::set_tap_layers(std::vector<int> layers) {
 }
 
 void Qwen3CudaModel::reserve(int64_t n_rows, int64_t n_keys) {
-  const size_t n_ints = size_t(kRowFields * n_rows + n_keys);
+  const size_t n_ints = size_t(kRowFields * n_rows + group_ints(n_rows) + n_keys);
   const size_t n_taps = tap_layers_.size() * size_t(n_rows * config_.hidden_size);
   const size_t n_attention_scratch = size_t(attention_scratch_floats(n_rows, attention_shape()));
   if (row_staging_.size() < n_ints || tap_rows_.size() < n_taps || attention_scratch_.size() < n_attention_scratch ||
@@ -82,10 +84,7 @@ void Qwen3CudaModel::reserve(int64_t n_rows, int64_t n_keys) {
     tap_rows_ = DeviceBuffer<uint16_t>(n_taps);
     tap_staging_ = PinnedHostBuffer<uint16_t>(n_taps);
   }
-  if (attention_scratch_.size() < n_attention_scratch) {
-    attention_scratch_ = DeviceBuffer<float>(n_attention_scratch);
-    attention_scratch_.fill_bytes(0);  // its arrival counters start at zero
-  }
+  if (attention_scratch_.size() < n_attention_scratch) attention_scratch_ = DeviceBuffer<float>(n_attention_scratch);
   if (n_rows <= row_capacity_) return;
   const size_t rows = size_t(n_rows);
   const size_t hidden = size_t(config_.hidden_size), q_dim = size_t(config_.q_dim());
@@ -123,8 +122,27 @@ int64_t Qwen3CudaModel::upload_rows(const Batch& batch, const KvCache& kv) {
   }
   std::memcpy(fields + 3 * n_rows, key_slots_.offsets.data(), size_t(n_rows) * sizeof(int32_t));
   std::memcpy(fields + 4 * n_rows, key_slots_.n_keys.data(), size_t(n_rows) * sizeof(int32_t));
-  std::memcpy(fields + kRowFields * n_rows, key_slots_.slots.data(), key_slots_.slots.size() * sizeof(int32_t));
-  const size_t n_ints = size_t(kRowFields * n_rows) + key_slots_.slots.size();
+  // Attention groups: runs of chain rows (each row's parent the row before it, same lane), whose key
+  // lists are each a prefix of the next, so one block serves them; their keys cut alike.
+  int32_t* n_groups = fields + kRowFields * n_rows;
+  int32_t* group_starts = n_groups + 1;
+  const int64_t rows_per_group = attention_rows_per_group(attention_shape());
+  const std::vector<int32_t>& n_keys = key_slots_.n_keys;
+  *n_groups = 0;
+  for (int64_t r = 0, group_size = 0; r < n_rows; ++r, ++group_size) {
+    const BatchRow& row = batch.rows[size_t(r)];
+    const bool continues = r > 0 && row.parent == r - 1 && row.lane == batch.rows[size_t(r - 1)].lane &&
+                           attention_chunks_per_split(n_keys[size_t(r)]) ==
+                               attention_chunks_per_split(n_keys[size_t(r - 1)]) &&
+                           group_size < rows_per_group;
+    if (continues) continue;
+    group_starts[(*n_groups)++] = int32_t(r);
+    group_size = 0;
+  }
+  group_starts[*n_groups] = int32_t(n_rows);
+  int32_t* slot_list = fields + kRowFields * n_rows + group_ints(n_rows);
+  std::memcpy(slot_list, key_slots_.slots.data(), key_slots_.slots.size() * sizeof(int32_t));
+  const size_t n_ints = size_t(kRowFields * n_rows + group_ints(n_rows)) + key_slots_.slots.size();
   TF_CUDA_CHECK(cudaMemcpyAsync(row_data_.data(), fields, n_ints * sizeof(int32_t), cudaMemcpyHostToDevice,
                                 stream_.get()));
 
@@ -135,7 +153,9 @@ int64_t Qwen3CudaModel::upload_rows(const Batch& batch, const KvCache& kv) {
   key_offsets_ = device + 3 * n_rows;
   n_keys_ = device + 4 * n_rows;
   logit_rows_ = device + 5 * n_rows;
-  key_slot_list_ = device + kRowFields * n_rows;
+  n_groups_ = device + kRowFields * n_rows;
+  group_starts_ = n_groups_ + 1;
+  key_slot_list_ = device + kRowFields * n_rows + group_ints(n_rows);
   return n_logit_rows;
 }
 
@@ -163,7 +183,7 @@ void Qwen3CudaModel::attention_block(int64_t layer, int64_t n_rows, CudaKvStorag
                              kv.keys(layer), kv.values(layer), stream);
   attention_bf16(q_.data(), n_rows, kv.keys(layer), kv.values(layer), key_slot_list_, key_offsets_, n_keys_,
                  attention_shape(), attn_out_.data(), stream,
-                 {attention_scratch_.data(), int64_t(attention_scratch_.size())});
+                 {attention_scratch_.data(), int64_t(attention_scratch_.size())}, {group_starts_, n_groups_});
   linear_bf16(attn_out_.data(), n_rows, w.o_proj.data(), hidden, q_dim, proj_.data(), LinearOutput::bf16, stream);
 }
 

@@ -82,7 +82,8 @@ class Qwen3CudaModel : public Model {
   std::map<GraphKey, CapturedGraph> graphs_;
 
   // Row metadata: the host staging buffer and its device copy, both laid out as
-  // [tokens][positions][kv_slots][key_offsets][n_keys][logit_rows] (n_rows each) then the key slots.
+  // [tokens][positions][kv_slots][key_offsets][n_keys][logit_rows] (n_rows each), the attention
+  // groups (count, then starts), then the key slots.
   KeySlots key_slots_;
   PinnedHostBuffer<int32_t> row_staging_;
   DeviceBuffer<int32_t> row_data_;
@@ -92,6 +93,8 @@ class Qwen3CudaModel : public Model {
   const int32_t* key_offsets_ = nullptr;
   const int32_t* n_keys_ = nullptr;
   const int32_t* logit_rows_ = nullptr;
+  const int32_t* n_groups_ = nullptr;      // attention groups of chain rows (AttentionGroups)
+  const int32_t* group_starts_ = nullptr;
   const int32_t* key_slot_list_ = nullptr;
 
   // Activations, bf16, sized for row_capacity_ rows.
