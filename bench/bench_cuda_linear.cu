@@ -2,7 +2,7 @@
 // the device) at several row counts, against the measured copy bandwidth and cuBLAS on the same
 // shapes in the same run, times every tile configuration of linear_bf16 per shape and row count
 // (the table to edit linear_bf16's dispatch from), and writes a markdown receipt.
-// Usage: bench_cuda_linear [receipt.md] [--configs-only]
+// Usage: bench_cuda_linear [receipt.md] [--configs-only] [--rows 128,512 (the configuration table's row counts)]
 // (commit from $TF_COMMIT, command line from $TF_COMMAND; --configs-only: just the configuration table).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -28,7 +28,7 @@ namespace {
 // qwen3-8b: hidden 4096, intermediate 12288, 36 layers, 32 heads and 8 kv heads of 128, vocab 151936.
 constexpr int64_t kHidden = 4096, kIntermediate = 12288, kLayers = 36, kQWidth = 32 * 128, kKvWidth = 8 * 128;
 constexpr int64_t kVocab = 151936;
-constexpr int64_t kMaxRows = 256;
+constexpr int64_t kMaxRows = 512;
 constexpr int kWarmup = 3, kReps = 15;
 
 #define CUBLAS_CHECK(call)                                                              \
@@ -199,7 +199,7 @@ struct ShapeSet {
 
 // For each row count, µs per call and GB/s of weights of every configuration on every fused shape,
 // the decode step those give (36 layers + LM head), cuBLAS, and which configuration is fastest.
-std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes) {
+std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes, const std::vector<int64_t>& row_counts) {
   std::string report = "\n## linear_bf16 tile configurations, per fused shape (us per call, GB/s of weights)\n\n"
                        "`*` marks linear_bf16's current choice for that row count. step ms = 36 x (qkv + o + gate_up + "
                        "down) + lm_head, each per call. To change the choice, edit `kDispatch` in "
@@ -207,7 +207,7 @@ std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes) {
   std::string summary = "\n### Fastest configuration per row count\n\n| rows | fastest | step ms | current | step ms | "
                         "current / fastest | cuBLAS step ms |\n| ---: | --- | ---: | --- | ---: | ---: | ---: |\n";
   char line[1024];
-  for (int64_t n_rows : {int64_t(1), int64_t(8), int64_t(16), int64_t(32), int64_t(48), int64_t(64), int64_t(128), int64_t(256)}) {
+  for (int64_t n_rows : row_counts) {
     std::snprintf(line, sizeof line, "\n### M = %lld\n\n| config |", (long long)n_rows);
     report += line;
     for (const ShapeSet& shape : shapes) report += std::string(" ") + shape.name + " us | GB/s |";
@@ -256,9 +256,22 @@ std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes) {
 int main(int argc, char** argv) {
   std::string receipt_path;
   bool is_configs_only = false;
+  std::vector<int64_t> config_row_counts = {1, 8, 16, 32, 48, 64, 128, 256, 512};
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--configs-only") {
       is_configs_only = true;
+    } else if (std::string(argv[i]) == "--rows" && i + 1 < argc) {  // e.g. --rows 128,512
+      config_row_counts.clear();
+      for (std::string list = argv[++i]; !list.empty();) {
+        const size_t comma = list.find(',');
+        const int64_t n_rows = std::stoll(list.substr(0, comma));
+        if (n_rows < 1 || n_rows > kMaxRows) {
+          std::fprintf(stderr, "--rows: each count must be 1..%lld\n", (long long)kMaxRows);
+          return 2;
+        }
+        config_row_counts.push_back(n_rows);
+        list = comma == std::string::npos ? "" : list.substr(comma + 1);
+      }
     } else {
       receipt_path = argv[i];
     }
@@ -331,7 +344,7 @@ int main(int argc, char** argv) {
   for (const Matrix& m : fused_step)
     for (ShapeSet& shape : shapes)
       if (std::string(m.name) == shape.matrix_name) shape.matrices.push_back(&m);
-  const std::string config_report = time_configs(bench, shapes);
+  const std::string config_report = time_configs(bench, shapes, config_row_counts);
   // --configs-only: no row counts for the sections below, which then print empty tables.
   const std::vector<int64_t> row_counts =
       is_configs_only ? std::vector<int64_t>{} : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128};
