@@ -1,6 +1,5 @@
-// Tensor-core linear layer for bf16 weights, one fixed K order for every M (see linear_bf16.cuh):
-// register kernels that stream the weights once with 16-byte loads (small M), and shared-memory
-// tiled kernels that reuse every load across a large tile (large M).
+// Tensor-core linear layer for bf16 weights: weights streamed once with 16-byte loads, one fixed
+// K order for every M (see linear_bf16.cuh).
 #include "backends/cuda/linear_bf16.cuh"
 
 #include <string_view>
@@ -163,165 +162,8 @@ __global__ void __launch_bounds__(kWarps * 32 * kColGroups)
   store_warp_sums<kRowTiles, kColTiles, kColGroups, kF32Out>(acc, partials, row0, block_col0, n_rows, n_out, y);
 }
 
-__device__ __forceinline__ void copy_async_16(void* shared, const void* global, bool is_real) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  // With a source size of 0 nothing is read and the 16 bytes are zero-filled.
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(address), "l"(global), "r"(is_real ? 16 : 0)
-               : "memory");
-}
-
-// The K blocks of an n_blocks_k-block reduction in chain order: chain w (the blocks j with
-// j % 8 == w, increasing) for w = 0..7; chain w holds chain_length of them.
-__device__ __forceinline__ int chain_length(int n_blocks_k, int chain) {
-  return chain < n_blocks_k ? (n_blocks_k - 1 - chain) / kWarps + 1 : 0;
-}
-
-// Large M: a block computes a (16 kWarpRows kRowTiles) x (8 kWarpCols kColTiles) tile with 8 warps,
-// each its own kRowTiles x kColTiles sub-tile. The K blocks stream through shared memory (cp.async,
-// kStages deep) in chain order, and every warp runs the 8 chains of its sub-tile one after another:
-// each chain from zero through multiply_k_block, then into the running total in chain order. These
-// are the chains and the sum of the register kernels above, whose 8 warps run them side by side
-// (store_warp_sums), so every element gets the same bits. Lane (g, q) reads its 16-byte pieces from
-// shared memory where the register kernels read them from global memory.
-template <int kRowTiles, int kColTiles, int kWarpRows, int kStages, int kBlocksPerStage, bool kF32Out>
-__global__ void __launch_bounds__(kWarps * 32)
-    linear_bf16_tiled_kernel(const uint16_t* __restrict__ x, int n_rows, const uint16_t* __restrict__ w, int n_out,
-                             int n_in, void* __restrict__ y) {
-  constexpr int kWarpCols = kWarps / kWarpRows;
-  constexpr int kTileRows = kMmaRows * kRowTiles * kWarpRows, kTileCols = kMmaCols * kColTiles * kWarpCols;
-  constexpr int kBlockElements = (kTileRows + kTileCols) * kBlockK;
-  constexpr int kStageElements = kBlockElements * kBlocksPerStage;
-  extern __shared__ uint4 shared_memory[];
-  uint16_t* stages = reinterpret_cast<uint16_t*>(shared_memory);
-  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
-  const int warp_row0 = (warp / kWarpCols) * kMmaRows * kRowTiles, warp_col0 = (warp % kWarpCols) * kMmaCols * kColTiles;
-  const int row0 = int(blockIdx.x) * kTileRows, col0 = int(blockIdx.y) * kTileCols;
-  const int n_blocks_k = (n_in + kBlockK - 1) / kBlockK;
-
-  wait_for_prior_kernel();
-  let_next_kernel_start();
-
-  // Stage (index % kStages) gets the next kBlocksPerStage K blocks in chain order: each x rows then
-  // weight rows, 32 inputs a row, as 16-byte pieces (pieces past n_in are zeros, as the register
-  // kernels' loads are). A thread copies the same tile rows and parts every time; only K moves.
-  constexpr int kPiecesPerBlock = (kTileRows + kTileCols) * 4;
-  static_assert(kPiecesPerBlock % (kWarps * 32) == 0, "tile rows must split evenly over the threads");
-  constexpr int kPiecesPerThread = kPiecesPerBlock / (kWarps * 32);
-  const uint16_t* sources[kPiecesPerThread];
-  int shared_offsets[kPiecesPerThread], parts[kPiecesPerThread];
-  bool is_row_real[kPiecesPerThread];
-#pragma unroll
-  for (int i = 0; i < kPiecesPerThread; ++i) {
-    const int piece = int(threadIdx.x) + i * kWarps * 32, tile_row = piece / 4;
-    const bool is_x = tile_row < kTileRows;
-    const int source_row = is_x ? row0 + tile_row : col0 + tile_row - kTileRows;
-    parts[i] = piece % 4;
-    is_row_real[i] = source_row < (is_x ? n_rows : n_out);
-    sources[i] = (is_x ? x : w) + (is_row_real[i] ? int64_t(source_row) * n_in + 8 * parts[i] : 0);
-    shared_offsets[i] = tile_row * kBlockK + 8 * parts[i];
-  }
-  // The chain-order walk of the loads: chain load_chain, its load_step-th block.
-  int load_chain = 0, load_step = 0, n_loaded = 0;
-  auto load_stage = [&](int index) {
-    uint16_t* stage = stages + (index % kStages) * kStageElements;
-#pragma unroll
-    for (int block = 0; block < kBlocksPerStage; ++block) {
-      int k = n_in;  // past the last block: zeros
-      if (n_loaded < n_blocks_k) {
-        while (load_step >= chain_length(n_blocks_k, load_chain)) ++load_chain, load_step = 0;
-        k = (load_chain + kWarps * load_step++) * kBlockK;
-        ++n_loaded;
-      }
-#pragma unroll
-      for (int i = 0; i < kPiecesPerThread; ++i) {
-        const bool is_real = is_row_real[i] && k + 8 * parts[i] < n_in;
-        copy_async_16(stage + block * kBlockElements + shared_offsets[i], sources[i] + (is_real ? k : 0), is_real);
-      }
-    }
-  };
-  const int n_stage_loads = (n_blocks_k + kBlocksPerStage - 1) / kBlocksPerStage;
-  for (int index = 0; index < kStages - 1; ++index) {
-    if (index < n_stage_loads) load_stage(index);
-    asm volatile("cp.async.commit_group;" ::: "memory");
-  }
-
-  float acc[kRowTiles][kColTiles][4] = {};
-  float total[kRowTiles][kColTiles][4];
-  int chain = 0, chain_end = chain_length(n_blocks_k, 0);
-  for (int index = 0; index < n_blocks_k; ++index) {
-    const int load = index / kBlocksPerStage;
-    if (index % kBlocksPerStage == 0) {
-      asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
-      __syncthreads();  // this stage has landed for every thread; the one refilled next is consumed
-      if (load + kStages - 1 < n_stage_loads) load_stage(load + kStages - 1);
-      asm volatile("cp.async.commit_group;" ::: "memory");
-    }
-
-    const uint16_t* stage = stages + (load % kStages) * kStageElements + (index % kBlocksPerStage) * kBlockElements;
-    uint4 xv[kRowTiles][2], wv[kColTiles];
-#pragma unroll
-    for (int r = 0; r < kRowTiles; ++r)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        xv[r][h] = *reinterpret_cast<const uint4*>(stage + (warp_row0 + r * kMmaRows + g + 8 * h) * kBlockK + 8 * q);
-#pragma unroll
-    for (int c = 0; c < kColTiles; ++c)
-      wv[c] = *reinterpret_cast<const uint4*>(stage + (kTileRows + warp_col0 + c * kMmaCols + g) * kBlockK + 8 * q);
-    multiply_k_block(acc, xv, wv);
-
-    // Chains that end here join the total in order (empty chains add their zeros, as idle warps do).
-    while (chain < kWarps && index + 1 == chain_end) {
-#pragma unroll
-      for (int r = 0; r < kRowTiles; ++r)
-#pragma unroll
-        for (int c = 0; c < kColTiles; ++c)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            total[r][c][e] = chain == 0 ? acc[r][c][e] : total[r][c][e] + acc[r][c][e];
-            acc[r][c][e] = 0.0f;
-          }
-      if (++chain < kWarps) chain_end += chain_length(n_blocks_k, chain);
-    }
-  }
-
-#pragma unroll
-  for (int r = 0; r < kRowTiles; ++r)
-#pragma unroll
-    for (int c = 0; c < kColTiles; ++c)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = row0 + warp_row0 + r * kMmaRows + g + 8 * (e / 2);
-        const int col = col0 + warp_col0 + c * kMmaCols + 2 * q + e % 2;
-        if (row >= n_rows || col >= n_out) continue;
-        if constexpr (kF32Out) {
-          static_cast<float*>(y)[int64_t(row) * n_out + col] = total[r][c][e];
-        } else {
-          static_cast<uint16_t*>(y)[int64_t(row) * n_out + col] = __bfloat16_as_ushort(__float2bfloat16_rn(total[r][c][e]));
-        }
-      }
-}
-
 using Launcher = void (*)(const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n_out, int64_t n_in, void* y,
                           LinearOutput output, cudaStream_t stream);
-
-template <int kRowTiles, int kColTiles, int kWarpRows, int kStages, int kBlocksPerStage>
-void launch_tiled(const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n_out, int64_t n_in, void* y,
-                  LinearOutput output, cudaStream_t stream) {
-  constexpr int64_t tile_rows = kMmaRows * kRowTiles * kWarpRows, tile_cols = kMmaCols * kColTiles * (kWarps / kWarpRows);
-  constexpr size_t shared_bytes =
-      size_t(kStages * kBlocksPerStage) * size_t(tile_rows + tile_cols) * kBlockK * sizeof(uint16_t);
-  const dim3 grid(unsigned((n_rows + tile_rows - 1) / tile_rows), unsigned((n_out + tile_cols - 1) / tile_cols));
-  auto launch_one = [&](void (*kernel)(const uint16_t*, int, const uint16_t*, int, int, void*)) {
-    // Above 48 KiB a kernel must ask for its shared memory (each kernel for itself).
-    TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
-    launch_overlapped("linear_bf16_tiled_kernel", kernel, grid, dim3(kWarps * 32), shared_bytes, stream, x, int(n_rows),
-                      w, int(n_out), int(n_in), y);
-  };
-  if (output == LinearOutput::f32)
-    launch_one(linear_bf16_tiled_kernel<kRowTiles, kColTiles, kWarpRows, kStages, kBlocksPerStage, true>);
-  else
-    launch_one(linear_bf16_tiled_kernel<kRowTiles, kColTiles, kWarpRows, kStages, kBlocksPerStage, false>);
-}
 
 template <int kRowTiles, int kColTiles, int kColGroups, int kUnroll, bool kUpperRows>
 void launch(const uint16_t* x, int64_t n_rows, const uint16_t* w, int64_t n_out, int64_t n_in, void* y,
@@ -345,11 +187,7 @@ struct ConfigEntry {
 };
 
 #define TF_LINEAR_CONFIG(name, rows, cols, groups, unroll, is_lower_only) \
-  ConfigEntry{{name, is_lower_only}, &launch<rows, cols, groups, unroll, !is_lower_only>}
-// Shared-memory tiles: "t<tile rows>x<tile cols>s<stages>[b<K blocks a stage>]"; warps as
-// warp_rows x (8 / warp_rows).
-#define TF_LINEAR_TILED_CONFIG(name, row_tiles, col_tiles, warp_rows, stages, blocks_per_stage) \
-  ConfigEntry{{name, false}, &launch_tiled<row_tiles, col_tiles, warp_rows, stages, blocks_per_stage>}
+  ConfigEntry{{name, rows, cols, groups, unroll, is_lower_only}, &launch<rows, cols, groups, unroll, !is_lower_only>}
 
 // Every configuration the bench times and the test checks. The first four are the original ones.
 constexpr ConfigEntry kConfigs[] = {
@@ -375,16 +213,8 @@ constexpr ConfigEntry kConfigs[] = {
     TF_LINEAR_CONFIG("r4c8u1", 4, 8, 1, 1, false),
     TF_LINEAR_CONFIG("r4c2g2u1", 4, 2, 2, 1, false),
     TF_LINEAR_CONFIG("r4c4g2u1", 4, 4, 2, 1, false),
-    TF_LINEAR_TILED_CONFIG("t128x128s4", 4, 4, 2, 4, 1),
-    TF_LINEAR_TILED_CONFIG("t128x128s3b2", 4, 4, 2, 3, 2),
-    TF_LINEAR_TILED_CONFIG("t128x64s4", 4, 2, 2, 4, 1),
-    TF_LINEAR_TILED_CONFIG("t128x64s3b2", 4, 2, 2, 3, 2),
-    TF_LINEAR_TILED_CONFIG("t64x128s4", 4, 2, 1, 4, 1),
-    TF_LINEAR_TILED_CONFIG("t64x128s3b2", 4, 2, 1, 3, 2),
-    TF_LINEAR_TILED_CONFIG("t64x64s4", 2, 2, 2, 4, 1),
 };
 #undef TF_LINEAR_CONFIG
-#undef TF_LINEAR_TILED_CONFIG
 constexpr int kConfigCount = int(sizeof kConfigs / sizeof kConfigs[0]);
 
 constexpr int config_id_of(std::string_view name) {

@@ -7,15 +7,13 @@
 
 namespace tf::cuda {
 
-// Register kernels, "r<row_tiles>c<col_tiles>[g<col_groups>]u<unroll>[-lo]": a block covers
-// 16*row_tiles rows and 8*col_tiles*col_groups columns, all of K. Each of its col_groups groups of
-// 8 warps splits K the same way (K block j -> warp j % 8) over its own 8*col_tiles columns; unroll
-// is how many K blocks a warp loads before it multiplies. Shared-memory tiled kernels,
-// "t<rows>x<cols>s<stages>": a block covers rows x cols, its 8 warps each a sub-tile, running the
-// same 8 chains one after another. is_lower_rows_only: rows 8..15 of the 16-row tile are never
-// loaded (valid only for M <= 8).
+// A block covers 16*row_tiles rows and 8*col_tiles*col_groups columns, all of K. Each of its
+// col_groups groups of 8 warps splits K the same way (K block j -> warp j % 8) over its own
+// 8*col_tiles columns; unroll is how many K blocks a warp loads before it multiplies.
+// is_lower_rows_only: rows 8..15 of the 16-row tile are never loaded (valid only for M <= 8).
 struct LinearConfig {
-  const char* name;
+  const char* name;  // "r<row_tiles>c<col_tiles>[g<col_groups>]u<unroll>[-lo]"
+  int row_tiles, col_tiles, col_groups, unroll;
   bool is_lower_rows_only;
 };
 
