@@ -177,6 +177,36 @@ TEST(OpenAiProtocol, RangesAreChecked) {
   EXPECT_EQ(chat_error({{"stop", ""}}).param, "stop");
 }
 
+// "replay" forces acceptance lengths in benchmarks: refused unless the server allows the extension,
+// and checked field by field when it does. "return_token_ids" is for anyone.
+TEST(OpenAiProtocol, ReplayIsABenchmarkExtension) {
+  const json replay = {{"token_ids", {3, 1, 4}}, {"accept", 2}};
+  const ApiError refused = chat_error({{"replay", replay}});
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.param, "replay");
+  EXPECT_NE(std::string(refused.what()).find("--bench-extensions"), std::string::npos);
+
+  ProtocolLimits limits = test_limits();
+  limits.allow_bench_extensions = true;
+  const CompletionRequest request =
+      parse_chat_request(chat_body({{"replay", replay}, {"return_token_ids", true}}), limits);
+  EXPECT_EQ(request.replay, (std::vector<int32_t>{3, 1, 4}));
+  EXPECT_EQ(request.replay_accept, 2);
+  EXPECT_TRUE(request.return_token_ids);
+  EXPECT_EQ(parse_chat_request(chat_body({{"replay", {{"token_ids", {5}}}}}), limits).replay_accept, 0);
+
+  auto error_with = [&](const json& value) {
+    return error_of([&] { parse_chat_request(chat_body({{"replay", value}}), limits); });
+  };
+  EXPECT_EQ(error_with({{"accept", 2}}).param, "replay.token_ids");
+  EXPECT_EQ(error_with({{"token_ids", "1 2"}}).param, "replay.token_ids");
+  EXPECT_EQ(error_with({{"token_ids", {1, -2}}}).param, "replay.token_ids");
+  EXPECT_EQ(error_with({{"token_ids", {1}}, {"accept", 0}}).param, "replay.accept");
+  EXPECT_EQ(error_with({{"token_ids", {1}}, {"accept", "4"}}).param, "replay.accept");
+  EXPECT_EQ(error_with(json::array({1, 2})).param, "replay");
+  EXPECT_EQ(chat_error({{"return_token_ids", 1}}).param, "return_token_ids");
+}
+
 TEST(OpenAiProtocol, UnknownModelIs404AndAliasesAreAccepted) {
   const ApiError error = chat_error({{"model", "gpt-4o"}});
   EXPECT_EQ(error.status, 404);
@@ -290,6 +320,10 @@ TEST(OpenAiProtocol, ReplyCarriesUsageTimingsShaAndSeed) {
     EXPECT_TRUE(reply["timings"].contains(key)) << key;
   EXPECT_EQ(reply["token_sha"], "abc");
   EXPECT_EQ(reply["seed"], 99);
+  EXPECT_FALSE(reply.contains("completion_token_ids"));
+  summary.token_ids = std::vector<int32_t>{7, 8, 9};
+  EXPECT_EQ(reply_json(header, "hey", nullptr, summary)["completion_token_ids"], json({7, 8, 9}));
+  EXPECT_EQ(final_chunk_json(header, summary)["completion_token_ids"], json({7, 8, 9}));
 
   const ReplyHeader completion{Endpoint::completion, "cmpl-1", 1, "m", 1};
   const json text_reply = reply_json(completion, "ok", nullptr, summary);

@@ -53,6 +53,34 @@ TEST(SpeculationTest, ReplayAtFullAcceptanceEqualsPlainDecoding) {
   test::expect_replay_equals_plain(load_model(test::fixture_model("qwen3-tiny-b"), {}), 3);
 }
 
+// A forced acceptance length: the replay alone, drafting L tokens a round of the plain reply, makes
+// every decode round but the last accept exactly L and emit L + 1 tokens; the tokens stay plain.
+TEST(SpeculationTest, ReplayDepthForcesTheAcceptanceLength) {
+  auto model = load_model(test::fixture_model("qwen3-tiny-b"), {});
+  auto requests = random_requests(6, false, model->config().vocab_size, 11, 40, 48);
+  EngineOptions options;
+  options.n_ctx = 160;
+  for (auto& request : requests) request.ignore_eos = true;
+  const auto plain = run_requests(model, test::without_drafts(requests), options, true);
+  for (int64_t depth : {1, 4, 16}) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      requests[i].replay = plain[i].tokens;
+      requests[i].replay_depth = depth;
+      requests[i].proposers = proposer_bit(ProposerKind::replay);
+    }
+    const auto replayed = run_requests(model, requests, options, false);  // alone: the lone window
+    test::expect_same_tokens(plain, replayed, "forced acceptance");
+    for (const Reply& reply : replayed) {
+      const ReplyTimings& t = reply.final_update.timings;
+      // The prompt's last round gives the first token; then each round accepts depth drafts (fewer
+      // only where the budget ends) and adds its own token.
+      const int64_t expected_rounds = 1 + (t.predicted_n - 1 + depth) / (depth + 1);
+      EXPECT_EQ(t.rounds, expected_rounds) << "depth " << depth << ", " << t.predicted_n << " tokens";
+      EXPECT_EQ(t.draft_accepted_n, t.predicted_n - t.rounds) << "depth " << depth;
+    }
+  }
+}
+
 TEST(SpeculationTest, AlwaysWrongDraftsStillGiveCorrectTokens) {
   auto model = load_model(test::fixture_model("qwen3-tiny-c"), {});
   std::mt19937 rng(4);

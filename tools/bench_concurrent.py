@@ -4,6 +4,8 @@ token_sha is the same across modes, and prints a receipt: tok/s (median and rang
 tokens per round and draft acceptance, with the command, commit and machine.
 
 --draft-compare runs every case with speculation on and off against the same server.
+--forced-accept L ... adds rows where the replay proposer drafts the case's own draft-off reply, L
+tokens a round and alone, so each round accepts exactly L (the server needs --bench-extensions).
 --compare MAIN BRANCH is a pull-request receipt: each wave starts a fresh server from each build in
 turn, and the receipt gives branch/main ratios and checks both builds produce the same tokens.
 Standard library only."""
@@ -56,6 +58,7 @@ def build_cases(args):
 
 
 # One table row: which build ("" outside --compare), speculation on or off, streams at once, case.
+# draft: "on", "off" or "replay L" (a forced acceptance length L)
 RowKey = collections.namedtuple("RowKey", "build draft streams case")
 
 
@@ -133,10 +136,20 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def request_bodies(args, cases, model):
-    """(case, draft) -> request body."""
-    return {(name, draft): request_body(model, prompt, max_tokens, args.temperature, args.seed, args.endpoint, draft)
-            for name, (prompt, max_tokens) in cases.items() for draft in args.drafts}
+def request_bodies(args, cases, model, server):
+    """(case, draft) -> request body. A "replay L" body replays the case's draft-off reply, fetched
+    here with its token ids."""
+    bodies = {}
+    for name, (prompt, max_tokens) in cases.items():
+        for draft in args.drafts:
+            bodies[(name, draft)] = request_body(model, prompt, max_tokens, args.temperature, args.seed,
+                                                 args.endpoint, draft != "off")
+        if args.forced_accept:
+            reference = server.stream(args.endpoint, dict(bodies[(name, "off")], return_token_ids=True))
+            for depth in args.forced_accept:
+                bodies[(name, f"replay {depth}")] = dict(bodies[(name, "off")], draft=True,
+                                                        replay={"token_ids": reference.token_ids, "accept": depth})
+    return bodies
 
 
 def empty_rows(args, builds):
@@ -170,7 +183,7 @@ def compare_builds(args, cases, rows):
             managed = ManagedServer(argv, server, args.server_timeout, is_quiet=True)
             try:
                 model = args.model or server.first_model()
-                measure(server, args, request_bodies(args, cases, model), rows, build, n_waves=1)
+                measure(server, args, request_bodies(args, cases, model, server), rows, build, n_waves=1)
             finally:
                 managed.stop()
             print(f"wave {wave + 1}/{args.waves}: {build} done", file=sys.stderr)
@@ -194,7 +207,7 @@ def check_token_shas(rows):
 
 def row_label(key):
     build = f"{key.build}, " if key.build else ""
-    return f"{build}{key.case} at {key.streams} stream(s), draft {'on' if key.draft else 'off'}"
+    return f"{build}{key.case} at {key.streams} stream(s), draft {key.draft}"
 
 
 def wave_rates(waves):
@@ -208,7 +221,9 @@ def ratio_column(args, rows):
     if args.compare:
         title, pairs = "branch/main", [(key, key, key._replace(build="main")) for key in rows if key.build == "branch"]
     elif args.draft_compare:
-        title, pairs = "draft on/off", [(key, key._replace(draft=True), key) for key in rows if not key.draft]
+        title, pairs = "draft on/off", [(key, key._replace(draft="on"), key) for key in rows if key.draft == "off"]
+    elif args.forced_accept:
+        title, pairs = "vs draft off", [(key, key, key._replace(draft="off")) for key in rows if key.draft != "off"]
     else:
         return None, {}
     ratios = {}
@@ -248,7 +263,7 @@ def receipt_text(args, rows, mismatches, model):
     for key, waves in rows.items():
         median, low, high = spread(wave_rates(waves))
         cells = [key.build] if args.compare else []
-        cells += [str(key.streams), key.case, f"{args.temperature:g}", "on" if key.draft else "off",
+        cells += [str(key.streams), key.case, f"{args.temperature:g}", key.draft,
                   f"{median:.1f}", f"{low:.1f}-{high:.1f}"]
         cells += format_speculation(speculation_figures([reply for replies in waves for reply in replies]))
         if ratio_title:
@@ -298,6 +313,9 @@ def main():
     parser.add_argument("--no-draft", action="store_true", help='send "draft": false (speculation off)')
     parser.add_argument("--draft-compare", action="store_true",
                         help="run every case with speculation on and off, alternating, and give the ratio")
+    parser.add_argument("--forced-accept", type=int, nargs="+", default=[], metavar="L",
+                        help="add rows where the replay proposer alone drafts the case's draft-off reply, L tokens a "
+                             "round (e.g. 1 4 16 47); the server must run with --bench-extensions")
     parser.add_argument("--receipt", help="also write the receipt here (e.g. bench/receipts/NAME.md)")
     args = parser.parse_args()
     streams = [k for counts in args.streams or ([] if args.alone else [[4]]) for k in counts]
@@ -310,7 +328,12 @@ def main():
     if args.draft_compare and (args.no_draft or args.compare):
         parser.error("--draft-compare runs both settings against one server; leave out --no-draft and --compare")
     args.stream_counts = [1] + sorted(set(streams) - {1})  # solo first: it is every case's token_sha reference
-    args.drafts = [True, False] if args.draft_compare else [not args.no_draft]
+    if args.forced_accept and (args.no_draft or args.compare or any(depth < 1 for depth in args.forced_accept)):
+        parser.error("--forced-accept: lengths of 1 or more, against one server, with its draft-off reference")
+    args.drafts = ["on", "off"] if args.draft_compare else ["off"] if args.no_draft else ["on"]
+    if args.forced_accept:
+        args.drafts = sorted(set(args.drafts) | {"off"}, key=["off", "on"].index)
+        args.drafts += [f"replay {depth}" for depth in args.forced_accept]
     cases = build_cases(args)
 
     if args.compare:
@@ -322,7 +345,7 @@ def main():
         managed = ManagedServer(shlex.split(args.server_cmd), server, args.server_timeout) if args.server_cmd else None
         try:
             model = args.model or server.first_model()
-            measure(server, args, request_bodies(args, cases, model), rows, "", args.waves)
+            measure(server, args, request_bodies(args, cases, model, server), rows, "", args.waves)
         finally:
             if managed:
                 managed.stop()

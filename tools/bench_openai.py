@@ -30,6 +30,7 @@ class StreamResult:
     finish_reason: str = ""
     token_sha: str = ""
     timings: dict = field(default_factory=dict)
+    token_ids: list = field(default_factory=list)  # when the request set "return_token_ids"
 
     def decode_tokens_per_s(self):
         # The first token belongs to the prompt's latency; decode speed is the rest over the rest.
@@ -120,6 +121,7 @@ class OpenAiServer:
             result.completion_tokens = chunk["usage"]["completion_tokens"]
         result.token_sha = chunk.get("token_sha", result.token_sha)
         result.timings = chunk.get("timings", result.timings)
+        result.token_ids = chunk.get("completion_token_ids", result.token_ids)
 
 
 def speculation_figures(results):

@@ -35,6 +35,7 @@ struct ServeFlags {
   std::string device = "cpu";
   int64_t max_body_bytes = 8 << 20;
   int64_t max_tokens_limit = 131072;
+  bool bench_extensions = false;
 };
 
 void require(bool is_ok, const std::string& message) {
@@ -85,6 +86,7 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
   options.api_key = flags.api_key;
   options.max_body_bytes = size_t(flags.max_body_bytes);
   options.max_tokens_limit = flags.max_tokens_limit;
+  options.allow_bench_extensions = flags.bench_extensions;
   // Each live or queued request may hold a connection; a few more serve /health and /metrics.
   options.n_http_threads =
       std::min<int64_t>(max_http_threads, int64_t(flags.n_parallel) + flags.max_queue + 4);
@@ -171,6 +173,9 @@ void register_serve_command(CLI::App& app) {
   command->add_option("--max-tokens-limit", flags->max_tokens_limit,
                       "Largest max_tokens a request may ask for; more answers 400")
       ->envname("TF_MAX_TOKENS_LIMIT")->capture_default_str();
+  command->add_flag("--bench-extensions", flags->bench_extensions,
+                    "Accept \"replay\" in requests: a reply the replay proposer drafts, so benchmarks can force "
+                    "acceptance lengths (tools/bench_concurrent.py --forced-accept)");
   command->callback([flags] { run_serve(*flags); });
 }
 

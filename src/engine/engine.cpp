@@ -166,6 +166,8 @@ SubmitResult Engine::submit(GenerationRequest request, UpdateSink sink) {
       return {SubmitStatus::invalid, 0,
               "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
                   std::to_string(config.vocab_size - 1) + ")"};
+  if (request.replay_depth < 0)
+    return {SubmitStatus::invalid, 0, "replay depth must be 0 (the window) or more"};
   for (int32_t id : request.replay)
     if (id < 0 || id >= config.vocab_size)
       return {SubmitStatus::invalid, 0, "replay token id " + std::to_string(id) + " is outside the vocabulary"};
@@ -267,7 +269,8 @@ void Engine::Impl::admit() {
     if (lane->request.use_draft) {
       auto allowed = [&](ProposerKind kind) { return (lane->request.proposers & proposer_bit(kind)) != 0; };
       if (!lane->request.replay.empty() && allowed(ProposerKind::replay))
-        lane->proposers.push_back(std::make_unique<ReplayProposer>(lane->request.replay, options.lone_window));
+        lane->proposers.push_back(std::make_unique<ReplayProposer>(
+            lane->request.replay, lane->request.replay_depth > 0 ? lane->request.replay_depth : options.lone_window));
       if (allowed(ProposerKind::long_copy)) {
         LongCopyOptions copy;
         copy.min_confident_match = options.min_confident_match;

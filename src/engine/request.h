@@ -21,6 +21,7 @@ struct GenerationRequest {
   // Benchmarks and tests: a reply to propose as drafts (the replay proposer), to force any
   // acceptance length. Tokens still come from the target alone.
   std::vector<int32_t> replay;
+  int64_t replay_depth = 0;  // replay tokens drafted a round (a forced acceptance length); 0: the window
   ProposerSet proposers = kAllProposers;  // benchmarks: which proposers may draft for this request
 };
 

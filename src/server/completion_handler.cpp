@@ -4,11 +4,13 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
 #include "engine/engine.h"
 #include "server/reply_channel.h"
+#include "speculation/proposer.h"
 #include "server/sse.h"
 #include "tokenizer/tokenizer.h"
 
@@ -65,6 +67,11 @@ GenerationRequest to_generation_request(const CompletionRequest& request,
   generation.stop = request.stop;
   generation.use_draft = request.use_draft;
   generation.n_top_logprobs = request.n_top_logprobs;
+  if (!request.replay.empty()) {  // a forced acceptance: the replay drafts alone
+    generation.replay = request.replay;
+    generation.replay_depth = request.replay_accept;
+    generation.proposers = proposer_bit(ProposerKind::replay);
+  }
   return generation;
 }
 
@@ -90,6 +97,7 @@ struct ReplyProgress {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t text_bytes = 0;
+  std::optional<std::vector<int32_t>> token_ids;  // kept when the request asked for them
 
   // The logprobs object of this update's tokens, or null when none were requested.
   json add(const GenerationUpdate& update, Endpoint endpoint, const Tokenizer& tokenizer) {
@@ -98,12 +106,13 @@ struct ReplyProgress {
       logprobs = logprobs_json(endpoint, update.logprobs, tokenizer, text_bytes);
     completion_tokens += int64_t(update.tokens.size());
     text_bytes += int64_t(update.text.size());
+    if (token_ids) token_ids->insert(token_ids->end(), update.tokens.begin(), update.tokens.end());
     return logprobs;
   }
 
   ReplySummary summary(const GenerationUpdate& final_update) const {
     return ReplySummary{final_update.finish_reason, prompt_tokens, completion_tokens,
-                        final_update.timings, final_update.token_sha};
+                        final_update.timings, final_update.token_sha, token_ids};
   }
 };
 
@@ -202,6 +211,7 @@ void handle_completion(const std::shared_ptr<const ServingContext>& context, End
   std::vector<int32_t> prompt = build_prompt(parsed, *context->tokenizer);
   ReplyProgress progress;
   progress.prompt_tokens = int64_t(prompt.size());
+  if (parsed.return_token_ids) progress.token_ids.emplace();
   auto channel = ReplyChannel::create();
   const SubmitResult submitted = context->engine->submit(
       to_generation_request(parsed, std::move(prompt), *context), channel->sink());

@@ -248,6 +248,7 @@ struct HttpServer::Impl {
         serving->limits.model_id = options.model_id;
         serving->limits.model_aliases = {options.model_dir};
         serving->limits.max_tokens_limit = options.max_tokens_limit;
+        serving->limits.allow_bench_extensions = options.allow_bench_extensions;
         serving->n_ctx = options.engine.n_ctx;
         context = serving;
         load_state = LoadState::ready;

@@ -20,6 +20,7 @@ struct ServerOptions {
   std::string api_key;               // empty: no authentication
   size_t max_body_bytes = 8u << 20;  // larger bodies answer 413
   int64_t max_tokens_limit = 131072;
+  bool allow_bench_extensions = false;  // accept "replay" (benchmarks force acceptance lengths)
   int n_http_threads = 16;           // connections served at once
   EngineOptions engine;
   ModelLoadOptions load;

@@ -145,6 +145,8 @@ std::vector<std::string> parse_stop(const FieldReader& fields) {
 }
 
 // Fields both endpoints share: sampling, budget, stop, stream, the draft extension.
+std::vector<int32_t> parse_token_ids(const json& array, const std::string& param);
+
 CompletionRequest parse_common(const json& body, Endpoint endpoint,
                                const ProtocolLimits& limits) {
   if (!body.is_object())
@@ -184,6 +186,18 @@ CompletionRequest parse_common(const json& body, Endpoint endpoint,
     request.include_usage = stream_options.boolean("include_usage").value_or(false);
   }
   request.use_draft = fields.boolean("draft").value_or(true);
+  request.return_token_ids = fields.boolean("return_token_ids").value_or(false);
+  if (const json* replay = fields.object("replay")) {
+    if (!limits.allow_bench_extensions)
+      throw invalid("replay", "'replay' is a benchmark extension; this server was not started with "
+                              "--bench-extensions.");
+    const FieldReader replay_fields(*replay, "replay.");
+    const json* ids = replay_fields.find("token_ids");
+    if (!ids) throw invalid("replay.token_ids", "Missing required parameter: 'replay.token_ids'.");
+    if (!ids->is_array()) replay_fields.wrong_type("token_ids", "an array of token ids");
+    request.replay = parse_token_ids(*ids, "replay.token_ids");
+    request.replay_accept = replay_fields.integer("accept", 1, 1024).value_or(0);
+  }
   return request;
 }
 
@@ -320,6 +334,7 @@ void add_reply_figures(json& body, const ReplyHeader& header, const ReplySummary
   body["timings"] = timings_json(summary.timings);
   body["token_sha"] = summary.token_sha;
   body["seed"] = header.seed;
+  if (summary.token_ids) body["completion_token_ids"] = *summary.token_ids;
 }
 
 const char* wire_finish_reason(FinishReason reason) {

@@ -43,6 +43,7 @@ struct ProtocolLimits {
   std::string model_id;                  // the served model; requests naming another get 404
   std::vector<std::string> model_aliases;  // other names accepted for the same model
   int64_t max_tokens_limit = 131072;     // larger max_tokens values are rejected
+  bool allow_bench_extensions = false;   // "replay" (serve --bench-extensions)
 };
 
 enum class Endpoint { chat, completion };
@@ -62,6 +63,11 @@ struct CompletionRequest {
   bool include_usage = false;           // stream_options.include_usage
   int32_t n_top_logprobs = -1;          // -1: no logprobs
   bool use_draft = true;
+  bool return_token_ids = false;        // the reply's token ids in "completion_token_ids"
+  // Benchmark extension: a reply the replay proposer drafts, alone, replay_accept tokens a round
+  // (0: as many as the window holds), so a benchmark can force an acceptance length.
+  std::vector<int32_t> replay;
+  int64_t replay_accept = 0;
 };
 
 // Checks the bytes (valid UTF-8) and parses a JSON object; throws ApiError.
@@ -95,6 +101,7 @@ struct ReplySummary {
   int64_t completion_tokens = 0;
   ReplyTimings timings;
   std::string token_sha;
+  std::optional<std::vector<int32_t>> token_ids;  // when the request asked for them
 };
 
 json usage_json(const ReplySummary& summary);
