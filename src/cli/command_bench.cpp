@@ -190,9 +190,7 @@ void register_bench_command(CLI::App& app) {
   auto flags = std::make_shared<BenchFlags>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed (prints a receipt)");
   cmd->add_option("--model", flags->model_dir, "Model directory");
-  std::string shapes;
-  for (const std::string& name : synthetic_model_names()) shapes += (shapes.empty() ? "" : ", ") + name;
-  cmd->add_option("--synthetic", flags->synthetic, "Real shape with generated weights: " + shapes);
+  cmd->add_option("--synthetic", flags->synthetic, "Real shape with generated weights: " + synthetic_names_text());
   cmd->add_option("--bits", flags->bits, "Synthetic weights: 0 (bf16), 4 or 8 (MLX affine)")
       ->check(CLI::IsMember({0, 4, 8}))->capture_default_str();
   cmd->add_option("--prompt-len", flags->prompt_len, "Prompt tokens prefilled in one forward")

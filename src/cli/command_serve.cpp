@@ -13,6 +13,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "loader/model_config.h"
+#include "models/synthetic.h"
 #include "server/http_server.h"
 
 namespace tf::cli {
@@ -24,6 +25,7 @@ constexpr int32_t max_http_threads = 1024;
 // The flags as given; validated_options() turns them into server options.
 struct ServeFlags {
   std::string model_dir;
+  std::string synthetic;
   std::string drafter_dir = "auto";
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -68,7 +70,11 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
   require(std::filesystem::is_directory(flags.model_dir),
           "--model " + flags.model_dir + " is not a directory (give a Hugging Face model "
           "directory with config.json, tokenizer.json and *.safetensors).");
-  const ModelConfig config = ModelConfig::load(flags.model_dir);
+  // A synthetic model speaks through the --model directory's tokenizer and drafts without a drafter.
+  const ModelConfig config = flags.synthetic.empty() ? ModelConfig::load(flags.model_dir) : synthetic_config(flags.synthetic);
+  require(flags.synthetic.empty() || flags.drafter_dir == "auto" || flags.drafter_dir == "none",
+          "--synthetic takes no --drafter (its weights are random: a drafter trained for another model "
+          "would only cost time).");
   require(flags.n_ctx >= 16 && flags.n_ctx <= config.max_position_embeddings,
           "--ctx must be between 16 and the model's context of " +
               std::to_string(config.max_position_embeddings) +
@@ -77,10 +83,12 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
 
   server::ServerOptions options;
   options.model_dir = flags.model_dir;
-  options.drafter_dir = resolve_drafter_dir(flags.model_dir, flags.drafter_dir, flags.device);
+  options.synthetic = flags.synthetic;
+  options.drafter_dir =
+      flags.synthetic.empty() ? resolve_drafter_dir(flags.model_dir, flags.drafter_dir, flags.device) : "";
   require(options.drafter_dir.empty() || std::filesystem::is_directory(options.drafter_dir),
           "--drafter " + options.drafter_dir + " is not a directory (give a DFlash drafter directory)");
-  options.model_id = model_id_of(flags.model_dir);
+  options.model_id = flags.synthetic.empty() ? model_id_of(flags.model_dir) : flags.synthetic;
   options.host = flags.host;
   options.port = flags.port;
   options.api_key = flags.api_key;
@@ -146,6 +154,10 @@ void register_serve_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API");
   command->add_option("--model", flags->model_dir, "Model directory (Hugging Face layout)")
       ->envname("TF_MODEL")->capture_default_str();
+  command->add_option("--synthetic", flags->synthetic,
+                      "Serve random weights of a known shape (benchmarks: " + synthetic_names_text() +
+                          "), speaking through --model's tokenizer")
+      ->envname("TF_SYNTHETIC");
   command->add_option("--drafter", flags->drafter_dir,
                       "DFlash block drafter directory for the model; 'auto' takes the embedded drafter when "
                       "serving the embedded model, 'none' turns the drafter off")

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "models/model.h"
+#include "models/synthetic.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tf::cli {
@@ -97,6 +98,12 @@ std::shared_ptr<const Tokenizer> load_tokenizer_if_present(const std::string& mo
   std::string path = (std::filesystem::path(model_dir) / "tokenizer.json").string();
   if (!std::filesystem::exists(path)) return nullptr;
   return Tokenizer::from_file(path);
+}
+
+std::string synthetic_names_text() {
+  std::string names;
+  for (const std::string& name : synthetic_model_names()) names += (names.empty() ? "" : ", ") + name;
+  return names;
 }
 
 }  // namespace tf::cli

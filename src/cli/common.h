@@ -31,5 +31,8 @@ std::shared_ptr<Model> load_model_for_cli(const std::string& model_dir, const st
 // DIR/tokenizer.json, or nullptr when the directory has none (models driven by ids only).
 std::shared_ptr<const Tokenizer> load_tokenizer_if_present(const std::string& model_dir);
 
+// The synthetic shapes' names, comma-separated, for --synthetic help texts.
+std::string synthetic_names_text();
+
 
 }  // namespace tf::cli

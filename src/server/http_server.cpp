@@ -2,8 +2,6 @@
 // JSON, and the model loaded on a background thread while /health answers 503.
 #include "server/http_server.h"
 
-#include "models/dflash_drafter.h"
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +15,7 @@
 
 #include "core/error.h"
 #include "models/dflash_drafter.h"
+#include "models/synthetic.h"
 #include "server/completion_handler.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
@@ -238,7 +237,12 @@ struct HttpServer::Impl {
     loader = std::thread([this] {
       try {
         auto tokenizer = Tokenizer::from_file(options.model_dir + "/tokenizer.json");
-        auto model = load_model(options.model_dir, options.load);
+        auto model = options.synthetic.empty()
+                         ? load_model(options.model_dir, options.load)
+                         : make_synthetic_model(options.synthetic, 0, options.load.device, options.load.n_threads);
+        if (tokenizer->n_tokens() > model->config().vocab_size)
+          fail("the tokenizer in " + options.model_dir + " has " + std::to_string(tokenizer->n_tokens()) +
+               " tokens, more than the model's vocabulary of " + std::to_string(model->config().vocab_size));
         auto serving = std::make_shared<ServingContext>();
         std::shared_ptr<DFlashDrafter> drafter;
         if (!options.drafter_dir.empty())

@@ -12,7 +12,8 @@
 namespace tf::server {
 
 struct ServerOptions {
-  std::string model_dir;
+  std::string model_dir;  // the checkpoint; with `synthetic`, only its tokenizer is read
+  std::string synthetic;  // a synthetic model of this shape (models/synthetic.h) instead: benchmarks
   std::string model_id;  // what /v1/models lists and replies name
   std::string drafter_dir;  // a DFlash block drafter for the model; empty: none
   std::string host = "127.0.0.1";

@@ -47,3 +47,25 @@ test('without --bench-extensions a replay is a 400 naming "replay"', async () =>
     await plain.stop();
   }
 });
+
+test('a synthetic model of a real shape serves through a checkpoint\'s tokenizer, replay included', async () => {
+  const synthetic = await startServer(['--synthetic', 'qwen3-0.6b', '--bench-extensions', '--ctx', '128',
+    '--parallel', '1']);
+  try {
+    const models = await request(synthetic, '/v1/models', { method: 'GET' });
+    assert.deepEqual(models.json.data.map((m) => m.id), ['qwen3-0.6b']);
+    const small = { model: 'qwen3-0.6b', prompt: 'Hello there', max_tokens: 12, temperature: 0 };
+    const plain = await request(synthetic, '/v1/completions',
+      { body: { ...small, draft: false, return_token_ids: true } });
+    assert.equal(plain.status, 200, plain.text);
+    const ids = plain.json.completion_token_ids;
+    assert.equal(ids.length, 12);
+    const replayed = await request(synthetic, '/v1/completions',
+      { body: { ...small, replay: { token_ids: ids, accept: 4 } } });
+    assert.equal(replayed.status, 200, replayed.text);
+    assert.equal(replayed.json.token_sha, plain.json.token_sha);
+    assert.equal(replayed.json.timings.rounds, 1 + Math.ceil(11 / 5), JSON.stringify(replayed.json.timings));
+  } finally {
+    await synthetic.stop();
+  }
+});
