@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs a bundle made by tools/gpu_bundle.sh on the GPU machine: the GPU tests, the synthetic
 # benches (decode and verify rounds with and without CUDA graphs and overlapped launches, a
-# 27B-class shape, 4k prefill), the linear-layer tile configuration table (linear-configs.md, to
-# edit linear_bf16's dispatch from), and compute-sanitizer. Each step runs under `timeout`; logs,
+# 27B-class shape, 4k prefill; forced acceptance lengths through the HTTP server), the linear-layer
+# tile configuration table (linear-configs.md, to edit linear_bf16's dispatch from), and
+# compute-sanitizer. Each step runs under `timeout`; logs,
 # the bench receipts and a summary go to $OUT. Run from a checkout of the same commit (the tests
 # read tests/fixtures from it).
 # Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|linear|sanitize|all]   (defaults: build-cuda/bundle all;
@@ -68,7 +69,17 @@ if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   run_step spec-bench-embedded-mlx4 150 "$BUNDLE/tensorfold" spec-bench --device cuda \
     --model models/tensorfold-code-target-mlx4 --drafter none --waves 2 --max-tokens 256 \
     --receipt "$OUT/h200-spec-bench-trained-mlx4.md"
-  cat "$OUT"/bench-*.log "$OUT"/spec-bench-*.log
+  # Through the HTTP server, forced acceptance lengths (the replay proposer alone, L tokens a round)
+  # against draft off: the embedded 4-bit model, then a synthetic qwen3-8b behind the same tokenizer.
+  for served in "embedded-mlx4|--model models/tensorfold-code-target-mlx4 --drafter none" \
+                "qwen3-8b|--synthetic qwen3-8b --model models/tensorfold-code-target-mlx4 --ctx 4096 --parallel 4"; do
+    name=${served%%|*} port=$((8190 + ${#name}))
+    run_step "server-forced-accept-$name" 300 python3 tools/bench_concurrent.py \
+      --server-cmd "$BUNDLE/tensorfold serve --device cuda ${served#*|} --port $port --bench-extensions" \
+      --base-url "http://127.0.0.1:$port" --forced-accept 1 4 16 47 --alone --waves 2 --cases rewrite,code \
+      --max-tokens 256 --receipt "$OUT/h200-server-forced-acceptance-$name.md"
+  done
+  cat "$OUT"/bench-*.log "$OUT"/spec-bench-*.log "$OUT"/server-*.log
 fi
 
 if [ "$MODE" = sanitize ]; then
