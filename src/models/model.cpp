@@ -22,6 +22,7 @@ void require_device_in_build(const std::string& device) {
 void Model::forward_and_pick(const Batch& batch, KvCache& kv, const std::vector<LogitRowPick>& picks, int32_t* tokens,
                              float* logits) {
   const int64_t n_vocab = config().vocab_size;
+  if (int64_t(picks.size()) != batch.n_logit_rows()) fail("forward_and_pick: one pick per logit row");
   all_logits_.resize(picks.size() * size_t(n_vocab));
   forward(batch, kv, all_logits_.data());
   int64_t n_unpicked = 0;
