@@ -187,7 +187,8 @@ void register_serve_command(CLI::App& app) {
       ->envname("TF_MAX_TOKENS_LIMIT")->capture_default_str();
   command->add_flag("--bench-extensions", flags->bench_extensions,
                     "Accept \"replay\" in requests: a reply the replay proposer drafts, so benchmarks can force "
-                    "acceptance lengths (tools/bench_concurrent.py --forced-accept)");
+                    "acceptance lengths (tools/bench_concurrent.py --forced-accept)")
+      ->envname("TF_BENCH_EXTENSIONS");
   command->callback([flags] { run_serve(*flags); });
 }
 
