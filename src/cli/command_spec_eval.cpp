@@ -35,6 +35,7 @@ struct SpecEvalFlags {
   int64_t prose_tokens = 96;
   int n_threads = 0;
   bool gate_proposers = false;
+  DrafterProposerOptions drafter_tree;
   std::string device = "cpu";
   std::string receipt;
 };
@@ -95,9 +96,10 @@ struct ModeResult {
 // Every case submitted at once to an engine of n_streams lanes (the rest queue), greedy.
 ModeResult run_cases(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
                      std::shared_ptr<DFlashDrafter> drafter, const std::vector<EvalCase>& cases, int n_streams,
-                     bool use_draft, ProposerSet proposers, bool gate_proposers) {
+                     bool use_draft, ProposerSet proposers, const SpecEvalFlags& flags) {
   EngineOptions options;
-  options.gate_proposers = gate_proposers;
+  options.gate_proposers = flags.gate_proposers;
+  options.drafter_tree = flags.drafter_tree;
   options.n_parallel = n_streams;
   options.max_queue = int32_t(cases.size());
   options.lane_policy = lane_policy_from_env();
@@ -147,7 +149,9 @@ void run_spec_eval(const SpecEvalFlags& flags) {
          << "- command: `tensorfold spec-eval --device " << flags.device << " --model " << flags.model_dir << " --drafter "
          << (drafter_dir.empty() ? "none" : drafter_dir) << " --per-kind " << flags.per_kind << " --kinds"
          << joined(flags.kinds) << " --modes" << joined(flags.modes) << " --streams" << joined(flags.streams)
-         << (flags.gate_proposers ? " --gate-proposers" : "") << "`\n"
+         << (flags.gate_proposers ? " --gate-proposers" : "") << " --drafter-min-path-probability "
+         << flags.drafter_tree.min_path_probability << " --drafter-root-candidates "
+         << flags.drafter_tree.n_root_candidates << "`\n"
          << "- cases: " << flags.cases_file << "\n- commit: " << receipt_commit() << "\n- machine: " << receipt_machine()
          << "\n- greedy; all cases of a kind submitted at once to an engine of N lanes; tok/s = completion tokens"
             " / wall time from the first submit to the last reply (prefill included)\n"
@@ -160,7 +164,7 @@ void run_spec_eval(const SpecEvalFlags& flags) {
     const auto& list = cases[kind];
     if (list.empty()) continue;
     for (int n_streams : flags.streams) {
-      ModeResult off = run_cases(model, tokenizer, drafter, list, n_streams, false, 0, flags.gate_proposers);
+      ModeResult off = run_cases(model, tokenizer, drafter, list, n_streams, false, 0, flags);
       auto row = [&](const std::string& mode, const ModeResult& r) {
         int64_t tokens = 0, rounds = 0, drafted = 0, accepted = 0;
         for (size_t i = 0; i < r.replies.size(); ++i) {
@@ -183,7 +187,7 @@ void run_spec_eval(const SpecEvalFlags& flags) {
       row("draft off", off);
       for (const std::string& mode : flags.modes) {
         if (mode != "long-copy" && mode != "ngram" && !drafter) continue;
-        row(mode, run_cases(model, tokenizer, drafter, list, n_streams, true, proposers_of_mode(mode), flags.gate_proposers));
+        row(mode, run_cases(model, tokenizer, drafter, list, n_streams, true, proposers_of_mode(mode), flags));
       }
       if (kind == "rename" && n_streams == flags.streams.front()) {
         int exact = 0, modulo_trailing = 0;
@@ -222,6 +226,12 @@ void register_spec_eval_command(CLI::App& app) {
   cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")->envname("TF_THREADS");
   cmd->add_flag("--gate-proposers", flags->gate_proposers,
                 "Let the drafter and n-gram draft only while they pay, as the server does (acceptance then depends on timing)");
+  cmd->add_option("--drafter-min-path-probability", flags->drafter_tree.min_path_probability,
+                  "The block drafter proposes a node while its path's probability stays at or above this")
+      ->check(CLI::Range(0.0f, 1.0f))->capture_default_str();
+  cmd->add_option("--drafter-root-candidates", flags->drafter_tree.n_root_candidates,
+                  "Top-k of the drafter's first position: the chain's head plus k-1 siblings")
+      ->check(CLI::Range(int64_t(1), int64_t(64)))->capture_default_str();
   cmd->add_option("--receipt", flags->receipt, "Also write the receipt to this file");
   add_device_option(*cmd, flags->device);
   cmd->callback([flags] { run_spec_eval(*flags); });

@@ -277,7 +277,7 @@ void Engine::Impl::admit() {
         lane->proposers.push_back(std::make_unique<LongCopyProposer>(copy));
       }
       if (drafter && allowed(ProposerKind::drafter)) {
-        auto block_drafter = std::make_unique<DrafterProposer>(drafter);
+        auto block_drafter = std::make_unique<DrafterProposer>(drafter, options.drafter_tree);
         lane->drafter = block_drafter.get();
         lane->proposers.push_back(std::move(block_drafter));
       }

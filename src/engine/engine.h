@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "engine/request.h"
+#include "speculation/drafter_proposer.h"
 #include "speculation/proposer.h"
 
 namespace tf {
@@ -39,6 +40,7 @@ struct EngineOptions {
   // their time and rows (ProposerGate). The server turns it on; off, they draft every round, so
   // acceptance does not depend on the clock (measurements and tests).
   bool gate_proposers = false;
+  DrafterProposerOptions drafter_tree;  // the block drafter's tree shape (spec-eval can vary it)
 };
 
 constexpr int kMaxTrackedDepth = 64;
