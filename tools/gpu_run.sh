@@ -71,11 +71,11 @@ if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
     --receipt "$OUT/h200-spec-bench-trained-mlx4.md"
   # Through the HTTP server, forced acceptance lengths (the replay proposer alone, L tokens a round)
   # against draft off: the embedded 4-bit model, then a synthetic qwen3-8b behind the same tokenizer.
-  for served in "embedded-mlx4|--model models/tensorfold-code-target-mlx4 --drafter none" \
-                "qwen3-8b|--synthetic qwen3-8b --model models/tensorfold-code-target-mlx4 --ctx 4096 --parallel 4"; do
-    name=${served%%|*} port=$((8190 + ${#name}))
+  for served in "embedded-mlx4|8201|--model models/tensorfold-code-target-mlx4 --drafter none" \
+                "qwen3-8b|8202|--synthetic qwen3-8b --model models/tensorfold-code-target-mlx4 --ctx 4096 --parallel 4"; do
+    IFS='|' read -r name port serve_args <<<"$served"
     run_step "server-forced-accept-$name" 300 python3 tools/bench_concurrent.py \
-      --server-cmd "$BUNDLE/tensorfold serve --device cuda ${served#*|} --port $port --bench-extensions" \
+      --server-cmd "$BUNDLE/tensorfold serve --device cuda $serve_args --port $port --bench-extensions" \
       --base-url "http://127.0.0.1:$port" --forced-accept 1 4 16 47 --alone --waves 2 --cases rewrite,code \
       --max-tokens 256 --receipt "$OUT/h200-server-forced-acceptance-$name.md"
   done

@@ -10,8 +10,8 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "server/reply_channel.h"
-#include "speculation/proposer.h"
 #include "server/sse.h"
+#include "speculation/proposer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tf::server {
