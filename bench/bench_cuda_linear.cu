@@ -1,8 +1,9 @@
 // Times the linear layers of one qwen3-8b decode step on the GPU (synthetic bf16 weights made on
 // the device) at several row counts, against the measured copy bandwidth and cuBLAS on the same
-// shapes in the same run, times every tile configuration of linear_bf16 per shape and row count
-// (the table to edit linear_bf16's dispatch from), and writes a markdown receipt.
+// shapes in the same run, times every tile configuration of linear() per shape and row count
+// (the table to edit linear()'s dispatch from), and writes a markdown receipt.
 // Usage: bench_cuda_linear [receipt.md] [--configs-only] [--rows 128,512 (the configuration table's row counts)]
+//        [--bits 4|8 (the configuration table on MLX-quantized weights, group 64; implies --configs-only)]
 // (commit from $TF_COMMIT, command line from $TF_COMMAND; --configs-only: just the configuration table).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -16,8 +17,10 @@
 
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/device_buffer.cuh"
-#include "backends/cuda/linear_bf16.cuh"
-#include "backends/cuda/linear_bf16_configs.cuh"
+#include "backends/cuda/linear.cuh"
+#include "backends/cuda/affine_layout.h"
+#include "backends/cuda/fill_random.cuh"
+#include "backends/cuda/linear_configs.cuh"
 #include "core/dtype.h"
 
 using tf::cuda::DeviceBuffer;
@@ -62,11 +65,23 @@ void fill_synthetic(DeviceBuffer<uint16_t>& buffer, uint32_t seed) {
 }
 
 struct Matrix {
-  const uint16_t* data;
+  const uint16_t* data;  // bf16 rows: cuBLAS's weights, and ours unless `quantized` is set
   int64_t n_out, n_in;
   bool is_input_wide;  // reads the intermediate-wide activations (down_proj)
   bool is_f32_out;     // the LM head writes f32 logits
   const char* name;
+  tf::cuda::LinearWeights quantized = {};  // --bits: ours reads these instead
+
+  tf::cuda::LinearWeights ours() const {
+    if (quantized.bits) return quantized;
+    tf::cuda::LinearWeights w;
+    w.bf16 = data;
+    return w;
+  }
+  double bytes() const {
+    if (!quantized.bits) return double(n_out * n_in) * 2.0;
+    return double(n_out * n_in) * quantized.bits / 8.0 + double(n_out * (n_in / quantized.group_size)) * 4.0;
+  }
 };
 
 struct Stats {
@@ -86,19 +101,19 @@ struct Bench {
   DeviceBuffer<float> y_f32;
   cublasHandle_t handle;
   cudaStream_t stream;  // graphs cannot capture the legacy default stream
-  int config_id = -1;   // Impl::ours: a given tile configuration, or -1 for linear_bf16's own choice
+  int config_id = -1;   // Impl::ours: a given tile configuration, or -1 for linear()'s own choice
 
   void run_one(const Matrix& m, int64_t n_rows, Impl impl) {
     const uint16_t* x = m.is_input_wide ? x_wide.data() : x_hidden.data();
     void* y = m.is_f32_out ? static_cast<void*>(y_f32.data()) : static_cast<void*>(y_bf16.data());
     if (impl == Impl::ours && config_id >= 0) {
-      tf::cuda::linear_bf16_with_config(config_id, x, n_rows, m.data, m.n_out, m.n_in, y,
-                                        m.is_f32_out ? LinearOutput::f32 : LinearOutput::bf16, stream);
+      tf::cuda::linear_with_config(config_id, x, n_rows, m.ours(), m.n_out, m.n_in, y,
+                                   m.is_f32_out ? LinearOutput::f32 : LinearOutput::bf16, stream);
       return;
     }
     if (impl == Impl::ours) {
-      tf::cuda::linear_bf16(x, n_rows, m.data, m.n_out, m.n_in, y, m.is_f32_out ? LinearOutput::f32 : LinearOutput::bf16,
-                            stream);
+      tf::cuda::linear(x, n_rows, m.ours(), m.n_out, m.n_in, y, m.is_f32_out ? LinearOutput::f32 : LinearOutput::bf16,
+                       stream);
       return;
     }
     // Row-major y[M][N] = x[M][K] W[N][K]^T is column-major y^T = W^T(op T on W) x^T.
@@ -199,11 +214,15 @@ struct ShapeSet {
 
 // For each row count, µs per call and GB/s of weights of every configuration on every fused shape,
 // the decode step those give (36 layers + LM head), cuBLAS, and which configuration is fastest.
-std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes, const std::vector<int64_t>& row_counts) {
-  std::string report = "\n## linear_bf16 tile configurations, per fused shape (us per call, GB/s of weights)\n\n"
-                       "`*` marks linear_bf16's current choice for that row count. step ms = 36 x (qkv + o + gate_up + "
-                       "down) + lm_head, each per call. To change the choice, edit `kDispatch` in "
-                       "src/backends/cuda/linear_bf16.cu with the fastest name per row range.\n";
+std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes, const std::vector<int64_t>& row_counts,
+                         int bits) {
+  const std::string format = bits ? "MLX " + std::to_string(bits) + "-bit (group 64; cuBLAS on bf16 weights of the same shapes)" : "bf16";
+  std::string report = "\n## linear tile configurations on " + format +
+                       " weights, per fused shape (us per call, GB/s of weights)\n\n"
+                       "`*` marks linear()'s current choice for that row count. step ms = 36 x (qkv + o + gate_up + "
+                       "down) + lm_head, each per call. To change the choice, edit `k" +
+                       std::string(bits ? "Quantized" : "Bf16") +
+                       "Dispatch` in src/backends/cuda/linear.cu with the fastest name per row range.\n";
   std::string summary = "\n### Fastest configuration per row count\n\n| rows | fastest | step ms | current | step ms | "
                         "current / fastest | cuBLAS step ms |\n| ---: | --- | ---: | --- | ---: | ---: | ---: |\n";
   char line[1024];
@@ -214,20 +233,21 @@ std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes, cons
     report += " step ms |\n| --- |";
     for (size_t i = 0; i < shapes.size(); ++i) report += " ---: | ---: |";
     report += " ---: |\n";
-    const int current = tf::cuda::linear_bf16_default_config(n_rows);
+    const int current = tf::cuda::linear_default_config(n_rows, bits);
     std::string best_name, current_name;
     double best_ms = INFINITY, current_ms = NAN, cublas_ms = NAN;
-    for (int id = -1; id < tf::cuda::linear_bf16_config_count(); ++id) {  // -1: cuBLAS
-      if (id >= 0 && !tf::cuda::linear_bf16_config_fits(id, n_rows)) continue;
+    for (int id = -1; id < tf::cuda::linear_config_count(); ++id) {  // -1: cuBLAS
+      if (id >= 0 && !tf::cuda::linear_config_fits(id, n_rows, bits)) continue;
       const Impl impl = id < 0 ? Impl::cublas : Impl::ours;
       bench.config_id = id;
-      const std::string name = id < 0 ? "cuBLAS" : std::string(tf::cuda::linear_bf16_config(id).name) + (id == current ? " *" : "");
+      const std::string name = id < 0 ? "cuBLAS" : std::string(tf::cuda::linear_config(id).name) + (id == current ? " *" : "");
       std::string row = "| " + name + " |";
       double step_ms = 0.0;
       for (const ShapeSet& shape : shapes) {
         const Stats stats = bench.time(shape.matrices, n_rows, impl);
         const double us_per_call = stats.median_ms * 1e3 / double(shape.matrices.size());
-        const double bytes = double(shape.matrices[0]->n_out * shape.matrices[0]->n_in) * 2.0;
+        const double bytes = id < 0 ? double(shape.matrices[0]->n_out * shape.matrices[0]->n_in) * 2.0
+                                    : shape.matrices[0]->bytes();
         step_ms += stats.median_ms;  // a shape's matrices are all its calls in one step
         std::snprintf(line, sizeof line, " %.1f | %.0f |", us_per_call, bytes / (us_per_call * 1e-6) / 1e9);
         row += line;
@@ -237,8 +257,8 @@ std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes, cons
       if (id < 0) {
         cublas_ms = step_ms;
       } else {
-        if (step_ms < best_ms) best_ms = step_ms, best_name = tf::cuda::linear_bf16_config(id).name;
-        if (id == current) current_ms = step_ms, current_name = tf::cuda::linear_bf16_config(id).name;
+        if (step_ms < best_ms) best_ms = step_ms, best_name = tf::cuda::linear_config(id).name;
+        if (id == current) current_ms = step_ms, current_name = tf::cuda::linear_config(id).name;
       }
     }
     std::snprintf(line, sizeof line, "| %lld | %s | %.3f | %s | %.3f | %.2f | %.3f |\n", (long long)n_rows, best_name.c_str(),
@@ -256,9 +276,17 @@ std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes, cons
 int main(int argc, char** argv) {
   std::string receipt_path;
   bool is_configs_only = false;
+  int bits = 0;
   std::vector<int64_t> config_row_counts = {1, 8, 16, 32, 48, 64, 128, 256, 512};
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--configs-only") {
+      is_configs_only = true;
+    } else if (std::string(argv[i]) == "--bits" && i + 1 < argc) {
+      bits = std::atoi(argv[++i]);
+      if (bits != 4 && bits != 8) {
+        std::fprintf(stderr, "--bits: 4 or 8\n");
+        return 2;
+      }
       is_configs_only = true;
     } else if (std::string(argv[i]) == "--rows" && i + 1 < argc) {  // e.g. --rows 128,512
       config_row_counts.clear();
@@ -341,10 +369,25 @@ int main(int argc, char** argv) {
                                   {"gate_up", "gate_up_proj", {}},
                                   {"down", "down_proj", {}},
                                   {"lm_head", "lm_head", {}}};
+  // --bits: every fused matrix also gets packed words, scales and biases of its shape.
+  std::vector<DeviceBuffer<uint32_t>> packed, scale_bias;
+  if (bits) {
+    constexpr int kGroup = 64;
+    uint64_t seed = 1000;
+    for (Matrix& m : fused_step) {
+      const size_t n_groups = size_t(m.n_out * tf::cuda::affine_row_entries(m.n_in, kGroup));
+      packed.emplace_back(size_t(m.n_out * tf::cuda::affine_row_words(m.n_in, bits)));
+      scale_bias.emplace_back(n_groups);
+      tf::cuda::fill_random_u32(packed.back().data(), int64_t(packed.back().size()), seed++);
+      tf::cuda::fill_random_scale_bias(scale_bias.back().data(), int64_t(n_groups), seed++, bits);
+      m.quantized = {bits, kGroup, nullptr, packed.back().data(), scale_bias.back().data()};
+    }
+    TF_CUDA_CHECK(cudaDeviceSynchronize());
+  }
   for (const Matrix& m : fused_step)
     for (ShapeSet& shape : shapes)
       if (std::string(m.name) == shape.matrix_name) shape.matrices.push_back(&m);
-  const std::string config_report = time_configs(bench, shapes, config_row_counts);
+  const std::string config_report = time_configs(bench, shapes, config_row_counts, bits);
   // --configs-only: no row counts for the sections below, which then print empty tables.
   const std::vector<int64_t> row_counts =
       is_configs_only ? std::vector<int64_t>{} : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128};
@@ -396,7 +439,8 @@ int main(int argc, char** argv) {
   std::string report;
   char line[512];
   auto add_line = [&](const char* text) { report += text; report += "\n"; };
-  add_line("# Receipt: batch-invariant bf16 linear layers on the GPU (qwen3-8b shapes)\n");
+  add_line(bits ? "# Receipt: batch-invariant linear layers on MLX-quantized weights on the GPU (qwen3-8b shapes)\n"
+                : "# Receipt: batch-invariant bf16 linear layers on the GPU (qwen3-8b shapes)\n");
   std::snprintf(line, sizeof line, "- command: `%s`", env_or("TF_COMMAND", "bench_cuda_linear").c_str());
   add_line(line);
   std::snprintf(line, sizeof line, "- commit: %s", env_or("TF_COMMIT", "unknown").c_str());
@@ -412,7 +456,7 @@ int main(int argc, char** argv) {
   add_line(line);
   std::snprintf(line, sizeof line, "- ceiling: device-to-device copy, 2 GiB, %.0f GB/s counting bytes read and written", copy_gbps);
   add_line(line);
-  add_line("- ours: `linear_bf16` (mma.sync m16n8k16, one K order for every M); cuBLAS: `cublasGemmEx` bf16 in, "
+  add_line("- ours: `linear` (mma.sync m16n8k16, one K order for every M); cuBLAS: `cublasGemmEx` bf16 in, "
            "f32 compute, same output types (bf16, f32 logits)");
   std::snprintf(line, sizeof line, "- agreement: ours vs cuBLAS, gate_proj at M=16, relative difference %.2e\n", agreement);
   add_line(line);

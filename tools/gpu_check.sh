@@ -56,7 +56,7 @@ bench_rc=$?
 # compute-sanitizer last, bounded, so a slow tool cannot cost the numbers above.
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
-    for t in "$BUILD"/test_elementwise_kernels "$BUILD"/test_attention "$BUILD"/test_linear_bf16; do
+    for t in "$BUILD"/test_elementwise_kernels "$BUILD"/test_attention "$BUILD"/test_linear; do
       echo "== $tool $(basename "$t")" >>"$OUT/sanitizer.log"
       TF_GPU_TEST_QUICK=1 timeout 40 compute-sanitizer --tool "$tool" --error-exitcode 3 "$t" >>"$OUT/sanitizer.log" 2>&1
       result["$tool $(basename "$t")"]="rc=$?"

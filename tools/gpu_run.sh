@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs a bundle made by tools/gpu_bundle.sh on the GPU machine: the GPU tests, the synthetic
-# benches (decode and verify rounds with and without CUDA graphs and overlapped launches, a
-# 27B-class shape, 4k prefill; forced acceptance lengths through the HTTP server), the linear-layer
-# tile configuration table (linear-configs.md, to edit linear_bf16's dispatch from), and
+# benches (decode and verify rounds, bf16 with and without CUDA graphs and overlapped launches, MLX
+# 4-bit, a 27B-class shape, 4k prefill; forced acceptance lengths through the HTTP server), the
+# linear-layer tile configuration tables (linear-configs*.md, to edit linear()'s dispatch from), and
 # compute-sanitizer. Each step runs under `timeout`; logs,
 # the bench receipts and a summary go to $OUT. Run from a checkout of the same commit (the tests
 # read tests/fixtures from it).
-# Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|linear|sanitize|all]   (defaults: build-cuda/bundle all;
-# all leaves out sanitize, which is slow)
+# Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|mlx4|linear|sanitize|all]   (defaults: build-cuda/bundle
+# all; all leaves out sanitize, which is slow; mlx4: just the 4-bit decode bench and configuration table)
 #
 # A device call carries at most 64 MiB (working tree + carried bundle); the tracked models make the
 # tree larger. Before the call, here, leave the bf16 target and the random Qwen3-tokenizer fixture out
@@ -48,6 +48,30 @@ if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   done
 fi
 
+linear_table() {  # step name, receipt, bench_cuda_linear flags...
+  # cuBLAS is not bundled: the machine's CUDA libraries (the same major version as the build's).
+  local name=$1 receipt=$2 cuda_libs
+  shift 2
+  cuda_libs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib 2>/dev/null | paste -sd:)
+  LD_LIBRARY_PATH="$LD_LIBRARY_PATH${cuda_libs:+:$cuda_libs}" TF_COMMAND="OUT=\$OUT tools/gpu_run.sh BUNDLE $MODE" \
+    TF_COMMIT="${TF_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" \
+    run_step "$name" 420 "$BUNDLE/bench_cuda_linear" "$OUT/$receipt" "$@"
+  grep -E "^M=" "$OUT/$name.log"
+}
+
+mlx4_benches() {
+  # MLX 4-bit weights (group 64, 4-bit LM head) kept packed and dequantized in registers.
+  run_step bench-qwen3-8b-mlx4 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3-8b --bits 4 \
+    --prompt-len 512 --decode 64 --repeats 3 --verify-rows 1 2 4 8 16 32 64 128 \
+    --receipt "$OUT/h200-qwen3-8b-synthetic-mlx4.md"
+}
+
+if [ "$MODE" = mlx4 ]; then
+  mlx4_benches
+  linear_table linear-mlx4 linear-configs-mlx4.md --bits 4 --rows 1,8,16,32,64,128
+  cat "$OUT"/bench-*.log
+fi
+
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   # Decode and the verify-round curve as shipped (CUDA graphs; overlapped launches up to 8 rows),
   # then without overlapped launches, then kernel by kernel; then a 27B-class shape, then one
@@ -62,6 +86,7 @@ if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
     --receipt "$OUT/h200-qwen3-8b-synthetic-bf16-eager.md"
   run_step bench-qwen3.5-27b-dense 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3.5-27b-dense \
     --prompt-len 512 --decode 32 --repeats 3 --verify-rows 1 16 64 --receipt "$OUT/h200-qwen3.5-27b-dense-synthetic-bf16.md"
+  mlx4_benches
   run_step bench-qwen3-8b-prefill-4096 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3-8b \
     --prompt-len 4096 --decode 4 --repeats 3 --receipt "$OUT/h200-qwen3-8b-synthetic-bf16-prefill-4096.md"
   # The embedded model end to end through the engine: small, so launch-bound; draft off against
@@ -91,19 +116,20 @@ if [ "$MODE" = sanitize ]; then
     run_step "$name" "${TF_SANITIZE_SECONDS:-60}" compute-sanitizer --tool "$1" --error-exitcode 3 "$BUNDLE/$2" "${filter[@]}"
     tail -3 "$OUT/$name.log"
   }
-  sanitize memcheck gpu_test_cuda_model_invariance '*GraphReplay*:*Chunking*/0'
+  export TF_GPU_TEST_QUICK=1  # the kernel tests leave out their largest cases
+  sanitize memcheck gpu_test_cuda_model_invariance '*GraphReplay*:*Chunking*/0:*Picks*/3'
   sanitize memcheck gpu_test_elementwise_kernels ""
+  sanitize memcheck gpu_test_linear ""
+  sanitize memcheck gpu_test_sampling ""
   sanitize racecheck gpu_test_elementwise_kernels ""
+  sanitize racecheck gpu_test_sampling ""
   sanitize racecheck gpu_test_cuda_model_parity '*LogitsMatchTheCpuModel/0'
 fi
 
 if [ "$MODE" = linear ] || [ "$MODE" = all ]; then
-  # cuBLAS is not bundled: the machine's CUDA libraries (the same major version as the build's).
-  cuda_libs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib 2>/dev/null | paste -sd:)
-  LD_LIBRARY_PATH="$LD_LIBRARY_PATH${cuda_libs:+:$cuda_libs}" TF_COMMAND="OUT=\$OUT tools/gpu_run.sh BUNDLE linear" \
-    TF_COMMIT="${TF_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" \
-    run_step linear 420 "$BUNDLE/bench_cuda_linear" "$OUT/linear-configs.md" --configs-only
-  grep -E "^M=" "$OUT/linear.log"
+  linear_table linear linear-configs.md --configs-only
+  linear_table linear-mlx4 linear-configs-mlx4.md --bits 4 --rows 1,8,16,32,64,128
+
 fi
 
 echo

@@ -18,9 +18,12 @@ class KvCache;
 struct Qwen3Weights;
 
 // Who chooses the token after a logit row. With `sampling` set (greedy or seeded, penalties off) the
-// model may choose it, next to the logits (on a GPU they then never leave it); the token is the one
-// Sampler::sample gives for those logits, parameters and position. Without, the caller wants the
-// row's logits (penalties need the reply so far; logprobs need the distribution).
+// model chooses it next to the logits (on a GPU they then never leave it): on the CPU the token
+// Sampler::sample gives for those logits, parameters and position; on the GPU greedy is the same
+// argmax, and a seeded draw comes from the same distribution and random number with the GPU's own
+// fixed sum order (cuda/sample.cuh). Either way it depends on the row, parameters and position
+// alone. Without, the caller wants the row's logits (penalties need the reply so far; logprobs
+// need the distribution).
 struct LogitRowPick {
   const SamplingParams* sampling = nullptr;
   int64_t position = 0;  // the index the chosen token will have in its sequence

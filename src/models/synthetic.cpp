@@ -124,13 +124,10 @@ std::shared_ptr<Model> make_synthetic_model(const std::string& name, int bits, c
   if (bits != 0 && bits != 4 && bits != 8) fail("synthetic weights take --bits 0, 4 or 8");
   ModelConfig c = synthetic_config(name);
   require_device_in_build(device);
-#if TF_HAVE_CUDA
-  if (device == "cuda") {
-    if (bits) fail("synthetic weights on the CUDA backend are bf16 only (--bits 0)");
-    return cuda::make_synthetic_qwen3_cuda_model(c);
-  }
-#endif
   if (bits) c.quantization = QuantizationConfig{64, bits};
+#if TF_HAVE_CUDA
+  if (device == "cuda") return cuda::make_synthetic_qwen3_cuda_model(c);
+#endif
   auto storage = std::make_shared<SyntheticStorage>();
   Qwen3Weights w;
   w.embed_tokens = storage->matrix(c.vocab_size, c.hidden_size, bits);

@@ -15,8 +15,8 @@ namespace tf {
 ModelConfig synthetic_config(const std::string& name);
 std::vector<std::string> synthetic_model_names();
 
-// Random weights of the named shape on a device: on "cpu" bf16 (or MLX-quantized with bits 4/8),
-// on "cuda" bf16 generated on the GPU (bits must be 0).
+// Random weights of the named shape on a device, bf16 or (bits 4/8) MLX-quantized in groups of 64;
+// on "cuda" they are generated on the GPU.
 std::shared_ptr<Model> make_synthetic_model(const std::string& name, int bits, const std::string& device,
                                             int n_threads);
 

@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sampling/philox.h"
+
 namespace tf {
 
 struct SamplingParams {
@@ -23,9 +25,6 @@ struct SamplingParams {
 // How often each token occurred in the reply so far (penalties count generated tokens only,
 // as OpenAI does).
 using TokenCounts = std::unordered_map<int32_t, int32_t>;
-
-// A uniform float in [0, 1) from Philox4x32-10 keyed by seed, at counter `position`.
-float philox_uniform(uint64_t seed, uint64_t position);
 
 struct TokenLogprob {
   int32_t token;

@@ -1,5 +1,6 @@
 #include "backends/cuda/qwen3_cuda_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -12,7 +13,7 @@
 #include "backends/cuda/embedding.cuh"
 #include "backends/cuda/env_switch.h"
 #include "backends/cuda/fused_norms.cuh"
-#include "backends/cuda/linear_bf16.cuh"
+#include "backends/cuda/linear.cuh"
 #include "backends/cuda/overlapped_launch.cuh"
 #include "backends/cuda/rms_norm.cuh"
 #include "kernels/cpu/rope.h"
@@ -51,10 +52,10 @@ std::unique_ptr<KvStorage> Qwen3CudaModel::make_kv_storage(int64_t n_slots) cons
 }
 
 int64_t Qwen3CudaModel::weight_bytes_per_step() const {
-  int64_t total = int64_t(config_.vocab_size * config_.hidden_size);  // the LM head
+  int64_t total = weights_.lm_head().n_bytes();
   for (const auto& l : weights_.layers)
-    total += int64_t(l.qkv_proj.size() + l.o_proj.size() + l.gate_up_proj.size() + l.down_proj.size());
-  return total * int64_t(sizeof(uint16_t));
+    total += l.qkv_proj.n_bytes() + l.o_proj.n_bytes() + l.gate_up_proj.n_bytes() + l.down_proj.n_bytes();
+  return total;
 }
 
 void Qwen3CudaModel::set_tap_layers(std::vector<int> layers) {
@@ -100,6 +101,8 @@ void Qwen3CudaModel::reserve(int64_t n_rows, int64_t n_keys) {
   logits_ = DeviceBuffer<float>(rows * size_t(config_.vocab_size));
   argmax_ = DeviceBuffer<int32_t>(rows);
   argmax_staging_ = PinnedHostBuffer<int32_t>(rows);
+  sampling_rows_ = DeviceBuffer<GpuSamplingRow>(rows);
+  sampling_staging_ = PinnedHostBuffer<GpuSamplingRow>(rows);
   row_capacity_ = n_rows;
 }
 
@@ -174,7 +177,7 @@ void Qwen3CudaModel::attention_block(int64_t layer, int64_t n_rows, CudaKvStorag
   add_rms_norm_bf16(hidden_.data(), layer > 0 ? proj_.data() : nullptr, n_rows, hidden, w.input_norm.data(), eps,
                     normed_.data(), stream);
   if (layer > 0) keep_taps(layer - 1, n_rows);
-  linear_bf16(normed_.data(), n_rows, w.qkv_proj.data(), qkv_dim, hidden, qkv_.data(), LinearOutput::bf16, stream);
+  linear(normed_.data(), n_rows, w.qkv_proj.view(), qkv_dim, hidden, qkv_.data(), LinearOutput::bf16, stream);
   // Keys and values go to the cache first; attention reads every key from there in its bf16
   // storage type, this round's rows included, so a row sees the same numbers in any batch.
   qk_norm_rope_to_cache_bf16(qkv_.data(), n_rows,
@@ -184,7 +187,7 @@ void Qwen3CudaModel::attention_block(int64_t layer, int64_t n_rows, CudaKvStorag
   attention_bf16(q_.data(), n_rows, kv.keys(layer), kv.values(layer), key_slot_list_, key_offsets_, n_keys_,
                  attention_shape(), attn_out_.data(), stream,
                  {attention_scratch_.data(), int64_t(attention_scratch_.size())}, {group_starts_, n_groups_});
-  linear_bf16(attn_out_.data(), n_rows, w.o_proj.data(), hidden, q_dim, proj_.data(), LinearOutput::bf16, stream);
+  linear(attn_out_.data(), n_rows, w.o_proj.view(), hidden, q_dim, proj_.data(), LinearOutput::bf16, stream);
 }
 
 void Qwen3CudaModel::mlp_block(int64_t layer, int64_t n_rows) {
@@ -193,10 +196,10 @@ void Qwen3CudaModel::mlp_block(int64_t layer, int64_t n_rows) {
   cudaStream_t stream = stream_.get();
   add_rms_norm_bf16(hidden_.data(), proj_.data(), n_rows, hidden, w.post_attention_norm.data(), config_.rms_norm_eps,
                     normed_.data(), stream);
-  linear_bf16(normed_.data(), n_rows, w.gate_up_proj.data(), 2 * inter, hidden, gate_up_.data(), LinearOutput::bf16,
+  linear(normed_.data(), n_rows, w.gate_up_proj.view(), 2 * inter, hidden, gate_up_.data(), LinearOutput::bf16,
               stream);
   swiglu_fused_bf16(gate_up_.data(), n_rows, inter, mlp_act_.data(), stream);
-  linear_bf16(mlp_act_.data(), n_rows, w.down_proj.data(), hidden, inter, proj_.data(), LinearOutput::bf16, stream);
+  linear(mlp_act_.data(), n_rows, w.down_proj.view(), hidden, inter, proj_.data(), LinearOutput::bf16, stream);
 }
 
 void Qwen3CudaModel::keep_taps(int64_t layer, int64_t n_rows) {
@@ -223,7 +226,7 @@ void Qwen3CudaModel::unpack_taps(int64_t n_rows) {
 void Qwen3CudaModel::enqueue_layers(int64_t n_rows, int64_t n_logit_rows, CudaKvStorage& kv) {
   const int64_t hidden = config_.hidden_size;
   cudaStream_t stream = stream_.get();
-  embedding_bf16(weights_.embed_tokens.data(), config_.vocab_size, hidden, tokens_, n_rows, hidden_.data(), stream);
+  embedding(weights_.embed_tokens.view(), config_.vocab_size, hidden, tokens_, n_rows, hidden_.data(), stream);
   for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
     attention_block(layer, n_rows, kv);
     mlp_block(layer, n_rows);
@@ -237,7 +240,7 @@ void Qwen3CudaModel::enqueue_layers(int64_t n_rows, int64_t n_logit_rows, CudaKv
   embedding_bf16(hidden_.data(), n_rows, hidden, logit_rows_, n_logit_rows, normed_.data(), stream);
   rms_norm_bf16(normed_.data(), n_logit_rows, hidden, weights_.final_norm.data(), config_.rms_norm_eps,
                 normed_.data(), stream);
-  linear_bf16(normed_.data(), n_logit_rows, weights_.lm_head(), config_.vocab_size, hidden, logits_.data(),
+  linear(normed_.data(), n_logit_rows, weights_.lm_head().view(), config_.vocab_size, hidden, logits_.data(),
               LinearOutput::f32, stream);
   argmax_f32(logits_.data(), n_logit_rows, config_.vocab_size, argmax_.data(), stream);
 }
@@ -291,46 +294,46 @@ void Qwen3CudaModel::forward_and_pick(const Batch& batch, KvCache& kv, const std
                                       int32_t* tokens, float* logits) {
   const int64_t n_rows = int64_t(batch.rows.size());
   if (n_rows == 0) return;
+  const auto n_wanted = std::count_if(batch.rows.begin(), batch.rows.end(), [](const BatchRow& row) { return row.wants_logits; });
+  if (int64_t(picks.size()) != int64_t(n_wanted)) fail("forward_and_pick: one pick per logit row");
   const int64_t n_logit_rows = enqueue_forward(batch, kv);
-  if (int64_t(picks.size()) != n_logit_rows) fail("forward_and_pick: one pick per logit row");
   const int64_t n_vocab = config_.vocab_size;
   const size_t row_bytes = size_t(n_vocab) * sizeof(float);
   cudaStream_t stream = stream_.get();
+  // Sampled picks are drawn on the GPU over the argmax ids; greedy rows keep their argmax (their
+  // temperature 0 leaves them alone); only the rows without a pick travel to the host.
+  bool has_sampled = false;
+  for (int64_t i = 0; i < n_logit_rows; ++i) {
+    const SamplingParams* sampling = picks[size_t(i)].sampling;
+    GpuSamplingRow& row = sampling_staging_.data()[i];
+    row = GpuSamplingRow{0.0f, 0, 1.0f, 0.0f, 0, 0};
+    if (sampling == nullptr || sampling->is_greedy()) continue;
+    row = GpuSamplingRow{sampling->temperature, sampling->top_k, sampling->top_p, sampling->min_p, sampling->seed,
+                         uint64_t(picks[size_t(i)].position)};
+    has_sampled = true;
+  }
+  if (has_sampled) {
+    TF_CUDA_CHECK(cudaMemcpyAsync(sampling_rows_.data(), sampling_staging_.data(),
+                                  size_t(n_logit_rows) * sizeof(GpuSamplingRow), cudaMemcpyHostToDevice, stream));
+    sample_rows_f32(logits_.data(), n_logit_rows, n_vocab, sampling_rows_.data(), argmax_.data(), stream);
+  }
   if (n_logit_rows > 0)
     TF_CUDA_CHECK(cudaMemcpyAsync(argmax_staging_.data(), argmax_.data(), size_t(n_logit_rows) * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost, stream));
-  // Rows the host needs, packed; consecutive ones travel in one copy.
+  // Rows without a pick, packed; consecutive ones travel in one copy.
   std::vector<int64_t> host_rows;
   for (int64_t i = 0; i < n_logit_rows; ++i)
-    if (picks[size_t(i)].sampling == nullptr || !picks[size_t(i)].sampling->is_greedy()) host_rows.push_back(i);
-  if (logits_staging_.size() < host_rows.size() * size_t(n_vocab))
-    logits_staging_ = PinnedHostBuffer<float>(host_rows.size() * size_t(n_vocab));
+    if (picks[size_t(i)].sampling == nullptr) host_rows.push_back(i);
   for (size_t begin = 0; begin < host_rows.size();) {
     size_t end = begin + 1;
     while (end < host_rows.size() && host_rows[end] == host_rows[end - 1] + 1) ++end;
-    TF_CUDA_CHECK(cudaMemcpyAsync(logits_staging_.data() + begin * size_t(n_vocab),
-                                  logits_.data() + host_rows[begin] * n_vocab, (end - begin) * row_bytes,
-                                  cudaMemcpyDeviceToHost, stream));
+    TF_CUDA_CHECK(cudaMemcpyAsync(logits + begin * size_t(n_vocab), logits_.data() + host_rows[begin] * n_vocab,
+                                  (end - begin) * row_bytes, cudaMemcpyDeviceToHost, stream));
     begin = end;
   }
   finish_forward(n_rows);
-
-  size_t next_host_row = 0;
-  int64_t n_unpicked = 0;
-  for (int64_t i = 0; i < n_logit_rows; ++i) {
-    const LogitRowPick& pick = picks[size_t(i)];
-    if (pick.sampling != nullptr && pick.sampling->is_greedy()) {
-      tokens[i] = argmax_staging_.data()[i];
-      continue;
-    }
-    const float* row = logits_staging_.data() + next_host_row++ * size_t(n_vocab);
-    if (pick.sampling != nullptr) {
-      tokens[i] = pick_on_host(row, n_vocab, pick);
-    } else {
-      tokens[i] = -1;
-      std::memcpy(logits + n_unpicked++ * n_vocab, row, row_bytes);
-    }
-  }
+  for (int64_t i = 0; i < n_logit_rows; ++i)
+    tokens[i] = picks[size_t(i)].sampling != nullptr ? argmax_staging_.data()[i] : -1;
 }
 
 std::shared_ptr<Model> make_qwen3_cuda_model(const ModelConfig& config, const Qwen3Weights& weights,

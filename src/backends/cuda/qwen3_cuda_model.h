@@ -9,6 +9,7 @@
 #include "backends/cuda/attention.cuh"
 #include "backends/cuda/device_buffer.cuh"
 #include "backends/cuda/qwen3_cuda_weights.h"
+#include "backends/cuda/sample.cuh"
 #include "backends/cuda/stream_graph.h"
 #include "engine/kv_cache.h"
 #include "models/model.h"
@@ -108,9 +109,10 @@ class Qwen3CudaModel : public Model {
   DeviceBuffer<uint16_t> gate_up_;   // [n_rows][2 * intermediate]
   DeviceBuffer<uint16_t> mlp_act_;   // [n_rows][intermediate]
   DeviceBuffer<float> logits_;       // [n_rows][vocab]
-  DeviceBuffer<int32_t> argmax_;     // [n_rows] each logit row's argmax, computed in every forward
+  DeviceBuffer<int32_t> argmax_;     // [n_rows] each logit row's argmax, then its pick (forward_and_pick)
   PinnedHostBuffer<int32_t> argmax_staging_;
-  PinnedHostBuffer<float> logits_staging_;  // the logit rows the host needs, packed
+  DeviceBuffer<GpuSamplingRow> sampling_rows_;  // [n_rows] forward_and_pick's sampled picks
+  PinnedHostBuffer<GpuSamplingRow> sampling_staging_;
   DeviceBuffer<float> attention_scratch_;  // partials of attention's key splits (attention_scratch_floats)
   DeviceBuffer<uint16_t> tap_rows_;  // [n_tap_layers][n_rows][hidden]
   PinnedHostBuffer<uint16_t> tap_staging_;

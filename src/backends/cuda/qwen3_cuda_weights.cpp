@@ -1,8 +1,11 @@
 #include "backends/cuda/qwen3_cuda_weights.h"
 
 #include <algorithm>
+#include <array>
+#include <initializer_list>
 #include <string>
 
+#include "backends/cuda/affine_layout.h"
 #include "backends/cuda/fill_random.cuh"
 #include "core/thread_pool.h"
 #include "kernels/cpu/linear.h"
@@ -10,44 +13,130 @@
 namespace tf::cuda {
 namespace {
 
-// Buffers of the config's shape, after checking they fit in free GPU memory.
-Qwen3CudaWeights allocate_weights(const ModelConfig& c) {
-  const int64_t hidden = c.hidden_size, inter = c.intermediate_size;
-  const int64_t per_layer = 2 * hidden + 2 * c.head_dim + (c.q_dim() + 2 * c.kv_dim()) * hidden +
-                            hidden * c.q_dim() + 3 * inter * hidden;
-  const int64_t n_lm_heads = c.tie_word_embeddings ? 1 : 2;
-  const int64_t n_elements = n_lm_heads * c.vocab_size * hidden + c.n_layers * per_layer + hidden;
+// How one (possibly fused) matrix is stored on the GPU.
+struct MatrixFormat {
+  int bits = 0;
+  int group_size = 0;
+};
+
+// The formats of a layer's four matrices, the embedding's and the untied LM head's.
+struct Qwen3Formats {
+  MatrixFormat embed, lm_head;
+  std::vector<std::array<MatrixFormat, 4>> layers;  // qkv, o, gate_up, down
+};
+
+int64_t matrix_bytes(int64_t n_rows, int64_t n_cols, const MatrixFormat& f) {
+  if (f.bits == 0) return n_rows * n_cols * 2;
+  return n_rows * (affine_row_words(n_cols, f.bits) + affine_row_entries(n_cols, f.group_size)) * 4;
+}
+
+CudaMatrix allocate_matrix(int64_t n_rows, int64_t n_cols, const MatrixFormat& f) {
+  CudaMatrix m;
+  m.n_rows = n_rows;
+  m.n_cols = n_cols;
+  m.bits = f.bits;
+  m.group_size = f.group_size;
+  if (f.bits == 0) {
+    m.bf16 = DeviceBuffer<uint16_t>(size_t(n_rows * n_cols));
+  } else {
+    m.packed = DeviceBuffer<uint32_t>(size_t(n_rows * affine_row_words(n_cols, f.bits)));
+    m.scale_bias = DeviceBuffer<uint32_t>(size_t(n_rows * affine_row_entries(n_cols, f.group_size)));
+  }
+  return m;
+}
+
+// Buffers of the config's shape in the given formats, after checking they fit in free GPU memory.
+Qwen3CudaWeights allocate_weights(const ModelConfig& c, const Qwen3Formats& formats) {
+  const int64_t hidden = c.hidden_size, inter = c.intermediate_size, qkv = c.q_dim() + 2 * c.kv_dim();
+  int64_t n_bytes = matrix_bytes(c.vocab_size, hidden, formats.embed) + 2 * hidden;
+  if (!c.tie_word_embeddings) n_bytes += matrix_bytes(c.vocab_size, hidden, formats.lm_head);
+  for (const auto& layer : formats.layers)
+    n_bytes += matrix_bytes(qkv, hidden, layer[0]) + matrix_bytes(hidden, c.q_dim(), layer[1]) +
+               matrix_bytes(2 * inter, hidden, layer[2]) + matrix_bytes(hidden, inter, layer[3]) +
+               2 * (2 * hidden + 2 * c.head_dim);
   size_t free_bytes = 0, total_bytes = 0;
   TF_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  if (size_t(n_elements) * sizeof(uint16_t) > free_bytes)
-    fail("the model's bf16 weights need " + std::to_string((n_elements * 2) >> 20) + " MiB of GPU memory, but only " +
+  if (size_t(n_bytes) > free_bytes)
+    fail("the model's weights need " + std::to_string(n_bytes >> 20) + " MiB of GPU memory, but only " +
          std::to_string(free_bytes >> 20) + " MiB are free");
 
   Qwen3CudaWeights w;
-  w.embed_tokens = DeviceBuffer<uint16_t>(size_t(c.vocab_size * hidden));
-  for (int64_t i = 0; i < c.n_layers; ++i) {
+  w.embed_tokens = allocate_matrix(c.vocab_size, hidden, formats.embed);
+  for (const auto& format : formats.layers) {
     Qwen3CudaLayerWeights& l = w.layers.emplace_back();
     l.input_norm = DeviceBuffer<uint16_t>(size_t(hidden));
-    l.qkv_proj = DeviceBuffer<uint16_t>(size_t((c.q_dim() + 2 * c.kv_dim()) * hidden));
+    l.qkv_proj = allocate_matrix(qkv, hidden, format[0]);
     l.q_norm = DeviceBuffer<uint16_t>(size_t(c.head_dim));
     l.k_norm = DeviceBuffer<uint16_t>(size_t(c.head_dim));
-    l.o_proj = DeviceBuffer<uint16_t>(size_t(hidden * c.q_dim()));
+    l.o_proj = allocate_matrix(hidden, c.q_dim(), format[1]);
     l.post_attention_norm = DeviceBuffer<uint16_t>(size_t(hidden));
-    l.gate_up_proj = DeviceBuffer<uint16_t>(size_t(2 * inter * hidden));
-    l.down_proj = DeviceBuffer<uint16_t>(size_t(hidden * inter));
+    l.gate_up_proj = allocate_matrix(2 * inter, hidden, format[2]);
+    l.down_proj = allocate_matrix(hidden, inter, format[3]);
   }
   w.final_norm = DeviceBuffer<uint16_t>(size_t(hidden));
-  if (!c.tie_word_embeddings) w.untied_lm_head = DeviceBuffer<uint16_t>(size_t(c.vocab_size * hidden));
+  if (!c.tie_word_embeddings) w.untied_lm_head = allocate_matrix(c.vocab_size, hidden, formats.lm_head);
   return w;
 }
 
-// Host weights to device bf16 rows. bf16 goes straight from the mapped file; anything else is
-// converted row by row (in parallel) into one pinned staging buffer.
+// Packed on the GPU when every part is MLX-quantized alike with bf16 scales (the kernels read bf16
+// scales; rounding another type to bf16 would change the values), bf16 otherwise.
+MatrixFormat format_of(std::initializer_list<const WeightMatrix*> parts) {
+  const WeightMatrix& first = **parts.begin();
+  for (const WeightMatrix* part : parts)
+    if (!part->is_quantized() || part->bits != first.bits || part->group_size != first.group_size ||
+        part->scale_dtype != DType::bf16)
+      return {};
+  if ((first.bits != 4 && first.bits != 8) ||
+      (first.group_size != 32 && first.group_size != 64 && first.group_size != 128))
+    return {};
+  return {first.bits, first.group_size};
+}
+
+// Host weights to the GPU. bf16 rows and packed MLX rows go straight from the mapped file; anything
+// else is converted row by row (in parallel) into one pinned staging buffer.
 class WeightUploader {
  public:
   WeightUploader() : staging_(kStagingElements) {}
 
-  void matrix(const WeightMatrix& w, uint16_t* target) {
+  // The parts' rows one after another into `target`, in its format.
+  void matrix(std::initializer_list<const WeightMatrix*> parts, CudaMatrix& target) {
+    int64_t first_row = 0;
+    for (const WeightMatrix* part : parts) {
+      if (target.bits == 0) {
+        rows_bf16(*part, target.bf16.data() + first_row * target.n_cols);
+      } else {
+        rows_packed(*part, target, first_row);
+      }
+      first_row += part->n_rows;
+    }
+  }
+
+  void vector(const WeightVector& v, DeviceBuffer<uint16_t>& target) {
+    std::vector<uint16_t> bf16(static_cast<size_t>(v.n));
+    for (int64_t i = 0; i < v.n; ++i) bf16[size_t(i)] = f32_to_bf16(load_as_f32(v.data, v.dtype, i));
+    target.copy_from_host(bf16);
+  }
+
+ private:
+  // Reordered on the host into the kernels' layout (affine_layout.h), a bounded number of rows at a time.
+  static void rows_packed(const WeightMatrix& w, CudaMatrix& target, int64_t first_row) {
+    const int64_t row_words = affine_row_words(w.n_cols, w.bits), row_entries = affine_row_entries(w.n_cols, w.group_size);
+    const int64_t mlx_row_words = w.n_cols * w.bits / 32, mlx_row_groups = w.n_groups_per_row();
+    const int64_t rows_per_chunk = std::max<int64_t>(1, (int64_t(64) << 20) / (row_words * 4));
+    for (int64_t first = 0; first < w.n_rows; first += rows_per_chunk) {
+      const int64_t n = std::min(rows_per_chunk, w.n_rows - first);
+      const AffineRowsOnGpu rows = to_gpu_affine_layout(
+          static_cast<const uint32_t*>(w.data) + first * mlx_row_words,
+          static_cast<const uint16_t*>(w.scales) + first * mlx_row_groups,
+          static_cast<const uint16_t*>(w.biases) + first * mlx_row_groups, n, w.n_cols, w.bits, w.group_size);
+      TF_CUDA_CHECK(cudaMemcpy(target.packed.data() + (first_row + first) * row_words, rows.words.data(),
+                               rows.words.size() * 4, cudaMemcpyHostToDevice));
+      TF_CUDA_CHECK(cudaMemcpy(target.scale_bias.data() + (first_row + first) * row_entries, rows.scale_bias.data(),
+                               rows.scale_bias.size() * 4, cudaMemcpyHostToDevice));
+    }
+  }
+
+  void rows_bf16(const WeightMatrix& w, uint16_t* target) {
     if (!w.is_quantized() && w.dtype == DType::bf16) {
       TF_CUDA_CHECK(cudaMemcpy(target, w.data, size_t(w.n_rows * w.n_cols) * sizeof(uint16_t), cudaMemcpyHostToDevice));
       return;
@@ -69,13 +158,6 @@ class WeightUploader {
     }
   }
 
-  void vector(const WeightVector& v, DeviceBuffer<uint16_t>& target) {
-    std::vector<uint16_t> bf16(static_cast<size_t>(v.n));
-    for (int64_t i = 0; i < v.n; ++i) bf16[size_t(i)] = f32_to_bf16(load_as_f32(v.data, v.dtype, i));
-    target.copy_from_host(bf16);
-  }
-
- private:
   static constexpr size_t kStagingElements = size_t(32) << 20;  // 64 MiB of bf16
   PinnedHostBuffer<uint16_t> staging_;
   ThreadPool pool_;
@@ -88,41 +170,52 @@ void fill_ones(DeviceBuffer<uint16_t>& gain) {
 }  // namespace
 
 Qwen3CudaWeights upload_qwen3_weights(const Qwen3Weights& weights, const ModelConfig& c) {
-  Qwen3CudaWeights w = allocate_weights(c);
+  Qwen3Formats formats;
+  formats.embed = format_of({&weights.embed_tokens});
+  if (!c.tie_word_embeddings) formats.lm_head = format_of({&weights.lm_head});
+  for (const Qwen3LayerWeights& l : weights.layers)
+    formats.layers.push_back({format_of({&l.q_proj, &l.k_proj, &l.v_proj}), format_of({&l.o_proj}),
+                              format_of({&l.gate_proj, &l.up_proj}), format_of({&l.down_proj})});
+  Qwen3CudaWeights w = allocate_weights(c, formats);
   WeightUploader upload;
-  const int64_t hidden = c.hidden_size;
-  upload.matrix(weights.embed_tokens, w.embed_tokens.data());
+  upload.matrix({&weights.embed_tokens}, w.embed_tokens);
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const Qwen3LayerWeights& from = weights.layers[i];
     Qwen3CudaLayerWeights& to = w.layers[i];
     upload.vector(from.input_norm, to.input_norm);
-    upload.matrix(from.q_proj, to.qkv_proj.data());
-    upload.matrix(from.k_proj, to.qkv_proj.data() + c.q_dim() * hidden);
-    upload.matrix(from.v_proj, to.qkv_proj.data() + (c.q_dim() + c.kv_dim()) * hidden);
+    upload.matrix({&from.q_proj, &from.k_proj, &from.v_proj}, to.qkv_proj);
     upload.vector(from.q_norm, to.q_norm);
     upload.vector(from.k_norm, to.k_norm);
-    upload.matrix(from.o_proj, to.o_proj.data());
+    upload.matrix({&from.o_proj}, to.o_proj);
     upload.vector(from.post_attention_norm, to.post_attention_norm);
-    upload.matrix(from.gate_proj, to.gate_up_proj.data());
-    upload.matrix(from.up_proj, to.gate_up_proj.data() + c.intermediate_size * hidden);
-    upload.matrix(from.down_proj, to.down_proj.data());
+    upload.matrix({&from.gate_proj, &from.up_proj}, to.gate_up_proj);
+    upload.matrix({&from.down_proj}, to.down_proj);
   }
   upload.vector(weights.final_norm, w.final_norm);
-  if (!c.tie_word_embeddings) upload.matrix(weights.lm_head, w.untied_lm_head.data());
+  if (!c.tie_word_embeddings) upload.matrix({&weights.lm_head}, w.untied_lm_head);
   return w;
 }
 
 Qwen3CudaWeights synthetic_qwen3_cuda_weights(const ModelConfig& c) {
-  Qwen3CudaWeights w = allocate_weights(c);
+  const MatrixFormat format{c.quantization.bits, c.quantization.group_size};
+  Qwen3Formats formats{format, format, {size_t(c.n_layers), {format, format, format, format}}};
+  Qwen3CudaWeights w = allocate_weights(c, formats);
   uint64_t seed = 1;
-  auto fill = [&seed](DeviceBuffer<uint16_t>& matrix) { fill_random_bf16(matrix.data(), int64_t(matrix.size()), seed++, 0.02f); };
+  auto fill = [&seed](CudaMatrix& matrix) {
+    if (matrix.bits == 0) {
+      fill_random_bf16(matrix.bf16.data(), int64_t(matrix.bf16.size()), seed++, 0.02f);
+      return;
+    }
+    fill_random_u32(matrix.packed.data(), int64_t(matrix.packed.size()), seed++);
+    fill_random_scale_bias(matrix.scale_bias.data(), int64_t(matrix.scale_bias.size()), seed++, matrix.bits);
+  };
   fill(w.embed_tokens);
   for (Qwen3CudaLayerWeights& l : w.layers) {
     for (DeviceBuffer<uint16_t>* gain : {&l.input_norm, &l.q_norm, &l.k_norm, &l.post_attention_norm}) fill_ones(*gain);
-    for (DeviceBuffer<uint16_t>* matrix : {&l.qkv_proj, &l.o_proj, &l.gate_up_proj, &l.down_proj}) fill(*matrix);
+    for (CudaMatrix* matrix : {&l.qkv_proj, &l.o_proj, &l.gate_up_proj, &l.down_proj}) fill(*matrix);
   }
   fill_ones(w.final_norm);
-  if (w.untied_lm_head.size()) fill(w.untied_lm_head);
+  if (w.untied_lm_head.n_rows) fill(w.untied_lm_head);
   TF_CUDA_CHECK(cudaDeviceSynchronize());
   return w;
 }

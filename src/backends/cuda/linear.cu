@@ -1,0 +1,351 @@
+// Tensor-core linear layer for bf16 or MLX-quantized weights: weights streamed once, quantized ones
+// dequantized in registers, one fixed K order for every M (see linear.cuh).
+#include "backends/cuda/linear.cuh"
+
+#include <string_view>
+#include <type_traits>
+
+#include <cuda_bf16.h>
+
+#include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/linear_configs.cuh"
+#include "backends/cuda/overlapped_launch.cuh"
+#include "backends/cuda/weight_rows.cuh"
+
+namespace tf::cuda {
+namespace {
+
+constexpr int kWarps = 8;           // warps per column group; warp w owns the K blocks j with j % 8 == w
+constexpr int kBlockK = 32;         // inputs per K block: two mma k16 steps
+constexpr int kMmaRows = 16;
+constexpr int kMmaCols = 8;
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// The two mma k16 steps of one K block for every row and column tile: the one place an element's
+// chain grows, so both kernels below give it the same operations in the same order.
+template <int kRowTiles, int kColTiles>
+__device__ __forceinline__ void multiply_k_block(float (&acc)[kRowTiles][kColTiles][4], const uint4 (&xv)[kRowTiles][2],
+                                                 const uint4 (&wv)[kColTiles]) {
+#pragma unroll
+  for (int s = 0; s < 2; ++s)
+#pragma unroll
+    for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+      for (int c = 0; c < kColTiles; ++c)
+        mma_bf16(acc[r][c], word(xv[r][0], 2 * s), word(xv[r][1], 2 * s), word(xv[r][0], 2 * s + 1),
+                 word(xv[r][1], 2 * s + 1), word(wv[c], 2 * s), word(wv[c], 2 * s + 1));
+}
+
+// Row tile by row tile (so shared memory holds one tile's partials): the 8 warp partials of each
+// element, added in warp order, then stored. Every thread of the block calls it.
+template <int kRowTiles, int kColTiles, int kColGroups, bool kF32Out>
+__device__ void store_warp_sums(const float (&acc)[kRowTiles][kColTiles][4],
+                                float4 (&partials)[kColGroups][kWarps][kColTiles][32], int row0, int block_col0,
+                                int n_rows, int n_out, void* y) {
+  constexpr int kThreads = kWarps * 32 * kColGroups;
+  const int warp = int(threadIdx.x) / 32 % kWarps, group = int(threadIdx.x) / (32 * kWarps), lane = int(threadIdx.x) % 32;
+#pragma unroll
+  for (int r = 0; r < kRowTiles; ++r) {
+    if (r > 0) __syncthreads();  // the previous tile's partials have all been read
+#pragma unroll
+    for (int c = 0; c < kColTiles; ++c)
+      partials[group][warp][c][lane] = make_float4(acc[r][c][0], acc[r][c][1], acc[r][c][2], acc[r][c][3]);
+    __syncthreads();
+    constexpr int n_elements = kColGroups * kColTiles * 32 * 4;
+    for (int index = int(threadIdx.x); index < n_elements; index += kThreads) {
+      const int e = index % 4, owner = (index / 4) % 32, c = (index / 128) % kColTiles, owner_group = index / (128 * kColTiles);
+      float sum = reinterpret_cast<const float*>(&partials[owner_group][0][c][owner])[e];
+#pragma unroll
+      for (int v = 1; v < kWarps; ++v) sum = sum + reinterpret_cast<const float*>(&partials[owner_group][v][c][owner])[e];
+      const int row = row0 + r * kMmaRows + owner / 4 + 8 * (e / 2);
+      const int col = block_col0 + (owner_group * kColTiles + c) * kMmaCols + 2 * (owner % 4) + e % 2;
+      if (row >= n_rows || col >= n_out) continue;
+      if constexpr (kF32Out) {
+        static_cast<float*>(y)[int64_t(row) * n_out + col] = sum;
+      } else {
+        static_cast<uint16_t*>(y)[int64_t(row) * n_out + col] = __bfloat16_as_ushort(__float2bfloat16_rn(sum));
+      }
+    }
+  }
+}
+
+// One block: kMmaRows*kRowTiles rows by kMmaCols*kColTiles*kColGroups columns, all K. Each column
+// group is 8 warps splitting K over its own kColTiles n8 tiles; the groups share the activation
+// loads through L1. Lane (g = lane/4, q = lane%4) reads inputs 8q..8q+7 of a K block with one
+// 16-byte load, for a weight row (column g of an n8 tile) and for activation rows g and g+8. The
+// mma's logical k order is a fixed permutation of those physical inputs, the same for x and W, so
+// the dot product is unchanged and the permutation is the same for every call: step s takes
+// physical 8q+4s..8q+4s+3 as logical (2q, 2q+1, 2q+8, 2q+9).
+// An element's operations depend only on K: its warp chain (blocks j, j+8, ... in order) and the
+// sum of the 8 warp partials in warp order. The tile shape only decides which elements share a load.
+// kUpperRows = false: rows 8..15 of each 16-row tile are known empty (M <= 8), so they are never
+// loaded and their registers go to a deeper unroll.
+// Rows (weight_rows.cuh) reads the weights: a fetch is issued for every unrolled K block before
+// any is expanded to bf16 and multiplied, so the loads are all in flight together.
+template <int kRowTiles, int kColTiles, int kColGroups, int kUnroll, bool kUpperRows, bool kF32Out, class Rows>
+__global__ void __launch_bounds__(kWarps * 32 * kColGroups)
+    linear_kernel(const uint16_t* __restrict__ x, int n_rows, Rows w, int n_out, int n_in, void* __restrict__ y) {
+  // One row tile's warp partials at a time: [group][warp][col tile][lane] x 4 accumulators.
+  __shared__ float4 partials[kColGroups][kWarps][kColTiles][32];
+  const int warp = int(threadIdx.x) / 32 % kWarps, group = int(threadIdx.x) / (32 * kWarps), lane = int(threadIdx.x) % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int row0 = int(blockIdx.x) * kMmaRows * kRowTiles;
+  const int block_col0 = int(blockIdx.y) * kMmaCols * kColTiles * kColGroups;
+  const int col0 = block_col0 + group * kMmaCols * kColTiles;
+  const int n_blocks_k = (n_in + kBlockK - 1) / kBlockK;
+
+  typename Rows::Cursor w_row[kColTiles];
+  bool w_ok[kColTiles];
+#pragma unroll
+  for (int c = 0; c < kColTiles; ++c) {
+    const int col = col0 + c * kMmaCols + g;
+    w_ok[c] = col < n_out;
+    w_row[c] = w.at(w_ok[c] ? col : 0, 8 * q);
+  }
+  const uint16_t* x_row[kRowTiles][2];
+  bool x_ok[kRowTiles][2];
+#pragma unroll
+  for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + r * kMmaRows + g + 8 * h;
+      x_ok[r][h] = row < n_rows;
+      x_row[r][h] = x + int64_t(x_ok[r][h] ? row : 0) * n_in + 8 * q;
+    }
+
+  wait_for_prior_kernel();
+  let_next_kernel_start();
+
+  float acc[kRowTiles][kColTiles][4] = {};
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  // A fetch brings kFetch of the warp's K blocks (4 for quantized rows); one step of the loop takes
+  // kSpan blocks: every weight fetch first, then the activations kUnroll blocks at a time.
+  constexpr int kFetch = Rows::kBlocksPerFetch;
+  constexpr int kSpan = kUnroll > kFetch ? kUnroll : kFetch;
+  static_assert(kSpan % kFetch == 0 && kSpan % kUnroll == 0, "linear: the unroll must divide the fetch span");
+  using Fetched = typename Rows::Fetched;
+  for (int j = warp; j < n_blocks_k; j += kWarps * kSpan) {
+    Fetched wv[kSpan / kFetch][kColTiles];
+#pragma unroll
+    for (int f = 0; f < kSpan / kFetch; ++f) {
+      const int b = j + kWarps * kFetch * f;
+#pragma unroll
+      for (int c = 0; c < kColTiles; ++c) wv[f][c] = w_ok[c] && w.in_row(w_row[c], b) ? w.fetch(w_row[c], b) : Fetched{};
+    }
+#pragma unroll
+    for (int u0 = 0; u0 < kSpan; u0 += kUnroll) {
+      uint4 xv[kUnroll][kRowTiles][2];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int k = (j + kWarps * (u0 + u)) * kBlockK;
+        // Only the last K block can be partial; n_in % 8 == 0 keeps each 16-byte piece whole.
+        const bool k_ok = k + 8 * q < n_in;
+#pragma unroll
+        for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            xv[u][r][h] = k_ok && x_ok[r][h] && (h == 0 || kUpperRows) ? __ldg(reinterpret_cast<const uint4*>(x_row[r][h] + k)) : zero;
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        // Skipped, not zero-padded: an element's chain of mma steps is the same for every kUnroll.
+        if (j + kWarps * (u0 + u) >= n_blocks_k) break;
+        uint4 w_bf16[kColTiles];
+#pragma unroll
+        for (int c = 0; c < kColTiles; ++c) w_bf16[c] = Rows::expand(wv[(u0 + u) / kFetch][c], (u0 + u) % kFetch);
+        multiply_k_block(acc, xv[u], w_bf16);
+      }
+    }
+  }
+
+  store_warp_sums<kRowTiles, kColTiles, kColGroups, kF32Out>(acc, partials, row0, block_col0, n_rows, n_out, y);
+}
+
+using Launcher = void (*)(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in,
+                          void* y, LinearOutput output, cudaStream_t stream);
+
+template <int kRowTiles, int kColTiles, int kColGroups, int kUnroll, bool kUpperRows, class Rows>
+void launch_rows(const uint16_t* x, int64_t n_rows, const Rows& rows, int64_t n_out, int64_t n_in, void* y,
+                 LinearOutput output, cudaStream_t stream) {
+  constexpr int64_t block_rows = kMmaRows * kRowTiles, block_cols = kMmaCols * kColTiles * kColGroups;
+  constexpr unsigned threads = kWarps * 32 * kColGroups;
+  // Row tiles vary fastest, so the blocks that share a weight slice run together and share it in L2.
+  const dim3 grid(unsigned((n_rows + block_rows - 1) / block_rows), unsigned((n_out + block_cols - 1) / block_cols));
+  if (output == LinearOutput::f32) {
+    launch_overlapped("linear_kernel", linear_kernel<kRowTiles, kColTiles, kColGroups, kUnroll, kUpperRows, true, Rows>,
+                      grid, dim3(threads), 0, stream, x, int(n_rows), rows, int(n_out), int(n_in), y);
+  } else {
+    launch_overlapped("linear_kernel", linear_kernel<kRowTiles, kColTiles, kColGroups, kUnroll, kUpperRows, false, Rows>,
+                      grid, dim3(threads), 0, stream, x, int(n_rows), rows, int(n_out), int(n_in), y);
+  }
+}
+
+// Which weight formats a configuration is compiled for: every one costs a kernel per output type.
+enum Formats : int { kBf16 = 1, kQuantized = 2, kAllFormats = 3 };
+
+template <int kRowTiles, int kColTiles, int kColGroups, int kUnroll, bool kUpperRows, int kFormats>
+void launch(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in, void* y,
+            LinearOutput output, cudaStream_t stream) {
+  with_rows(w, int(n_in), [&](const auto& rows) {
+    constexpr bool is_bf16 = std::is_same_v<std::decay_t<decltype(rows)>, Bf16Rows>;
+    if constexpr ((kFormats & (is_bf16 ? kBf16 : kQuantized)) != 0)
+      launch_rows<kRowTiles, kColTiles, kColGroups, kUnroll, kUpperRows>(x, n_rows, rows, n_out, n_in, y, output, stream);
+  });
+}
+
+struct ConfigEntry {
+  LinearConfig config;
+  int formats;
+  Launcher launcher;
+};
+
+#define TF_LINEAR_CONFIG(name, rows, cols, groups, unroll, is_lower_only, formats) \
+  ConfigEntry{{name, rows, cols, groups, unroll, is_lower_only}, formats, &launch<rows, cols, groups, unroll, !is_lower_only, formats>}
+
+// Every configuration the bench times and the test checks. The first four are the original ones.
+// Quantized fetches are 4 or 8 bytes, not 16, so deeper unrolls keep as many bytes in flight.
+constexpr ConfigEntry kConfigs[] = {
+    TF_LINEAR_CONFIG("r1c1u8-lo", 1, 1, 1, 8, true, kAllFormats),
+    TF_LINEAR_CONFIG("r1c1u4", 1, 1, 1, 4, false, kAllFormats),
+    TF_LINEAR_CONFIG("r2c1u2", 2, 1, 1, 2, false, kBf16),
+    TF_LINEAR_CONFIG("r4c2u1", 4, 2, 1, 1, false, kBf16),
+    TF_LINEAR_CONFIG("r1c2u8-lo", 1, 2, 1, 8, true, kAllFormats),
+    TF_LINEAR_CONFIG("r1c4u4-lo", 1, 4, 1, 4, true, kAllFormats),
+    TF_LINEAR_CONFIG("r1c2u4", 1, 2, 1, 4, false, kAllFormats),
+    TF_LINEAR_CONFIG("r1c4u2", 1, 4, 1, 2, false, kBf16),
+    TF_LINEAR_CONFIG("r1c4u4", 1, 4, 1, 4, false, kAllFormats),
+    TF_LINEAR_CONFIG("r1c8u2", 1, 8, 1, 2, false, kBf16),
+    TF_LINEAR_CONFIG("r1c4g2u2", 1, 4, 2, 2, false, kBf16),
+    TF_LINEAR_CONFIG("r2c2u2", 2, 2, 1, 2, false, kBf16),
+    TF_LINEAR_CONFIG("r2c4u1", 2, 4, 1, 1, false, kAllFormats),
+    TF_LINEAR_CONFIG("r2c4u2", 2, 4, 1, 2, false, kAllFormats),
+    TF_LINEAR_CONFIG("r2c8u1", 2, 8, 1, 1, false, kBf16),
+    TF_LINEAR_CONFIG("r2c4g2u2", 2, 4, 2, 2, false, kBf16),
+    TF_LINEAR_CONFIG("r4c2u2", 4, 2, 1, 2, false, kBf16),
+    TF_LINEAR_CONFIG("r4c4u1", 4, 4, 1, 1, false, kAllFormats),
+    TF_LINEAR_CONFIG("r4c4u2", 4, 4, 1, 2, false, kBf16),
+    TF_LINEAR_CONFIG("r4c8u1", 4, 8, 1, 1, false, kBf16),
+    TF_LINEAR_CONFIG("r4c2g2u1", 4, 2, 2, 1, false, kBf16),
+    TF_LINEAR_CONFIG("r4c4g2u1", 4, 4, 2, 1, false, kAllFormats),
+    TF_LINEAR_CONFIG("r1c1u16-lo", 1, 1, 1, 16, true, kQuantized),
+    TF_LINEAR_CONFIG("r1c2u16-lo", 1, 2, 1, 16, true, kQuantized),
+    TF_LINEAR_CONFIG("r1c1u8", 1, 1, 1, 8, false, kQuantized),
+    TF_LINEAR_CONFIG("r1c2u8", 1, 2, 1, 8, false, kQuantized),
+};
+#undef TF_LINEAR_CONFIG
+constexpr int kConfigCount = int(sizeof kConfigs / sizeof kConfigs[0]);
+
+constexpr int config_id_of(std::string_view name) {
+  for (int i = 0; i < kConfigCount; ++i)
+    if (name == kConfigs[i].config.name) return i;
+  return -1;
+}
+
+constexpr int formats_of(int bits) { return bits == 0 ? kBf16 : kQuantized; }
+
+// The dispatch tables, bf16 and quantized: the configuration for every M up to max_rows. Edit them
+// from the bench's table (bench_cuda_linear prints the fastest configuration per M); a name not in
+// kConfigs, or one not compiled for the table's format, fails to compile.
+struct DispatchEntry {
+  int64_t max_rows;
+  int config_id;
+};
+constexpr DispatchEntry kBf16Dispatch[] = {
+    {8, config_id_of("r1c1u8-lo")},
+    {16, config_id_of("r1c2u4")},
+    {32, config_id_of("r2c4u2")},
+    {64, config_id_of("r4c4g2u1")},
+    {INT64_MAX, config_id_of("r4c4g2u1")},
+};
+constexpr DispatchEntry kQuantizedDispatch[] = {
+    {8, config_id_of("r1c2u8-lo")},
+    {16, config_id_of("r1c2u4")},
+    {64, config_id_of("r2c4u2")},
+    {INT64_MAX, config_id_of("r4c4u1")},
+};
+template <size_t N>
+constexpr bool is_dispatch_valid(const DispatchEntry (&table)[N], int formats) {
+  for (const DispatchEntry& entry : table)
+    if (entry.config_id < 0 || (kConfigs[entry.config_id].formats & formats) == 0 ||
+        (kConfigs[entry.config_id].config.is_lower_rows_only && entry.max_rows > 8))
+      return false;
+  return true;
+}
+static_assert(is_dispatch_valid(kBf16Dispatch, kBf16) && is_dispatch_valid(kQuantizedDispatch, kQuantized),
+              "linear dispatch: unknown configuration, one not compiled for the format, or a -lo one past 8 rows");
+
+template <size_t N>
+int config_for(const DispatchEntry (&table)[N], int64_t n_rows) {
+  for (const DispatchEntry& entry : table)
+    if (n_rows <= entry.max_rows) return entry.config_id;
+  return table[N - 1].config_id;
+}
+
+void check_weights(const LinearWeights& w, int64_t n_cols_in) {
+  if (w.bits == 0) {
+    TF_CUDA_REQUIRE(n_cols_in % 8 == 0, "linear: n_cols_in must be a multiple of 8");
+    TF_CUDA_REQUIRE(w.bf16 != nullptr && reinterpret_cast<uintptr_t>(w.bf16) % 16 == 0,
+                    "linear: bf16 weights must be 16-byte aligned");
+    return;
+  }
+  TF_CUDA_REQUIRE(w.bits == 4 || w.bits == 8, "linear: quantized weights must be 4- or 8-bit");
+  TF_CUDA_REQUIRE(w.group_size == 32 || w.group_size == 64 || w.group_size == 128,
+                  "linear: the quantization group size must be 32, 64 or 128");
+  TF_CUDA_REQUIRE(n_cols_in % w.group_size == 0, "linear: n_cols_in must be a multiple of the group size");
+  TF_CUDA_REQUIRE(w.packed != nullptr && w.scale_bias != nullptr &&
+                      reinterpret_cast<uintptr_t>(w.packed) % 8 == 0,
+                  "linear: quantized weights need packed words (8-byte aligned) and scales with biases");
+}
+
+}  // namespace
+
+int linear_config_count() { return kConfigCount; }
+
+const LinearConfig& linear_config(int config_id) {
+  TF_CUDA_REQUIRE(config_id >= 0 && config_id < kConfigCount, "linear: no such configuration");
+  return kConfigs[config_id].config;
+}
+
+bool linear_config_fits(int config_id, int64_t n_rows, int bits) {
+  return (kConfigs[config_id].formats & formats_of(bits)) != 0 &&
+         (!linear_config(config_id).is_lower_rows_only || n_rows <= 8);
+}
+
+int linear_default_config(int64_t n_rows, int bits) {
+  return bits == 0 ? config_for(kBf16Dispatch, n_rows) : config_for(kQuantizedDispatch, n_rows);
+}
+
+void linear_with_config(int config_id, const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_cols_out,
+                        int64_t n_cols_in, void* y, LinearOutput output, cudaStream_t stream) {
+  TF_CUDA_REQUIRE(n_rows >= 0 && n_cols_out > 0 && n_cols_in > 0, "linear: empty shape");
+  check_weights(w, n_cols_in);
+  TF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0, "linear: x must be 16-byte aligned");
+  TF_CUDA_REQUIRE(n_rows < (int64_t(1) << 31) && n_cols_out < (int64_t(1) << 31) && n_cols_in < (int64_t(1) << 31),
+                  "linear: dimension too large");
+  TF_CUDA_REQUIRE(n_cols_out <= int64_t(65535) * kMmaCols, "linear: too many output columns");
+  TF_CUDA_REQUIRE(linear_config_fits(config_id, n_rows, w.bits),
+                  std::string("linear: configuration ") + linear_config(config_id).name +
+                      " is not compiled for these weights, or takes at most 8 rows");
+  if (n_rows == 0) return;
+  kConfigs[config_id].launcher(x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
+}
+
+void linear(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_cols_out, int64_t n_cols_in, void* y,
+            LinearOutput output, cudaStream_t stream) {
+  // The configuration only changes how many rows and columns share a weight or activation load;
+  // every element's K order is the same in all of them (tests compare them bit for bit).
+  linear_with_config(linear_default_config(n_rows, w.bits), x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
+}
+
+}  // namespace tf::cuda

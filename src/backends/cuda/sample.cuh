@@ -1,0 +1,32 @@
+// Seeded sampling on the GPU: temperature, top-k, top-p, min-p and one Philox draw per row.
+//
+// It draws from the same distribution as the CPU tf::Sampler, with the same ranking (value
+// descending, id ascending; NaN ranks as -inf; a row with no finite best gives its best-ranked
+// token) and the same random number philox_uniform(seed, position). It is not bit-equal to the
+// CPU: its sums run in another fixed order, so a draw landing within rounding of a boundary may
+// pick the neighbouring token. It is deterministic and batch-invariant: a row's token depends only
+// on its logits, its GpuSamplingRow and n_vocab, never on the other rows of the call.
+// Penalties and logprobs stay on the host: the caller copies the rows that need them.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tf::cuda {
+
+// One row's sampling parameters: tf::SamplingParams without the penalties, plus the position.
+struct GpuSamplingRow {
+  float temperature;  // <= 0 (or NaN): not sampled here, ids[row] is left as it is
+  int32_t top_k;      // <= 0 or >= n_vocab: off
+  float top_p;        // >= 1 (or NaN): off
+  float min_p;        // <= 0 (or NaN): off
+  uint64_t seed;
+  uint64_t position;  // the index the sampled token will have in its sequence
+};
+
+// logits: [n_rows][n_vocab] f32, rows: [n_rows], ids: [n_rows] (all device). Writes ids[row] for
+// every row whose temperature is above 0.
+void sample_rows_f32(const float* logits, int64_t n_rows, int64_t n_vocab, const GpuSamplingRow* rows, int32_t* ids,
+                     cudaStream_t stream = nullptr);
+
+}  // namespace tf::cuda

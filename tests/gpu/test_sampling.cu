@@ -1,0 +1,463 @@
+// sample_rows_f32 on the GPU: rows independent of their neighbours and of the call, agreement with
+// the CPU tf::Sampler (same token in nearly every draw, always inside the set the CPU keeps), drawn
+// frequencies on a small vocabulary, and the edge cases (infinities, NaN, -0, rows left alone).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/device_buffer.cuh"
+#include "backends/cuda/sample.cuh"
+#include "core/dtype.h"
+#include "gpu_test.h"
+#include "sampling/sampler.h"
+
+using namespace tf;
+using namespace tf::gpu_test;
+using tf::cuda::DeviceBuffer;
+using tf::cuda::GpuSamplingRow;
+
+namespace {
+
+constexpr int32_t kUntouched = -7;  // what ids hold before the kernel; rows it skips keep it
+constexpr int64_t kQwenVocab = 151936;
+
+// TF_GPU_TEST_QUICK=1 (under compute-sanitizer) draws far fewer times.
+bool is_quick() { return std::getenv("TF_GPU_TEST_QUICK") != nullptr; }
+
+// Samples each row of `logits` ([rows.size()][n_vocab]) on the GPU.
+std::vector<int32_t> gpu_sample(const std::vector<float>& logits, int64_t n_vocab, const std::vector<GpuSamplingRow>& rows) {
+  DeviceBuffer<float> logits_device(logits.size());
+  logits_device.copy_from_host(logits);
+  DeviceBuffer<GpuSamplingRow> rows_device(rows.size());
+  rows_device.copy_from_host(rows);
+  DeviceBuffer<int32_t> ids_device(rows.size());
+  ids_device.copy_from_host(std::vector<int32_t>(rows.size(), kUntouched));
+  cuda::sample_rows_f32(logits_device.data(), int64_t(rows.size()), n_vocab, rows_device.data(), ids_device.data());
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  return ids_device.to_host();
+}
+
+SamplingParams cpu_params(const GpuSamplingRow& row) {
+  SamplingParams params;
+  params.temperature = row.temperature;
+  params.top_k = row.top_k;
+  params.top_p = row.top_p;
+  params.min_p = row.min_p;
+  params.seed = row.seed;
+  return params;
+}
+
+int32_t cpu_sample(Sampler& sampler, const float* logits, int64_t n_vocab, const GpuSamplingRow& row) {
+  return sampler.sample(logits, n_vocab, cpu_params(row), int64_t(row.position), {});
+}
+
+// A row shaped like a language model's: a broad tail, a few tokens well above it, and in half the
+// rows values rounded to bf16 (an LM head's precision), which makes ties common.
+std::vector<float> lm_like_logits(int64_t n_vocab, std::mt19937& rng) {
+  std::normal_distribution<float> tail(0.0f, 2.0f);
+  std::uniform_real_distribution<float> head_lift(10.0f, 24.0f);
+  std::uniform_int_distribution<int64_t> any_id(0, n_vocab - 1);
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  for (float& logit : logits) logit = tail(rng);
+  const int n_head = 1 + int(rng() % 24);
+  for (int i = 0; i < n_head; ++i) logits[size_t(any_id(rng))] = head_lift(rng);
+  if (rng() % 2 == 0) {
+    for (float& logit : logits) logit = bf16_to_f32(f32_to_bf16(logit));
+  }
+  return logits;
+}
+
+// Temperature 0.7/1/1.5 x top_k 0/1/40/5000 x top_p 1/0.9/0.5 x min_p 0/0.05, seeds and positions random.
+std::vector<GpuSamplingRow> parameter_grid(std::mt19937_64& rng) {
+  std::vector<GpuSamplingRow> grid;
+  for (float temperature : {0.7f, 1.0f, 1.5f})
+    for (int32_t top_k : {0, 1, 40, 5000})
+      for (float top_p : {1.0f, 0.9f, 0.5f})
+        for (float min_p : {0.0f, 0.05f}) grid.push_back({temperature, top_k, top_p, min_p, rng(), rng() % 100000});
+  return grid;
+}
+
+std::string describe(const GpuSamplingRow& row) {
+  char text[160];
+  std::snprintf(text, sizeof text, "T=%g top_k=%d top_p=%g min_p=%g seed=%llu position=%llu", row.temperature,
+                row.top_k, row.top_p, row.min_p, static_cast<unsigned long long>(row.seed),
+                static_cast<unsigned long long>(row.position));
+  return text;
+}
+
+// A row's id alone, among others at another index, and on a second call, is the same.
+void test_batch_invariance(int64_t n_vocab, std::mt19937& rng, std::mt19937_64& rng64) {
+  const std::vector<GpuSamplingRow> rows = parameter_grid(rng64);
+  const size_t n_rows = rows.size();
+  std::vector<float> logits;
+  for (size_t r = 0; r < n_rows; ++r) {
+    const std::vector<float> row = lm_like_logits(n_vocab, rng);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  const std::vector<int32_t> ids = gpu_sample(logits, n_vocab, rows);
+  const std::string where = " n_vocab=" + std::to_string(n_vocab);
+  check(gpu_sample(logits, n_vocab, rows) == ids, "sampling repeats on a second call" + where);
+
+  // Reversed, each row between two strangers with other parameters (some not sampled on the GPU).
+  std::vector<float> mixed_logits;
+  std::vector<GpuSamplingRow> mixed_rows;
+  for (size_t r = n_rows; r-- > 0;) {
+    for (int stranger = 0; stranger < 2; ++stranger) {
+      const std::vector<float> row = lm_like_logits(n_vocab, rng);
+      mixed_logits.insert(mixed_logits.end(), row.begin(), row.end());
+      GpuSamplingRow params = rows[rng() % n_rows];
+      params.seed = rng64();
+      if (rng() % 4 == 0) params.temperature = 0.0f;
+      mixed_rows.push_back(params);
+      if (stranger == 1) continue;
+      mixed_logits.insert(mixed_logits.end(), logits.begin() + int64_t(r) * n_vocab,
+                          logits.begin() + int64_t(r + 1) * n_vocab);
+      mixed_rows.push_back(rows[r]);
+    }
+  }
+  const std::vector<int32_t> mixed_ids = gpu_sample(mixed_logits, n_vocab, mixed_rows);
+  int n_same_mixed = 0, n_same_alone = 0;
+  for (size_t r = 0; r < n_rows; ++r) {
+    n_same_mixed += mixed_ids[3 * (n_rows - 1 - r) + 1] == ids[r];
+    const std::vector<float> alone(logits.begin() + int64_t(r) * n_vocab, logits.begin() + int64_t(r + 1) * n_vocab);
+    n_same_alone += gpu_sample(alone, n_vocab, {rows[r]})[0] == ids[r];
+  }
+  check(n_same_mixed == int(n_rows), "row among strangers at another index = row in order (" +
+                                         std::to_string(n_same_mixed) + "/" + std::to_string(n_rows) + ")" + where);
+  check(n_same_alone == int(n_rows),
+        "row alone = row in a call (" + std::to_string(n_same_alone) + "/" + std::to_string(n_rows) + ")" + where);
+}
+
+// The CPU sampler's algorithm in double precision, for what rounding would blur: which tokens it
+// keeps, by margins well outside float rounding, and the token a draw gives without rounding.
+struct ExactSampler {
+  GpuSamplingRow params;
+  std::vector<int64_t> rank;         // [n_vocab] rank by (value descending, id ascending)
+  std::vector<int64_t> candidates;   // the top-k candidates in rank order
+  std::vector<double> probability;   // [n_vocab] softmax over the candidates, 0 outside
+  std::vector<double> mass_through;  // [i] probability of candidates[0 .. i]
+
+  ExactSampler(const float* logits, int64_t n_vocab, const GpuSamplingRow& row_params) : params(row_params) {
+    std::vector<float> values(static_cast<size_t>(n_vocab));
+    for (int64_t id = 0; id < n_vocab; ++id)
+      values[size_t(id)] = (std::isnan(logits[id]) ? -INFINITY : logits[id]) / params.temperature;
+    candidates.resize(size_t(n_vocab));
+    std::iota(candidates.begin(), candidates.end(), 0);
+    std::sort(candidates.begin(), candidates.end(), [&](int64_t a, int64_t b) {
+      return values[size_t(a)] != values[size_t(b)] ? values[size_t(a)] > values[size_t(b)] : a < b;
+    });
+    rank.resize(size_t(n_vocab));
+    for (int64_t i = 0; i < n_vocab; ++i) rank[size_t(candidates[size_t(i)])] = i;
+    if (params.top_k > 0 && params.top_k < n_vocab) candidates.resize(size_t(params.top_k));
+    const double max_value = values[size_t(candidates[0])];
+    double sum = 0.0;
+    for (int64_t id : candidates) sum += std::exp(double(values[size_t(id)]) - max_value);
+    probability.assign(size_t(n_vocab), 0.0);
+    double cumulative = 0.0;
+    for (int64_t id : candidates) {
+      probability[size_t(id)] = std::exp(double(values[size_t(id)]) - max_value) / sum;
+      cumulative += probability[size_t(id)];
+      mass_through.push_back(cumulative);
+    }
+  }
+
+  // Probability of the candidates clearly more probable than `p`.
+  double mass_above(double p) const {
+    const auto end = std::partition_point(candidates.begin(), candidates.end(),
+                                          [&](int64_t id) { return probability[size_t(id)] > p; });
+    return end == candidates.begin() ? 0.0 : mass_through[size_t(end - candidates.begin()) - 1];
+  }
+
+  bool clearly_may_keep(int32_t token) const {
+    const double margin = 1e-5;
+    if (params.top_k > 0 && rank[size_t(token)] >= params.top_k) return false;
+    const double p = probability[size_t(token)];
+    const double best_probability = probability[size_t(candidates[0])];
+    if (p <= 0.0) return false;
+    if (params.top_p < 1.0f && mass_above(p * (1.0 + margin)) >= double(params.top_p) + margin) return false;
+    if (params.min_p > 0.0f && rank[size_t(token)] > 0 && p < params.min_p * best_probability * (1.0 - margin)) return false;
+    return true;
+  }
+
+  // How many candidates (a rank prefix) top-p and min-p keep.
+  size_t n_kept() const {
+    size_t n = candidates.size();
+    if (params.top_p < 1.0f) {
+      const auto reaching = std::lower_bound(mass_through.begin(), mass_through.end(), double(params.top_p));
+      n = std::min(n, size_t(reaching - mass_through.begin()) + 1);
+    }
+    if (params.min_p > 0.0f) {
+      const double threshold = params.min_p * probability[size_t(candidates[0])];
+      size_t i = 1;
+      while (i < n && probability[size_t(candidates[i])] >= threshold) ++i;
+      n = i;
+    }
+    return n;
+  }
+
+  int32_t draw(uint64_t seed, uint64_t position) const {
+    const size_t n = n_kept();
+    const double target = double(philox_uniform(seed, position)) * mass_through[n - 1];
+    const auto drawn = std::upper_bound(mass_through.begin(), mass_through.begin() + int64_t(n), target);
+    return int32_t(candidates[std::min(size_t(drawn - mass_through.begin()), n - 1)]);
+  }
+
+  // [n_vocab] the probability of drawing each token.
+  std::vector<double> draw_probabilities() const {
+    const size_t n = n_kept();
+    std::vector<double> drawn(probability.size(), 0.0);
+    for (size_t i = 0; i < n; ++i) drawn[size_t(candidates[i])] = probability[size_t(candidates[i])] / mass_through[n - 1];
+    return drawn;
+  }
+};
+
+// Against the CPU sampler's algorithm: the same token as in exact arithmetic and as the CPU in all
+// but 1% of the draws, where rounding moves a boundary; always a token the CPU could keep; with
+// top_k = 1 always the CPU's token. The CPU's own float cumulative over 10^5 tail tokens drifts by
+// more than one of them, so the CPU is compared on the draws where it gives the exact token.
+void test_cpu_agreement(int64_t n_vocab, int n_logit_rows, int n_draws, std::mt19937& rng, std::mt19937_64& rng64) {
+  Sampler sampler;
+  int64_t n_cases = 0, n_same = 0, n_outside = 0, n_top1_different = 0;
+  int64_t n_gpu_exact = 0, n_cpu_exact = 0, n_same_where_cpu_exact = 0;
+  std::string first_outside;
+  for (int logit_row = 0; logit_row < n_logit_rows; ++logit_row) {
+    const std::vector<float> row_logits = lm_like_logits(n_vocab, rng);
+    std::vector<GpuSamplingRow> rows;
+    for (const GpuSamplingRow& params : parameter_grid(rng64)) {
+      for (int draw = 0; draw < n_draws; ++draw) {
+        GpuSamplingRow drawn = params;
+        drawn.seed = rng64();
+        drawn.position = rng64() % 1000000;
+        rows.push_back(drawn);
+      }
+    }
+    std::vector<float> logits;
+    logits.reserve(rows.size() * size_t(n_vocab));
+    for (size_t r = 0; r < rows.size(); ++r) logits.insert(logits.end(), row_logits.begin(), row_logits.end());
+    const std::vector<int32_t> ids = gpu_sample(logits, n_vocab, rows);
+    for (size_t r = 0; r < rows.size(); r += size_t(n_draws)) {
+      const ExactSampler exact(row_logits.data(), n_vocab, rows[r]);
+      for (size_t d = r; d < r + size_t(n_draws); ++d) {
+        const int32_t cpu_id = cpu_sample(sampler, row_logits.data(), n_vocab, rows[d]);
+        const int32_t exact_id = exact.draw(rows[d].seed, rows[d].position);
+        ++n_cases;
+        n_same += ids[d] == cpu_id;
+        n_gpu_exact += ids[d] == exact_id;
+        n_cpu_exact += cpu_id == exact_id;
+        n_same_where_cpu_exact += cpu_id == exact_id && ids[d] == cpu_id;
+        if (rows[d].top_k == 1) n_top1_different += ids[d] != cpu_id;
+        if (ids[d] < 0 || ids[d] >= n_vocab || !exact.clearly_may_keep(ids[d])) {
+          if (n_outside++ == 0) first_outside = " first: id " + std::to_string(ids[d]) + " " + describe(rows[d]);
+        }
+      }
+    }
+  }
+  const std::string where = " n_vocab=" + std::to_string(n_vocab);
+  const auto fraction = [](int64_t part, int64_t whole) { return std::to_string(part) + "/" + std::to_string(whole); };
+  const int64_t n_allowed = std::max<int64_t>(2, n_cases / 100);  // 2 in the small quick runs
+  check(n_cases - n_gpu_exact <= n_allowed,
+        "same token as the exact-arithmetic draw in " + fraction(n_gpu_exact, n_cases) + " draws" + where);
+  check(n_cpu_exact - n_same_where_cpu_exact <= n_allowed,
+        "same token as the CPU sampler in " + fraction(n_same_where_cpu_exact, n_cpu_exact) +
+            " draws where the CPU's is exact (" + fraction(n_same, n_cases) + " in all)" + where);
+  check(n_outside == 0, "every GPU token inside the CPU's kept set (" + std::to_string(n_outside) + " outside)" +
+                            first_outside + where);
+  check(n_top1_different == 0, "top_k=1 gives the CPU's token (" + std::to_string(n_top1_different) + " differ)" + where);
+}
+
+// 8 tokens, 20000 positions: each token drawn within 5 standard deviations of its probability,
+// tokens cut by top-k, top-p or min-p never.
+void test_distribution() {
+  // Probabilities 0.30 0.20 0.15 0.12 0.10 0.08 0.04 0.01, ids not in rank order.
+  const std::vector<float> logits = {std::log(0.12f), std::log(0.30f), std::log(0.04f), std::log(0.15f),
+                                     std::log(0.01f), std::log(0.20f), std::log(0.08f), std::log(0.10f)};
+  const int n_positions = is_quick() ? 1000 : 20000;
+  const std::vector<GpuSamplingRow> settings = {
+      {1.0f, 0, 1.0f, 0.0f, 99, 0},   {2.0f, 0, 1.0f, 0.0f, 7, 0},   {0.5f, 0, 1.0f, 0.0f, 8, 0},
+      {1.0f, 3, 1.0f, 0.0f, 11, 0},   {1.0f, 0, 0.7f, 0.0f, 12, 0},  {1.0f, 0, 1.0f, 0.3f, 13, 0},
+      {1.0f, 6, 0.9f, 0.2f, 14, 0},
+  };
+  for (const GpuSamplingRow& setting : settings) {
+    std::vector<float> all_logits;
+    std::vector<GpuSamplingRow> rows;
+    for (int position = 0; position < n_positions; ++position) {
+      all_logits.insert(all_logits.end(), logits.begin(), logits.end());
+      GpuSamplingRow row = setting;
+      row.position = uint64_t(position);
+      rows.push_back(row);
+    }
+    const std::vector<int32_t> ids = gpu_sample(all_logits, int64_t(logits.size()), rows);
+    std::vector<int> counts(logits.size(), 0);
+    bool is_in_range = true;
+    for (int32_t id : ids) {
+      if (id < 0 || id >= int32_t(logits.size())) {
+        is_in_range = false;
+        continue;
+      }
+      ++counts[size_t(id)];
+    }
+    const std::vector<double> expected = ExactSampler(logits.data(), int64_t(logits.size()), setting).draw_probabilities();
+    bool is_close = is_in_range;
+    std::string table;
+    for (size_t id = 0; id < logits.size(); ++id) {
+      const double mean = n_positions * expected[id];
+      const double deviation = std::sqrt(mean * (1.0 - expected[id]));
+      is_close = is_close && std::abs(counts[id] - mean) <= 5.0 * deviation + (expected[id] > 0.0 ? 1.0 : 0.0);
+      char entry[32];
+      std::snprintf(entry, sizeof entry, " %d/%ld", counts[id], std::lround(mean));
+      table += entry;
+    }
+    check(is_close, "frequencies match the distribution, " + describe(setting) + ":" + table);
+  }
+}
+
+// Hand-made rows with a known token: infinities, NaN, -0 and ties, rows skipped by temperature.
+void test_edge_cases() {
+  const int64_t n_vocab = 1000;
+  struct Case {
+    std::string name;
+    std::vector<float> logits;
+    GpuSamplingRow params;
+    int32_t expected;  // kUntouched: the kernel must leave the id alone
+  };
+  const auto filled = [&](float value) { return std::vector<float>(size_t(n_vocab), value); };
+  const auto with = [](std::vector<float> logits, std::vector<std::pair<int, float>> entries) {
+    for (const auto& [id, value] : entries) logits[size_t(id)] = value;
+    return logits;
+  };
+  std::vector<float> ramp(static_cast<size_t>(n_vocab));
+  for (int64_t id = 0; id < n_vocab; ++id) ramp[size_t(id)] = float(id % 97) * 0.1f;
+  const GpuSamplingRow plain{1.0f, 0, 1.0f, 0.0f, 5, 17};
+  const GpuSamplingRow truncated{1.5f, 40, 0.9f, 0.05f, 6, 18};
+  const GpuSamplingRow greedy_like{0.7f, 1, 1.0f, 0.0f, 7, 19};
+  std::vector<Case> cases = {
+      {"all -inf gives id 0", filled(-INFINITY), plain, 0},
+      {"all -inf gives id 0 (truncated)", filled(-INFINITY), truncated, 0},
+      {"all NaN gives id 0", filled(NAN), truncated, 0},
+      {"+inf wins, lowest id among +inf", with(ramp, {{700, INFINITY}, {300, INFINITY}}), plain, 300},
+      {"+inf wins over NaN and top_k", with(ramp, {{9, INFINITY}, {5, NAN}}), truncated, 9},
+      {"the only finite logit among NaN and -inf", with(filled(-INFINITY), {{0, NAN}, {2, 1.0f}, {3, NAN}}), truncated, 2},
+      {"-0 ties +0, lowest id first", with(filled(0.0f), {{0, -0.0f}, {1, -0.0f}}), greedy_like, 0},
+      {"-0 ties +0, -0 at the lower id", with(filled(-1.0f), {{4, -0.0f}, {6, 0.0f}}), greedy_like, 4},
+      {"top tie goes to the lowest id", with(ramp, {{800, 50.0f}, {200, 50.0f}}), greedy_like, 200},
+      {"top_p=0 keeps the best alone", with(ramp, {{42, 9.7f}}), {1.5f, 0, 0.0f, 0.0f, 8, 20}, 42},
+      {"min_p above 1 keeps the best alone", with(ramp, {{43, 9.7f}}), {1.5f, 0, 1.0f, 2.0f, 9, 21}, 43},
+      {"temperature 0 is left alone", ramp, {0.0f, 0, 1.0f, 0.0f, 1, 1}, kUntouched},
+      {"temperature -1 is left alone", ramp, {-1.0f, 0, 1.0f, 0.0f, 1, 1}, kUntouched},
+      {"temperature NaN is left alone", ramp, {NAN, 0, 1.0f, 0.0f, 1, 1}, kUntouched},
+  };
+  std::vector<float> logits;
+  std::vector<GpuSamplingRow> rows;
+  for (const Case& c : cases) {
+    logits.insert(logits.end(), c.logits.begin(), c.logits.end());
+    rows.push_back(c.params);
+  }
+  const std::vector<int32_t> ids = gpu_sample(logits, n_vocab, rows);
+  Sampler sampler;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const bool is_sampled = cases[i].expected != kUntouched;
+    const bool same_as_cpu = !is_sampled || cpu_sample(sampler, cases[i].logits.data(), n_vocab, rows[i]) == ids[i];
+    check(ids[i] == cases[i].expected && same_as_cpu,
+          cases[i].name + " (got " + std::to_string(ids[i]) + ", expected " + std::to_string(cases[i].expected) + ")");
+  }
+
+  // Many draws from rows with NaN at every third id and a flat rest: NaN is never drawn; with
+  // equal logits and top_k = 3 only ids 0, 1, 2 are.
+  std::vector<float> nan_logits, tie_logits;
+  std::vector<GpuSamplingRow> nan_rows, tie_rows;
+  const int n_positions = is_quick() ? 300 : 2000;
+  for (int position = 0; position < n_positions; ++position) {
+    for (int64_t id = 0; id < n_vocab; ++id) nan_logits.push_back(id % 3 == 0 ? NAN : float(id % 5));
+    nan_rows.push_back({1.5f, 0, 1.0f, 0.0f, 3, uint64_t(position)});
+    tie_logits.insert(tie_logits.end(), size_t(n_vocab), 0.25f);
+    tie_rows.push_back({1.0f, 3, 1.0f, 0.0f, 4, uint64_t(position)});
+  }
+  const std::vector<int32_t> nan_ids = gpu_sample(nan_logits, n_vocab, nan_rows);
+  check(std::none_of(nan_ids.begin(), nan_ids.end(), [&](int32_t id) { return id < 0 || id >= n_vocab || id % 3 == 0; }),
+        "NaN logits are never drawn");
+  const std::vector<int32_t> tie_ids = gpu_sample(tie_logits, n_vocab, tie_rows);
+  std::vector<int> tie_counts(3, 0);
+  bool only_first_three = true;
+  for (int32_t id : tie_ids) {
+    if (id < 0 || id > 2) only_first_three = false;
+    else ++tie_counts[size_t(id)];
+  }
+  check(only_first_three && *std::min_element(tie_counts.begin(), tie_counts.end()) > n_positions / 4,
+        "top_k=3 over equal logits draws ids 0, 1, 2 evenly (" + std::to_string(tie_counts[0]) + " " +
+            std::to_string(tie_counts[1]) + " " + std::to_string(tie_counts[2]) + ")");
+
+  // top_k at or past the vocabulary is off.
+  std::mt19937 rng(3);
+  std::mt19937_64 rng64(4);
+  std::vector<GpuSamplingRow> off_rows, full_rows;
+  std::vector<float> many_logits;
+  for (int r = 0; r < 50; ++r) {
+    const std::vector<float> row = lm_like_logits(n_vocab, rng);
+    many_logits.insert(many_logits.end(), row.begin(), row.end());
+    GpuSamplingRow params{1.5f, 0, 1.0f, 0.0f, rng64(), uint64_t(r)};
+    off_rows.push_back(params);
+    params.top_k = int32_t(n_vocab + r % 2);
+    full_rows.push_back(params);
+  }
+  check(gpu_sample(many_logits, n_vocab, off_rows) == gpu_sample(many_logits, n_vocab, full_rows),
+        "top_k >= n_vocab is the same as top_k = 0");
+}
+
+// Not a check: the kernel's time for a decode-sized batch at Qwen's vocabulary.
+void report_time(std::mt19937& rng, std::mt19937_64& rng64) {
+  const int n_rows = 64;
+  std::vector<float> logits;
+  for (int r = 0; r < n_rows; ++r) {
+    const std::vector<float> row = lm_like_logits(kQwenVocab, rng);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  for (const GpuSamplingRow& params : {GpuSamplingRow{1.0f, 0, 1.0f, 0.0f, 0, 0}, GpuSamplingRow{0.7f, 40, 0.9f, 0.05f, 0, 0},
+                                       GpuSamplingRow{1.5f, 0, 0.95f, 0.0f, 0, 0}}) {
+    std::vector<GpuSamplingRow> rows(size_t(n_rows), params);
+    for (auto& row : rows) row.seed = rng64();
+    DeviceBuffer<float> logits_device(logits.size());
+    logits_device.copy_from_host(logits);
+    DeviceBuffer<GpuSamplingRow> rows_device(rows.size());
+    rows_device.copy_from_host(rows);
+    DeviceBuffer<int32_t> ids(rows.size());
+    cudaEvent_t start, stop;
+    TF_CUDA_CHECK(cudaEventCreate(&start));
+    TF_CUDA_CHECK(cudaEventCreate(&stop));
+    const int n_repeats = 20;
+    cuda::sample_rows_f32(logits_device.data(), n_rows, kQwenVocab, rows_device.data(), ids.data());
+    TF_CUDA_CHECK(cudaEventRecord(start));
+    for (int i = 0; i < n_repeats; ++i)
+      cuda::sample_rows_f32(logits_device.data(), n_rows, kQwenVocab, rows_device.data(), ids.data());
+    TF_CUDA_CHECK(cudaEventRecord(stop));
+    TF_CUDA_CHECK(cudaEventSynchronize(stop));
+    float milliseconds = 0.0f;
+    TF_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start, stop));
+    std::printf("time: %d rows x %lld vocab, %s: %.1f us per call\n", n_rows, static_cast<long long>(kQwenVocab),
+                describe(params).c_str(), 1000.0 * milliseconds / n_repeats);
+    TF_CUDA_CHECK(cudaEventDestroy(start));
+    TF_CUDA_CHECK(cudaEventDestroy(stop));
+  }
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937 rng(11);
+  std::mt19937_64 rng64(12);
+  try {
+    test_edge_cases();
+    test_distribution();
+    for (int64_t n_vocab : {kQwenVocab, int64_t{1000}}) test_batch_invariance(n_vocab, rng, rng64);
+    test_cpu_agreement(kQwenVocab, is_quick() ? 1 : 3, is_quick() ? 2 : 8, rng, rng64);
+    test_cpu_agreement(1000, is_quick() ? 2 : 20, is_quick() ? 4 : 20, rng, rng64);
+    if (!is_quick()) report_time(rng, rng64);
+  } catch (const std::exception& e) {
+    check(false, std::string("exception: ") + e.what());
+  }
+  return finish("test_sampling");
+}
