@@ -6,8 +6,9 @@
 # compute-sanitizer. Each step runs under `timeout`; logs,
 # the bench receipts and a summary go to $OUT. Run from a checkout of the same commit (the tests
 # read tests/fixtures from it).
-# Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|mlx4|linear|sanitize|all]   (defaults: build-cuda/bundle
-# all; all leaves out sanitize, which is slow; mlx4: just the 4-bit decode bench and configuration table)
+# Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|mlx4|server|linear|sanitize|all]   (defaults:
+# build-cuda/bundle all; all leaves out sanitize, which is slow; mlx4: just the 4-bit decode bench and
+# configuration table; server: just the forced-acceptance runs through the HTTP server)
 #
 # A device call carries at most 64 MiB (working tree + carried bundle); the tracked models make the
 # tree larger. Before the call, here, leave the bf16 target and the random Qwen3-tokenizer fixture out
@@ -59,12 +60,30 @@ linear_table() {  # step name, receipt, bench_cuda_linear flags...
   grep -E "^M=" "$OUT/$name.log"
 }
 
+server_benches() {
+  # Through the HTTP server, forced acceptance lengths (the replay proposer alone, L tokens a round)
+  # against draft off: the embedded 4-bit model, then a synthetic qwen3-8b behind the same tokenizer.
+  for served in "embedded-mlx4|8201|--model models/tensorfold-code-target-mlx4 --drafter none" \
+                "qwen3-8b|8202|--synthetic qwen3-8b --model models/tensorfold-code-target-mlx4 --ctx 4096 --parallel 4"; do
+    IFS='|' read -r name port serve_args <<<"$served"
+    run_step "server-forced-accept-$name" 300 python3 tools/bench_concurrent.py \
+      --server-cmd "$BUNDLE/tensorfold serve --device cuda $serve_args --port $port --bench-extensions" \
+      --base-url "http://127.0.0.1:$port" --forced-accept 1 4 16 47 --alone --waves 2 --cases rewrite,code \
+      --max-tokens 256 --receipt "$OUT/h200-server-forced-acceptance-$name.md"
+  done
+}
+
 mlx4_benches() {
   # MLX 4-bit weights (group 64, 4-bit LM head) kept packed and dequantized in registers.
   run_step bench-qwen3-8b-mlx4 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3-8b --bits 4 \
     --prompt-len 512 --decode 64 --repeats 3 --verify-rows 1 2 4 8 16 32 64 128 \
     --receipt "$OUT/h200-qwen3-8b-synthetic-mlx4.md"
 }
+
+if [ "$MODE" = server ]; then
+  server_benches
+  cat "$OUT"/server-*.log
+fi
 
 if [ "$MODE" = mlx4 ]; then
   mlx4_benches
@@ -94,16 +113,7 @@ if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   run_step spec-bench-embedded-mlx4 150 "$BUNDLE/tensorfold" spec-bench --device cuda \
     --model models/tensorfold-code-target-mlx4 --drafter none --waves 2 --max-tokens 256 \
     --receipt "$OUT/h200-spec-bench-trained-mlx4.md"
-  # Through the HTTP server, forced acceptance lengths (the replay proposer alone, L tokens a round)
-  # against draft off: the embedded 4-bit model, then a synthetic qwen3-8b behind the same tokenizer.
-  for served in "embedded-mlx4|8201|--model models/tensorfold-code-target-mlx4 --drafter none" \
-                "qwen3-8b|8202|--synthetic qwen3-8b --model models/tensorfold-code-target-mlx4 --ctx 4096 --parallel 4"; do
-    IFS='|' read -r name port serve_args <<<"$served"
-    run_step "server-forced-accept-$name" 300 python3 tools/bench_concurrent.py \
-      --server-cmd "$BUNDLE/tensorfold serve --device cuda $serve_args --port $port --bench-extensions" \
-      --base-url "http://127.0.0.1:$port" --forced-accept 1 4 16 47 --alone --waves 2 --cases rewrite,code \
-      --max-tokens 256 --receipt "$OUT/h200-server-forced-acceptance-$name.md"
-  done
+  server_benches
   cat "$OUT"/bench-*.log "$OUT"/spec-bench-*.log "$OUT"/server-*.log
 fi
 

@@ -135,19 +135,23 @@ __global__ void __launch_bounds__(kWarps * 32 * kColGroups)
   constexpr int kSpan = kUnroll > kFetch ? kUnroll : kFetch;
   static_assert(kSpan % kFetch == 0 && kSpan % kUnroll == 0, "linear: the unroll must divide the fetch span");
   using Fetched = typename Rows::Fetched;
+  const auto fetch = [&](Fetched(&into)[kColTiles], int b) {
+#pragma unroll
+    for (int c = 0; c < kColTiles; ++c) into[c] = w_ok[c] && w.in_row(w_row[c], b) ? w.fetch(w_row[c], b) : Fetched{};
+  };
   for (int j = warp; j < n_blocks_k; j += kWarps * kSpan) {
     Fetched wv[kSpan / kFetch][kColTiles];
+    // bf16 fetches go next to each block's activations below, the order this kernel was tuned in.
+    if constexpr (kFetch > 1) {
 #pragma unroll
-    for (int f = 0; f < kSpan / kFetch; ++f) {
-      const int b = j + kWarps * kFetch * f;
-#pragma unroll
-      for (int c = 0; c < kColTiles; ++c) wv[f][c] = w_ok[c] && w.in_row(w_row[c], b) ? w.fetch(w_row[c], b) : Fetched{};
+      for (int f = 0; f < kSpan / kFetch; ++f) fetch(wv[f], j + kWarps * kFetch * f);
     }
 #pragma unroll
     for (int u0 = 0; u0 < kSpan; u0 += kUnroll) {
       uint4 xv[kUnroll][kRowTiles][2];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
+        if constexpr (kFetch == 1) fetch(wv[u0 + u], j + kWarps * (u0 + u));
         const int k = (j + kWarps * (u0 + u)) * kBlockK;
         // Only the last K block can be partial; n_in % 8 == 0 keeps each 16-byte piece whole.
         const bool k_ok = k + 8 * q < n_in;
@@ -270,8 +274,7 @@ constexpr DispatchEntry kBf16Dispatch[] = {
 };
 constexpr DispatchEntry kQuantizedDispatch[] = {
     {8, config_id_of("r1c2u8-lo")},
-    {16, config_id_of("r1c2u4")},
-    {64, config_id_of("r2c4u2")},
+    {128, config_id_of("r1c4u4")},
     {INT64_MAX, config_id_of("r4c4u1")},
 };
 template <size_t N>

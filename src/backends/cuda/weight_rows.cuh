@@ -52,6 +52,14 @@ __device__ __forceinline__ uint32_t fma_bf16x2(uint32_t a, uint32_t b, uint32_t 
   return d;
 }
 
+// (a & mask) | bits in one instruction: written out, the compiler splits it into two (one
+// immediate per instruction).
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t mask, uint32_t bits) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(mask), "r"(bits));
+  return d;
+}
+
 // MLX affine rows of kBits (4 or 8) in the GPU layout of affine_layout.h: one fetch is a lane's
 // next four K blocks, one 16-byte load per 4 bits of width, and their four scale/bias entries.
 template <int kBits>
@@ -99,7 +107,7 @@ struct AffineRows {
       // Entries 2p and 2p+1 sit at bits 4p and 16 + 4p (affine_layout.h). 0x4300 | n is the bf16
       // 128 + n; one fma subtracts the 128 exactly.
       constexpr uint32_t kMagic = 0x43004300u, kOne = 0x3f803f80u, kMinus128 = 0xc300c300u;
-      return fma_bf16x2(((word(f.words[0], s) >> (4 * p)) & 0x000f000fu) | kMagic, kOne, kMinus128);
+      return fma_bf16x2(and_or(word(f.words[0], s) >> (4 * p), 0x000f000fu, kMagic), kOne, kMinus128);
     } else {
       // A byte is exact in bf16: the top half of its f32 (2^23 + q) - 2^23.
       const uint32_t block = word(f.words[s / 2], 2 * (s % 2) + p / 2), shift = 16 * (p % 2);
