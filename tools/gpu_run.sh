@@ -118,22 +118,28 @@ if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
 fi
 
 if [ "$MODE" = sanitize ]; then
-  # compute-sanitizer, each run bounded: memcheck on the graph/overlap model tests and the kernels,
-  # racecheck (shared-memory hazards) on the kernels and on one small model case (every kernel runs).
-  sanitize() {  # tool, test binary, gtest filter or ""
+  # compute-sanitizer, each run bounded (about 15 minutes in all at the defaults).
+  sanitize() {  # tool, test binary, gtest filter or "", seconds (default TF_SANITIZE_SECONDS or 60)
     local name="$1-$2" filter=()
     [ -n "$3" ] && filter=("--gtest_filter=$3")
-    run_step "$name" "${TF_SANITIZE_SECONDS:-60}" compute-sanitizer --tool "$1" --error-exitcode 3 "$BUNDLE/$2" "${filter[@]}"
+    run_step "$name" "${4:-${TF_SANITIZE_SECONDS:-60}}" compute-sanitizer --tool "$1" --error-exitcode 3 "$BUNDLE/$2" "${filter[@]}"
     tail -3 "$OUT/$name.log"
   }
   export TF_GPU_TEST_QUICK=1  # the kernel tests leave out their largest cases
-  sanitize memcheck gpu_test_cuda_model_invariance '*GraphReplay*:*Chunking*/0:*Picks*/3'
+  # memcheck: every GPU test program (the model ones on the cases that reach every kernel and path).
   sanitize memcheck gpu_test_elementwise_kernels ""
   sanitize memcheck gpu_test_linear ""
   sanitize memcheck gpu_test_sampling ""
+  sanitize memcheck gpu_test_attention "" 120
+  sanitize memcheck gpu_test_cuda_model_invariance '*GraphReplay*:*Chunking*/0:*Picks*/3'
+  sanitize memcheck gpu_test_cuda_model_parity "" 90
+  sanitize memcheck gpu_test_cuda_speculation '*DraftedEqualsUndrafted*/1:*ConcurrentEqualsSoloSampled*' 150
+  # racecheck (shared-memory hazards): every kernel test, and one parity case of the model.
   sanitize racecheck gpu_test_elementwise_kernels ""
-  sanitize racecheck gpu_test_sampling ""
+  sanitize racecheck gpu_test_linear "" 90
+  sanitize racecheck gpu_test_attention "" 150
   sanitize racecheck gpu_test_cuda_model_parity '*LogitsMatchTheCpuModel/0'
+  sanitize racecheck gpu_test_sampling "" 150
 fi
 
 if [ "$MODE" = linear ] || [ "$MODE" = all ]; then
