@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/cuda/activation.cuh"
 #include "backends/cuda/affine_layout.h"
 #include "backends/cuda/device_buffer.cuh"
 #include "backends/cuda/embedding.cuh"
@@ -320,6 +321,45 @@ void test_quantized(int64_t n_out, int64_t n_in, int bits, int group_size, std::
                                     format_error(worst_cpu_error) + " " + shape);
 }
 
+// The SwiGLU output of a gate/up linear (rows interleaved gate, up) against its bf16 output split
+// into gate and up columns and put through swiglu_bf16: bitwise, for every configuration and M.
+void test_swiglu_output(const cuda::LinearWeights& w, int bits, int64_t n_out, int64_t n_in, const std::string& what,
+                        std::mt19937& rng) {
+  const std::vector<int64_t> row_counts = {1, 5, 9, 16, 33, 130};
+  const int64_t width = n_out / 2;
+  DeviceBuffer<uint16_t> x_device(size_t(130 * n_in)), y(size_t(130 * n_out)), fused(size_t(130 * width));
+  DeviceBuffer<uint16_t> gate(size_t(130 * width)), up(size_t(130 * width)), expected(size_t(130 * width));
+  std::vector<std::string> bad;
+  int n_compared = 0;
+  for (int64_t n_rows : row_counts) {
+    x_device.copy_from_host(random_bf16(size_t(n_rows * n_in), rng, 2.0f));
+    for (int id = 0; id < cuda::linear_config_count(); ++id) {
+      if (!cuda::linear_config_fits(id, n_rows, bits)) continue;
+      cuda::linear_with_config(id, x_device.data(), n_rows, w, n_out, n_in, y.data(), LinearOutput::bf16);
+      fused.fill_bytes(0xff);
+      cuda::linear_with_config(id, x_device.data(), n_rows, w, n_out, n_in, fused.data(), LinearOutput::swiglu_bf16);
+      TF_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<uint16_t> both = y.to_host();
+      std::vector<uint16_t> gates(size_t(n_rows * width)), ups(size_t(n_rows * width));
+      for (int64_t i = 0; i < n_rows * width; ++i) {
+        gates[size_t(i)] = both[size_t(2 * i)];
+        ups[size_t(i)] = both[size_t(2 * i + 1)];
+      }
+      gate.copy_from_host(gates);
+      up.copy_from_host(ups);
+      cuda::swiglu_bf16(gate.data(), up.data(), n_rows * width, expected.data());
+      TF_CUDA_CHECK(cudaDeviceSynchronize());
+      ++n_compared;
+      if (!bitwise_equal(fused.to_host().data(), expected.to_host().data(), size_t(n_rows * width)))
+        bad.push_back(std::string(cuda::linear_config(id).name) + "@M=" + std::to_string(n_rows));
+    }
+  }
+  std::string message = "SwiGLU output = bf16 output through swiglu_bf16, bitwise (" + std::to_string(n_compared) +
+                        " config x M) " + what;
+  for (size_t i = 0; i < bad.size() && i < 12; ++i) message += (i == 0 ? "; differ: " : ", ") + bad[i];
+  check(bad.empty(), message);
+}
+
 }  // namespace
 
 int main() {
@@ -337,6 +377,12 @@ int main() {
       test_configs_bitwise(1000, 1064, rng);
       test_configs_bitwise(40, 12288, rng);
       test_configs_bitwise(4, 264, rng);   // fewer columns than one n8 tile
+    }
+    {
+      const Weights w = make_weights(208, 264, rng);  // 104 gate/up pairs; K with a partial block
+      test_swiglu_output(w.view(), 0, 208, 264, "bf16 N=208 K=264", rng);
+      const QuantizedWeights q = make_quantized(136, 512, 4, 64, rng);
+      test_swiglu_output(q.view(), 4, 136, 512, "4-bit N=136 K=512", rng);
     }
     test_quantized(200, 512, 4, 64, rng, pool);  // N not a multiple of the wide tiles
     test_quantized(72, 4096, 4, 32, rng, pool);

@@ -10,6 +10,7 @@
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/linear_configs.cuh"
 #include "backends/cuda/overlapped_launch.cuh"
+#include "backends/cuda/row_math.cuh"
 #include "backends/cuda/weight_rows.cuh"
 
 namespace tf::cuda {
@@ -47,9 +48,21 @@ __device__ __forceinline__ void multiply_k_block(float (&acc)[kRowTiles][kColTil
                  word(xv[r][1], 2 * s + 1), word(wv[c], 2 * s), word(wv[c], 2 * s + 1));
 }
 
+// An element's warp partials added in warp order: its one reduction order.
+template <int kColGroups, int kColTiles>
+__device__ __forceinline__ float warp_sum(const float4 (&partials)[kColGroups][kWarps][kColTiles][32], int group, int c,
+                                          int owner, int e) {
+  float sum = reinterpret_cast<const float*>(&partials[group][0][c][owner])[e];
+#pragma unroll
+  for (int v = 1; v < kWarps; ++v) sum = sum + reinterpret_cast<const float*>(&partials[group][v][c][owner])[e];
+  return sum;
+}
+
 // Row tile by row tile (so shared memory holds one tile's partials): the 8 warp partials of each
-// element, added in warp order, then stored. Every thread of the block calls it.
-template <int kRowTiles, int kColTiles, int kColGroups, bool kF32Out>
+// element, added in warp order, then stored. Every thread of the block calls it. An element pair
+// (columns 2c, 2c+1 of a row) is one step: swiglu_bf16 rounds both sums to bf16, as the plain bf16
+// output would store them, then writes silu(gate) * up to column c.
+template <int kRowTiles, int kColTiles, int kColGroups, LinearOutput kOutput>
 __device__ void store_warp_sums(const float (&acc)[kRowTiles][kColTiles][4],
                                 float4 (&partials)[kColGroups][kWarps][kColTiles][32], int row0, int block_col0,
                                 int n_rows, int n_out, void* y) {
@@ -62,19 +75,26 @@ __device__ void store_warp_sums(const float (&acc)[kRowTiles][kColTiles][4],
     for (int c = 0; c < kColTiles; ++c)
       partials[group][warp][c][lane] = make_float4(acc[r][c][0], acc[r][c][1], acc[r][c][2], acc[r][c][3]);
     __syncthreads();
-    constexpr int n_elements = kColGroups * kColTiles * 32 * 4;
-    for (int index = int(threadIdx.x); index < n_elements; index += kThreads) {
-      const int e = index % 4, owner = (index / 4) % 32, c = (index / 128) % kColTiles, owner_group = index / (128 * kColTiles);
-      float sum = reinterpret_cast<const float*>(&partials[owner_group][0][c][owner])[e];
-#pragma unroll
-      for (int v = 1; v < kWarps; ++v) sum = sum + reinterpret_cast<const float*>(&partials[owner_group][v][c][owner])[e];
-      const int row = row0 + r * kMmaRows + owner / 4 + 8 * (e / 2);
-      const int col = block_col0 + (owner_group * kColTiles + c) * kMmaCols + 2 * (owner % 4) + e % 2;
+    constexpr int n_pairs = kColGroups * kColTiles * 32 * 2;
+    for (int index = int(threadIdx.x); index < n_pairs; index += kThreads) {
+      const int half = index % 2, owner = (index / 2) % 32, c = (index / 64) % kColTiles, owner_group = index / (64 * kColTiles);
+      const int row = row0 + r * kMmaRows + owner / 4 + 8 * half;
+      const int col = block_col0 + (owner_group * kColTiles + c) * kMmaCols + 2 * (owner % 4);  // even
       if (row >= n_rows || col >= n_out) continue;
-      if constexpr (kF32Out) {
-        static_cast<float*>(y)[int64_t(row) * n_out + col] = sum;
+      const float first = warp_sum(partials, owner_group, c, owner, 2 * half);
+      const float second = warp_sum(partials, owner_group, c, owner, 2 * half + 1);
+      const bool has_second = col + 1 < n_out;
+      if constexpr (kOutput == LinearOutput::f32) {
+        float* out = static_cast<float*>(y) + int64_t(row) * n_out + col;
+        out[0] = first;
+        if (has_second) out[1] = second;
+      } else if constexpr (kOutput == LinearOutput::bf16) {
+        uint16_t* out = static_cast<uint16_t*>(y) + int64_t(row) * n_out + col;
+        out[0] = f32_to_bf16_bits(first);
+        if (has_second) out[1] = f32_to_bf16_bits(second);
       } else {
-        static_cast<uint16_t*>(y)[int64_t(row) * n_out + col] = __bfloat16_as_ushort(__float2bfloat16_rn(sum));
+        const float gate = bf16_bits_to_f32(f32_to_bf16_bits(first)), up = bf16_bits_to_f32(f32_to_bf16_bits(second));
+        static_cast<uint16_t*>(y)[int64_t(row) * (n_out / 2) + col / 2] = f32_to_bf16_bits(swiglu_of(gate, up));
       }
     }
   }
@@ -93,7 +113,7 @@ __device__ void store_warp_sums(const float (&acc)[kRowTiles][kColTiles][4],
 // loaded and their registers go to a deeper unroll.
 // Rows (weight_rows.cuh) reads the weights: a fetch is issued for every unrolled K block before
 // any is expanded to bf16 and multiplied, so the loads are all in flight together.
-template <int kRowTiles, int kColTiles, int kColGroups, int kUnroll, bool kUpperRows, bool kF32Out, class Rows>
+template <int kRowTiles, int kColTiles, int kColGroups, int kUnroll, bool kUpperRows, LinearOutput kOutput, class Rows>
 __global__ void __launch_bounds__(kWarps * 32 * kColGroups)
     linear_kernel(const uint16_t* __restrict__ x, int n_rows, Rows w, int n_out, int n_in, void* __restrict__ y) {
   // One row tile's warp partials at a time: [group][warp][col tile][lane] x 4 accumulators.
@@ -173,7 +193,7 @@ __global__ void __launch_bounds__(kWarps * 32 * kColGroups)
     }
   }
 
-  store_warp_sums<kRowTiles, kColTiles, kColGroups, kF32Out>(acc, partials, row0, block_col0, n_rows, n_out, y);
+  store_warp_sums<kRowTiles, kColTiles, kColGroups, kOutput>(acc, partials, row0, block_col0, n_rows, n_out, y);
 }
 
 using Launcher = void (*)(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in,
@@ -186,12 +206,15 @@ void launch_rows(const uint16_t* x, int64_t n_rows, const Rows& rows, int64_t n_
   constexpr unsigned threads = kWarps * 32 * kColGroups;
   // Row tiles vary fastest, so the blocks that share a weight slice run together and share it in L2.
   const dim3 grid(unsigned((n_rows + block_rows - 1) / block_rows), unsigned((n_out + block_cols - 1) / block_cols));
-  if (output == LinearOutput::f32) {
-    launch_overlapped("linear_kernel", linear_kernel<kRowTiles, kColTiles, kColGroups, kUnroll, kUpperRows, true, Rows>,
+  const auto launch_for = [&](auto output_constant) {
+    constexpr LinearOutput kOutput = decltype(output_constant)::value;
+    launch_overlapped("linear_kernel", linear_kernel<kRowTiles, kColTiles, kColGroups, kUnroll, kUpperRows, kOutput, Rows>,
                       grid, dim3(threads), 0, stream, x, int(n_rows), rows, int(n_out), int(n_in), y);
-  } else {
-    launch_overlapped("linear_kernel", linear_kernel<kRowTiles, kColTiles, kColGroups, kUnroll, kUpperRows, false, Rows>,
-                      grid, dim3(threads), 0, stream, x, int(n_rows), rows, int(n_out), int(n_in), y);
+  };
+  switch (output) {
+    case LinearOutput::f32: return launch_for(std::integral_constant<LinearOutput, LinearOutput::f32>{});
+    case LinearOutput::bf16: return launch_for(std::integral_constant<LinearOutput, LinearOutput::bf16>{});
+    case LinearOutput::swiglu_bf16: return launch_for(std::integral_constant<LinearOutput, LinearOutput::swiglu_bf16>{});
   }
 }
 
@@ -337,6 +360,8 @@ void linear_with_config(int config_id, const uint16_t* x, int64_t n_rows, const 
   TF_CUDA_REQUIRE(n_rows < (int64_t(1) << 31) && n_cols_out < (int64_t(1) << 31) && n_cols_in < (int64_t(1) << 31),
                   "linear: dimension too large");
   TF_CUDA_REQUIRE(n_cols_out <= int64_t(65535) * kMmaCols, "linear: too many output columns");
+  TF_CUDA_REQUIRE(output != LinearOutput::swiglu_bf16 || n_cols_out % 2 == 0,
+                  "linear: a SwiGLU output needs gate and up rows in pairs");
   TF_CUDA_REQUIRE(linear_config_fits(config_id, n_rows, w.bits),
                   std::string("linear: configuration ") + linear_config(config_id).name +
                       " is not compiled for these weights, or takes at most 8 rows");

@@ -14,8 +14,11 @@
 
 namespace tf::cuda {
 
-// Where the result goes: bf16 for activations between layers, f32 for logits.
-enum class LinearOutput { bf16, f32 };
+// Where the result goes: bf16 for activations between layers, f32 for logits, or SwiGLU of a gate/up
+// projection whose rows interleave gate and up (row 2c gate c, row 2c+1 up c): y [n_rows][n_cols_out / 2]
+// = silu(gate) * up of the two sums rounded to bf16, bit for bit what the bf16 output followed by
+// swiglu_bf16 gives.
+enum class LinearOutput { bf16, f32, swiglu_bf16 };
 
 // x: [n_rows][n_cols_in] bf16 bits, 16-byte aligned; w: [n_cols_out] rows of n_cols_in inputs
 // (LinearWeights); y: [n_rows][n_cols_out] as bf16 bits or f32. bf16 weights need n_cols_in a

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "backends/cuda/activation.cuh"
 #include "backends/cuda/add.cuh"
 #include "backends/cuda/argmax.cuh"
 #include "backends/cuda/attention.cuh"
@@ -96,7 +95,6 @@ void Qwen3CudaModel::reserve(int64_t n_rows, int64_t n_keys) {
   q_ = DeviceBuffer<uint16_t>(rows * q_dim);
   attn_out_ = DeviceBuffer<uint16_t>(rows * q_dim);
   proj_ = DeviceBuffer<uint16_t>(rows * hidden);
-  gate_up_ = DeviceBuffer<uint16_t>(rows * 2 * inter);
   mlp_act_ = DeviceBuffer<uint16_t>(rows * inter);
   logits_ = DeviceBuffer<float>(rows * size_t(config_.vocab_size));
   argmax_ = DeviceBuffer<int32_t>(rows);
@@ -196,9 +194,8 @@ void Qwen3CudaModel::mlp_block(int64_t layer, int64_t n_rows) {
   cudaStream_t stream = stream_.get();
   add_rms_norm_bf16(hidden_.data(), proj_.data(), n_rows, hidden, w.post_attention_norm.data(), config_.rms_norm_eps,
                     normed_.data(), stream);
-  linear(normed_.data(), n_rows, w.gate_up_proj.view(), 2 * inter, hidden, gate_up_.data(), LinearOutput::bf16,
-              stream);
-  swiglu_fused_bf16(gate_up_.data(), n_rows, inter, mlp_act_.data(), stream);
+  linear(normed_.data(), n_rows, w.gate_up_proj.view(), 2 * inter, hidden, mlp_act_.data(), LinearOutput::swiglu_bf16,
+         stream);
   linear(mlp_act_.data(), n_rows, w.down_proj.view(), hidden, inter, proj_.data(), LinearOutput::bf16, stream);
 }
 

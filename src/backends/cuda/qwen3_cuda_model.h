@@ -106,7 +106,6 @@ class Qwen3CudaModel : public Model {
   DeviceBuffer<uint16_t> q_;         // [n_rows][q_dim]   normed and rotated
   DeviceBuffer<uint16_t> attn_out_;  // [n_rows][q_dim]
   DeviceBuffer<uint16_t> proj_;      // [n_rows][hidden]   a block's output, added to hidden_ by the next norm
-  DeviceBuffer<uint16_t> gate_up_;   // [n_rows][2 * intermediate]
   DeviceBuffer<uint16_t> mlp_act_;   // [n_rows][intermediate]
   DeviceBuffer<float> logits_;       // [n_rows][vocab]
   DeviceBuffer<int32_t> argmax_;     // [n_rows] each logit row's argmax, then its pick (forward_and_pick)

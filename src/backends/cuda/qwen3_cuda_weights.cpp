@@ -98,14 +98,16 @@ class WeightUploader {
  public:
   WeightUploader() : staging_(kStagingElements) {}
 
-  // The parts' rows one after another into `target`, in its format.
-  void matrix(std::initializer_list<const WeightMatrix*> parts, CudaMatrix& target) {
-    int64_t first_row = 0;
+  // The parts' rows into `target`, in its format: one part after another, or (interleaved) row r of
+  // part i at row r * n_parts + i.
+  void matrix(std::initializer_list<const WeightMatrix*> parts, CudaMatrix& target, bool is_interleaved = false) {
+    int64_t first_row = 0, part_index = 0;
     for (const WeightMatrix* part : parts) {
+      const RowPlacement placement = is_interleaved ? RowPlacement{part_index++, int64_t(parts.size())} : RowPlacement{first_row, 1};
       if (target.bits == 0) {
-        rows_bf16(*part, target.bf16.data() + first_row * target.n_cols);
+        rows_bf16(*part, target, placement);
       } else {
-        rows_packed(*part, target, first_row);
+        rows_packed(*part, target, placement);
       }
       first_row += part->n_rows;
     }
@@ -118,8 +120,24 @@ class WeightUploader {
   }
 
  private:
+  // Where a part's rows go: its row r to target row first + r * step.
+  struct RowPlacement {
+    int64_t first, step;
+  };
+
+  // Rows [0, n_rows) of `source` (row_elements each) to rows placement.first + (first_source_row + r) *
+  // placement.step of `target`.
+  template <class T>
+  static void copy_rows(T* target, const T* source, int64_t row_elements, int64_t first_source_row, int64_t n_rows,
+                        const RowPlacement& placement) {
+    const size_t row_bytes = size_t(row_elements) * sizeof(T);
+    TF_CUDA_CHECK(cudaMemcpy2D(target + (placement.first + first_source_row * placement.step) * row_elements,
+                               row_bytes * size_t(placement.step), source, row_bytes, row_bytes, size_t(n_rows),
+                               cudaMemcpyHostToDevice));
+  }
+
   // Reordered on the host into the kernels' layout (affine_layout.h), a bounded number of rows at a time.
-  static void rows_packed(const WeightMatrix& w, CudaMatrix& target, int64_t first_row) {
+  static void rows_packed(const WeightMatrix& w, CudaMatrix& target, const RowPlacement& placement) {
     const int64_t row_words = affine_row_words(w.n_cols, w.bits), row_entries = affine_row_entries(w.n_cols, w.group_size);
     const int64_t mlx_row_words = w.n_cols * w.bits / 32, mlx_row_groups = w.n_groups_per_row();
     const int64_t rows_per_chunk = std::max<int64_t>(1, (int64_t(64) << 20) / (row_words * 4));
@@ -129,16 +147,14 @@ class WeightUploader {
           static_cast<const uint32_t*>(w.data) + first * mlx_row_words,
           static_cast<const uint16_t*>(w.scales) + first * mlx_row_groups,
           static_cast<const uint16_t*>(w.biases) + first * mlx_row_groups, n, w.n_cols, w.bits, w.group_size);
-      TF_CUDA_CHECK(cudaMemcpy(target.packed.data() + (first_row + first) * row_words, rows.words.data(),
-                               rows.words.size() * 4, cudaMemcpyHostToDevice));
-      TF_CUDA_CHECK(cudaMemcpy(target.scale_bias.data() + (first_row + first) * row_entries, rows.scale_bias.data(),
-                               rows.scale_bias.size() * 4, cudaMemcpyHostToDevice));
+      copy_rows(target.packed.data(), rows.words.data(), row_words, first, n, placement);
+      copy_rows(target.scale_bias.data(), rows.scale_bias.data(), row_entries, first, n, placement);
     }
   }
 
-  void rows_bf16(const WeightMatrix& w, uint16_t* target) {
+  void rows_bf16(const WeightMatrix& w, CudaMatrix& target, const RowPlacement& placement) {
     if (!w.is_quantized() && w.dtype == DType::bf16) {
-      TF_CUDA_CHECK(cudaMemcpy(target, w.data, size_t(w.n_rows * w.n_cols) * sizeof(uint16_t), cudaMemcpyHostToDevice));
+      copy_rows(target.bf16.data(), static_cast<const uint16_t*>(w.data), w.n_cols, 0, w.n_rows, placement);
       return;
     }
     const int64_t rows_per_chunk = std::max<int64_t>(1, int64_t(kStagingElements) / w.n_cols);
@@ -153,8 +169,7 @@ class WeightUploader {
         }
       });
       // Synchronous: the staging buffer is refilled by the next chunk.
-      TF_CUDA_CHECK(cudaMemcpy(target + first * w.n_cols, staging_.data(),
-                               size_t(n_rows * w.n_cols) * sizeof(uint16_t), cudaMemcpyHostToDevice));
+      copy_rows(target.bf16.data(), staging_.data(), w.n_cols, first, n_rows, placement);
     }
   }
 
@@ -188,7 +203,7 @@ Qwen3CudaWeights upload_qwen3_weights(const Qwen3Weights& weights, const ModelCo
     upload.vector(from.k_norm, to.k_norm);
     upload.matrix({&from.o_proj}, to.o_proj);
     upload.vector(from.post_attention_norm, to.post_attention_norm);
-    upload.matrix({&from.gate_proj, &from.up_proj}, to.gate_up_proj);
+    upload.matrix({&from.gate_proj, &from.up_proj}, to.gate_up_proj, /*is_interleaved=*/true);
     upload.matrix({&from.down_proj}, to.down_proj);
   }
   upload.vector(weights.final_norm, w.final_norm);

@@ -1,5 +1,5 @@
 // Qwen3 weights in GPU memory, with the projections that read the same input fused into one
-// matrix: q/k/v and gate/up. The linear kernel reduces every output column over K in an order that
+// matrix: q/k/v (one after another) and gate/up (rows interleaved, for the linear's SwiGLU output). The linear kernel reduces every output column over K in an order that
 // depends on K alone, so a fused matrix gives bitwise the columns the separate ones would.
 #pragma once
 #include <cstdint>
@@ -34,7 +34,7 @@ struct Qwen3CudaLayerWeights {
   DeviceBuffer<uint16_t> k_norm;               // [head_dim]
   CudaMatrix o_proj;                           // [hidden][q_dim]
   DeviceBuffer<uint16_t> post_attention_norm;  // [hidden]
-  CudaMatrix gate_up_proj;                     // [2 * intermediate][hidden]: gate rows, up rows
+  CudaMatrix gate_up_proj;                     // [2 * intermediate][hidden]: gate row c, then up row c, for every c
   CudaMatrix down_proj;                        // [hidden][intermediate]
 };
 

@@ -46,4 +46,10 @@ __device__ __forceinline__ void rotate_pair(float first, float second, int32_t p
   out_second = f32_to_bf16_bits(__fadd_rn(__fmul_rn(second, c), __fmul_rn(first, s)));
 }
 
+// silu(gate) * up in f32, as the CPU twin writes it; the caller rounds it to bf16 once.
+__device__ __forceinline__ float swiglu_of(float gate, float up) {
+  const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+  return __fmul_rn(silu, up);
+}
+
 }  // namespace tf::cuda
