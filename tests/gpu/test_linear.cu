@@ -47,23 +47,15 @@ Weights make_weights(int64_t n_out, int64_t n_in, std::mt19937& rng) {
   return w;
 }
 
-// Runs the GPU kernel on host rows x ([n_rows][n_in] bf16) and returns y as f32, poisoning y first.
-std::vector<float> run_gpu_f32(const Weights& w, const std::vector<uint16_t>& x, int64_t n_rows) {
+// Runs the GPU kernel on host rows x ([n_rows][n_in] bf16) and returns y (f32 or bf16 bits), poisoning
+// y first.
+template <class T>
+std::vector<T> run_gpu(const Weights& w, const std::vector<uint16_t>& x, int64_t n_rows, LinearOutput output) {
   DeviceBuffer<uint16_t> x_device(x.size());
   x_device.copy_from_host(x);
-  DeviceBuffer<float> y(size_t(n_rows * w.n_out));
+  DeviceBuffer<T> y(size_t(n_rows * w.n_out));
   y.fill_bytes(0xff);
-  cuda::linear(x_device.data(), n_rows, w.view(), w.n_out, w.n_in, y.data(), LinearOutput::f32);
-  TF_CUDA_CHECK(cudaDeviceSynchronize());
-  return y.to_host();
-}
-
-std::vector<uint16_t> run_gpu_bf16(const Weights& w, const std::vector<uint16_t>& x, int64_t n_rows) {
-  DeviceBuffer<uint16_t> x_device(x.size());
-  x_device.copy_from_host(x);
-  DeviceBuffer<uint16_t> y(size_t(n_rows * w.n_out));
-  y.fill_bytes(0xff);
-  cuda::linear(x_device.data(), n_rows, w.view(), w.n_out, w.n_in, y.data(), LinearOutput::bf16);
+  cuda::linear(x_device.data(), n_rows, w.view(), w.n_out, w.n_in, y.data(), output);
   TF_CUDA_CHECK(cudaDeviceSynchronize());
   return y.to_host();
 }
@@ -80,14 +72,14 @@ void test_parity(int64_t n_out, int64_t n_in, std::mt19937& rng, ThreadPool& poo
     std::vector<float> x_f32 = bf16_to_f32(x);
     std::vector<float> reference(size_t(n_rows * n_out));
     cpu::linear(x_f32.data(), n_rows, matrix, reference.data(), pool);
-    std::vector<float> y = run_gpu_f32(w, x, n_rows);
+    std::vector<float> y = run_gpu<float>(w, x, n_rows, LinearOutput::f32);
     const double error = relative_error(y, reference);
     char what[160];
     std::snprintf(what, sizeof what, "linear parity with cpu M=%lld N=%lld K=%lld rel_err=%s", (long long)n_rows,
                   (long long)n_out, (long long)n_in, format_error(error).c_str());
     check(error < 1e-4, what);
     // The bf16 output is the f32 result rounded once.
-    std::vector<uint16_t> y_bf16 = run_gpu_bf16(w, x, n_rows);
+    std::vector<uint16_t> y_bf16 = run_gpu<uint16_t>(w, x, n_rows, LinearOutput::bf16);
     bool is_rounded_f32 = true;
     for (size_t i = 0; i < y.size(); ++i) is_rounded_f32 &= y_bf16[i] == f32_to_bf16(y[i]);
     std::snprintf(what, sizeof what, "linear bf16 output = rounded f32 output M=%lld N=%lld K=%lld", (long long)n_rows,
@@ -104,7 +96,8 @@ void test_invariance(int64_t n_out, int64_t n_in, std::mt19937& rng) {
   std::vector<uint16_t> targets = random_bf16(size_t(kTargets * n_in), rng);
   std::vector<std::vector<float>> alone(kTargets);
   for (int t = 0; t < kTargets; ++t)
-    alone[t] = run_gpu_f32(w, std::vector<uint16_t>(targets.begin() + t * n_in, targets.begin() + (t + 1) * n_in), 1);
+    alone[t] = run_gpu<float>(w, std::vector<uint16_t>(targets.begin() + t * n_in, targets.begin() + (t + 1) * n_in), 1,
+                              LinearOutput::f32);
   std::vector<int64_t> row_counts;
   for (int64_t m = 1; m <= 64; ++m) row_counts.push_back(m);
   row_counts.push_back(257);
@@ -118,7 +111,7 @@ void test_invariance(int64_t n_out, int64_t n_in, std::mt19937& rng) {
     const int n_placed = int(std::min<int64_t>(kTargets, n_rows));
     for (int t = 0; t < n_placed; ++t)
       std::copy(targets.begin() + t * n_in, targets.begin() + (t + 1) * n_in, x.begin() + places[size_t(t)] * n_in);
-    std::vector<float> y = run_gpu_f32(w, x, n_rows);
+    std::vector<float> y = run_gpu<float>(w, x, n_rows, LinearOutput::f32);
     bool ok = true;
     for (int t = 0; t < n_placed; ++t) ok &= bitwise_equal(y.data() + places[size_t(t)] * n_out, alone[t].data(), size_t(n_out));
     if (!ok) {
