@@ -19,6 +19,17 @@ void require_device_in_build(const std::string& device) {
 #endif
 }
 
+namespace {
+
+// The token a pick with sampling set chooses from its row's logits, on the host.
+int32_t pick_on_host(const float* row_logits, int64_t n_vocab, const LogitRowPick& pick) {
+  thread_local Sampler sampler;
+  static const TokenCounts no_history;
+  return sampler.sample(row_logits, n_vocab, *pick.sampling, pick.position, no_history);
+}
+
+}  // namespace
+
 void Model::forward_and_pick(const Batch& batch, KvCache& kv, const std::vector<LogitRowPick>& picks, int32_t* tokens,
                              float* logits) {
   const int64_t n_vocab = config().vocab_size;
@@ -35,12 +46,6 @@ void Model::forward_and_pick(const Batch& batch, KvCache& kv, const std::vector<
       std::copy_n(row, n_vocab, logits + n_unpicked++ * n_vocab);
     }
   }
-}
-
-int32_t pick_on_host(const float* row_logits, int64_t n_vocab, const LogitRowPick& pick) {
-  thread_local Sampler sampler;
-  static const TokenCounts no_history;
-  return sampler.sample(row_logits, n_vocab, *pick.sampling, pick.position, no_history);
 }
 
 std::shared_ptr<Model> load_model(const std::string& model_dir, const ModelLoadOptions& options) {

@@ -68,9 +68,6 @@ class Model {
   std::vector<float> all_logits_;  // forward_and_pick's default: every logit row of a forward
 };
 
-// The token a pick with sampling set chooses from its row's logits, on the host.
-int32_t pick_on_host(const float* row_logits, int64_t n_vocab, const LogitRowPick& pick);
-
 struct ModelLoadOptions {
   std::string device = "cpu";  // "cpu" or "cuda"
   int n_threads = 0;           // CPU worker threads; 0 = one per core

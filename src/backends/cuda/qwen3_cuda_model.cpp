@@ -1,6 +1,5 @@
 #include "backends/cuda/qwen3_cuda_model.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -291,8 +290,7 @@ void Qwen3CudaModel::forward_and_pick(const Batch& batch, KvCache& kv, const std
                                       int32_t* tokens, float* logits) {
   const int64_t n_rows = int64_t(batch.rows.size());
   if (n_rows == 0) return;
-  const auto n_wanted = std::count_if(batch.rows.begin(), batch.rows.end(), [](const BatchRow& row) { return row.wants_logits; });
-  if (int64_t(picks.size()) != int64_t(n_wanted)) fail("forward_and_pick: one pick per logit row");
+  if (int64_t(picks.size()) != batch.n_logit_rows()) fail("forward_and_pick: one pick per logit row");
   const int64_t n_logit_rows = enqueue_forward(batch, kv);
   const int64_t n_vocab = config_.vocab_size;
   const size_t row_bytes = size_t(n_vocab) * sizeof(float);
