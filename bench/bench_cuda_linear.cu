@@ -2,8 +2,9 @@
 // the device) at several row counts, against the measured copy bandwidth and cuBLAS on the same
 // shapes in the same run, times every tile configuration of linear() per shape and row count
 // (the table to edit linear()'s dispatch from), and writes a markdown receipt.
-// Usage: bench_cuda_linear [receipt.md] [--configs-only] [--rows 128,512 (the configuration table's row counts)]
+// Usage: bench_cuda_linear [receipt.md] [--configs-only] [--rows 128,4096 (the configuration table's row counts)]
 //        [--bits 4|8 (the configuration table on MLX-quantized weights, group 64; implies --configs-only)]
+//        [--dispatch-only (the table times linear()'s own choice and cuBLAS only: quick at large M)]
 // (commit from $TF_COMMIT, command line from $TF_COMMAND; --configs-only: just the configuration table).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -31,7 +32,7 @@ namespace {
 // qwen3-8b: hidden 4096, intermediate 12288, 36 layers, 32 heads and 8 kv heads of 128, vocab 151936.
 constexpr int64_t kHidden = 4096, kIntermediate = 12288, kLayers = 36, kQWidth = 32 * 128, kKvWidth = 8 * 128;
 constexpr int64_t kVocab = 151936;
-constexpr int64_t kMaxRows = 512;
+constexpr int64_t kMaxRows = 4096;  // a prefill chunk
 constexpr int kWarmup = 3, kReps = 15;
 
 #define CUBLAS_CHECK(call)                                                              \
@@ -215,7 +216,7 @@ struct ShapeSet {
 // For each row count, µs per call and GB/s of weights of every configuration on every fused shape,
 // the decode step those give (36 layers + LM head), cuBLAS, and which configuration is fastest.
 std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes, const std::vector<int64_t>& row_counts,
-                         int bits) {
+                         int bits, bool is_dispatch_only) {
   const std::string format = bits ? "MLX " + std::to_string(bits) + "-bit (group 64; cuBLAS on bf16 weights of the same shapes)" : "bf16";
   std::string report = "\n## linear tile configurations on " + format +
                        " weights, per fused shape (us per call, GB/s of weights)\n\n"
@@ -237,7 +238,7 @@ std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes, cons
     std::string best_name, current_name;
     double best_ms = INFINITY, current_ms = NAN, cublas_ms = NAN;
     for (int id = -1; id < tf::cuda::linear_config_count(); ++id) {  // -1: cuBLAS
-      if (id >= 0 && !tf::cuda::linear_config_fits(id, n_rows, bits)) continue;
+      if (id >= 0 && (!tf::cuda::linear_config_fits(id, n_rows, bits) || (is_dispatch_only && id != current))) continue;
       const Impl impl = id < 0 ? Impl::cublas : Impl::ours;
       bench.config_id = id;
       const std::string name = id < 0 ? "cuBLAS" : std::string(tf::cuda::linear_config(id).name) + (id == current ? " *" : "");
@@ -275,12 +276,14 @@ std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes, cons
 
 int main(int argc, char** argv) {
   std::string receipt_path;
-  bool is_configs_only = false;
+  bool is_configs_only = false, is_dispatch_only = false;
   int bits = 0;
   std::vector<int64_t> config_row_counts = {1, 8, 16, 32, 48, 64, 128, 256, 512};
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--configs-only") {
       is_configs_only = true;
+    } else if (std::string(argv[i]) == "--dispatch-only") {
+      is_dispatch_only = true;
     } else if (std::string(argv[i]) == "--bits" && i + 1 < argc) {
       bits = std::atoi(argv[++i]);
       if (bits != 4 && bits != 8) {
@@ -387,7 +390,7 @@ int main(int argc, char** argv) {
   for (const Matrix& m : fused_step)
     for (ShapeSet& shape : shapes)
       if (std::string(m.name) == shape.matrix_name) shape.matrices.push_back(&m);
-  const std::string config_report = time_configs(bench, shapes, config_row_counts, bits);
+  const std::string config_report = time_configs(bench, shapes, config_row_counts, bits, is_dispatch_only);
   // --configs-only: no row counts for the sections below, which then print empty tables.
   const std::vector<int64_t> row_counts =
       is_configs_only ? std::vector<int64_t>{} : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128};

@@ -145,6 +145,9 @@ fi
 if [ "$MODE" = linear ] || [ "$MODE" = all ]; then
   linear_table linear linear-configs.md --configs-only
   linear_table linear-mlx4 linear-configs-mlx4.md --bits 4 --rows 1,8,16,32,64,128
+  # The cost of invariance at prefill sizes: linear()'s own choice against cuBLAS up to 4,096 rows.
+  linear_table linear-large-m linear-large-m.md --configs-only --dispatch-only --rows 1,16,64,256,1024,4096
+  linear_table linear-large-m-mlx4 linear-large-m-mlx4.md --bits 4 --dispatch-only --rows 1,16,64,256,1024,4096
 
 fi
 
