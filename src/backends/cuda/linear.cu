@@ -29,10 +29,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
 // The two mma k16 steps of one K block for every row and column tile: the one place an element's
 // chain grows, so both kernels below give it the same operations in the same order.
 template <int kRowTiles, int kColTiles>

@@ -92,8 +92,9 @@ MatrixFormat format_of(std::initializer_list<const WeightMatrix*> parts) {
   return {first.bits, first.group_size};
 }
 
-// Host weights to the GPU. bf16 rows and packed MLX rows go straight from the mapped file; anything
-// else is converted row by row (in parallel) into one pinned staging buffer.
+// Host weights to the GPU. bf16 rows go straight from the mapped file; packed MLX rows are reordered
+// on the host into the kernels' layout; anything else is converted row by row (in parallel) into one
+// pinned staging buffer.
 class WeightUploader {
  public:
   WeightUploader() : staging_(kStagingElements) {}

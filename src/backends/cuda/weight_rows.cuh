@@ -14,6 +14,11 @@
 
 namespace tf::cuda {
 
+// Word i of a 16-byte load (i known at compile time after unrolling, so no local memory).
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
 // Weights are read once per call: keep them out of L1 so the activations stay there.
 __device__ __forceinline__ uint4 load_streaming(const uint16_t* p) {
   uint4 v;
@@ -97,9 +102,6 @@ struct AffineRows {
     f.scale_bias = __ldg(reinterpret_cast<const uint4*>(c.scale_bias + (quad << (5 - group_shift)) +
                                                         ((w >> group_shift) << 2)));
     return f;
-  }
-  __device__ __forceinline__ static uint32_t word(const uint4& v, int i) {
-    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
   }
   // Entries 2p and 2p+1 of block s as the bf16 pair (q[2p], q[2p+1]), exact.
   __device__ __forceinline__ static uint32_t codes(const Fetched& f, int s, int p) {
