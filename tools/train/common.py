@@ -3,6 +3,7 @@ import json
 import math
 import os
 import random
+import time
 
 # Special tokens of the trained tokenizer, in the order they are appended after the BPE vocabulary.
 END_OF_TEXT = "<|endoftext|>"
@@ -36,55 +37,116 @@ def split_path(corpus_dir, split):
     return os.path.join(corpus_dir, f"{split}.jsonl")
 
 
+class TokenStream:
+    """Documents of one kind packed end to end (each followed by <|endoftext|>) and where each starts."""
+
+    def __init__(self, tokens, starts):
+        self.tokens = tokens  # int32 [n]
+        self.starts = starts  # int64 [documents]
+
+    def __len__(self):
+        return len(self.tokens)
+
+
 def load_tokens(corpus_dir, tokenizer_dir, split, cache_dir):
-    """All documents of one split as one int32 tensor, each document followed by <|endoftext|>.
+    """{"file": TokenStream, "rename": TokenStream} for one split: source files and rename tasks apart, so
+    training can mix them in a chosen share and show every task from its request on.
 
     Cached under cache_dir, so the target and the drafter stage tokenize the corpus once."""
     import torch
     os.makedirs(cache_dir, exist_ok=True)
     cache = os.path.join(cache_dir, f"{split}.pt")
     if os.path.exists(cache):
-        return torch.load(cache)
+        saved = torch.load(cache)
+        return {kind: TokenStream(*saved[kind]) for kind in saved}
     from tokenizers import Tokenizer
     tokenizer = Tokenizer.from_file(os.path.join(tokenizer_dir, "tokenizer.json"))
     end_id = tokenizer.token_to_id(END_OF_TEXT)
-    texts = [record["text"] for record in read_jsonl(split_path(corpus_dir, split))]
-    ids = []
+    texts = {"file": [], "rename": []}
+    for record in read_jsonl(split_path(corpus_dir, split)):
+        texts[record["kind"]].append(record["text"])
+    streams = {}
     batch = 2048  # encode_batch runs in parallel in Rust; batches bound the Python-side memory
-    for start in range(0, len(texts), batch):
-        for encoding in tokenizer.encode_batch(texts[start:start + batch], add_special_tokens=False):
-            ids.extend(encoding.ids)
-            ids.append(end_id)
-    tokens = torch.tensor(ids, dtype=torch.int32)
-    torch.save(tokens, cache)
-    return tokens
+    for kind, documents in texts.items():
+        ids, starts = [], []
+        for first in range(0, len(documents), batch):
+            for encoding in tokenizer.encode_batch(documents[first:first + batch], add_special_tokens=False):
+                starts.append(len(ids))
+                ids.extend(encoding.ids)
+                ids.append(end_id)
+        streams[kind] = TokenStream(torch.tensor(ids, dtype=torch.int32), torch.tensor(starts, dtype=torch.int64))
+    torch.save({kind: (s.tokens, s.starts) for kind, s in streams.items()}, cache)
+    return streams
 
 
 class PackedBatches:
-    """Random windows of seq_len tokens from one long token stream (documents packed end to end)."""
+    """Windows of seq_len + 1 tokens from one TokenStream: at random offsets, or with aligned=True at
+    document starts, so a rename task is seen from its request on, never as a copy without its source."""
 
-    def __init__(self, tokens, seq_len, batch_size, seed):
-        assert len(tokens) > seq_len + 1, f"only {len(tokens)} tokens for sequences of {seq_len}"
-        self.tokens = tokens
+    def __init__(self, stream, seq_len, batch_size, seed, aligned=False):
+        assert len(stream) > seq_len + 1, f"only {len(stream)} tokens for sequences of {seq_len}"
+        self.tokens = stream.tokens
         self.seq_len = seq_len
         self.batch_size = batch_size
         self.rng = random.Random(seed)
+        self.starts = None
+        if aligned:
+            self.starts = stream.starts[stream.starts < len(stream) - seq_len - 1].tolist()
+            assert self.starts, "no document starts a full window"
+
+    def _start(self):
+        if self.starts is not None:
+            return self.rng.choice(self.starts)
+        return self.rng.randrange(len(self.tokens) - self.seq_len - 1)
+
+    def rows(self, n):
+        import torch
+        return torch.stack([self.tokens[s:s + self.seq_len + 1] for s in (self._start() for _ in range(n))]).long()
 
     def next(self, device):
-        import torch
-        starts = [self.rng.randrange(len(self.tokens) - self.seq_len - 1) for _ in range(self.batch_size)]
-        rows = torch.stack([self.tokens[s:s + self.seq_len + 1] for s in starts]).long()
-        return rows.to(device, non_blocking=True)
+        return self.rows(self.batch_size).to(device, non_blocking=True)
 
     def fixed(self, n_batches, device):
-        """The same evaluation batches on every call: windows at evenly spaced offsets."""
+        """The same evaluation batches on every call: windows at evenly spaced offsets (or document starts)."""
         import torch
         n_rows = n_batches * self.batch_size
-        stride = max(1, (len(self.tokens) - self.seq_len - 1) // n_rows)
-        rows = [self.tokens[i * stride:i * stride + self.seq_len + 1] for i in range(n_rows)]
+        if self.starts is not None:
+            offsets = self.starts[::max(1, len(self.starts) // n_rows)][:n_rows]
+        else:
+            stride = max(1, (len(self.tokens) - self.seq_len - 1) // n_rows)
+            offsets = [i * stride for i in range(n_rows)]
+        rows = [self.tokens[o:o + self.seq_len + 1] for o in offsets]
         rows = [r for r in rows if len(r) == self.seq_len + 1]
         for start in range(0, len(rows), self.batch_size):
             yield torch.stack(rows[start:start + self.batch_size]).long().to(device)
+
+
+class MixedBatches:
+    """Batches of file windows at random offsets plus a fixed share of rows that start at a rename task."""
+
+    def __init__(self, streams, seq_len, batch_size, task_share, seed):
+        self.n_tasks = round(batch_size * task_share) if len(streams["rename"]) > seq_len + 1 else 0
+        self.files = PackedBatches(streams["file"], seq_len, batch_size - self.n_tasks, seed)
+        self.tasks = PackedBatches(streams["rename"], seq_len, self.n_tasks, seed + 1, aligned=True) \
+            if self.n_tasks else None
+
+    def next(self, device):
+        import torch
+        rows = self.files.rows(self.files.batch_size)
+        if self.tasks is not None:
+            rows = torch.cat([rows, self.tasks.rows(self.n_tasks)])
+        return rows.to(device, non_blocking=True)
+
+
+def time_budget(minutes, end_by):
+    """Seconds a training loop may run: its own budget, cut so the device call ends by end_by (epoch
+    seconds, 0: no deadline) whatever the earlier stages took."""
+    budget = minutes * 60
+    if end_by:
+        left = end_by - time.time()
+        assert left > 30, f"only {left:.0f} s left for training before the deadline"
+        budget = min(budget, left)
+    return budget
 
 
 def learning_rate(peak, elapsed_fraction, warmup_fraction=0.03, floor=0.1):

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (MASK, PackedBatches, count_parameters, learning_rate, load_tokens, set_learning_rate,  # noqa: E402
-                    write_json)
+from common import (MASK, MixedBatches, PackedBatches, count_parameters, learning_rate, load_tokens,  # noqa: E402
+                    set_learning_rate, time_budget, write_json)
 
 CONFIG_FIELDS = ("block_size", "target_layer_ids", "mask_token_id", "hidden_size", "intermediate_size",
                  "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps",
@@ -297,11 +297,11 @@ def block_step(drafter, target, tokens, config, n_blocks, label_source, weights,
 
 
 @torch.no_grad()
-def self_distilled_rows(target, tokens, seq_len, minutes, batch_size, seed):
-    """Rows whose second half is the target's own greedy continuation of a window of the corpus."""
+def self_distilled_rows(target, files, seq_len, minutes, batch_size, seed):
+    """Rows whose second half is the target's own greedy continuation of a window of the corpus's files."""
     if minutes <= 0:
         return None
-    prompts = PackedBatches(tokens, seq_len // 2 - 1, batch_size, seed + 1)
+    prompts = PackedBatches(files, seq_len // 2 - 1, batch_size, seed + 1)
     rows, deadline = [], time.time() + minutes * 60
     while time.time() < deadline:
         prompt = prompts.next("cuda")[:, :seq_len // 2]
@@ -310,7 +310,7 @@ def self_distilled_rows(target, tokens, seq_len, minutes, batch_size, seed):
                                   min_new_tokens=seq_len // 2 + 1, do_sample=False)
         rows.append(out[:, :seq_len + 1].cpu())
     rows = torch.cat(rows)
-    print(f"drafter: {len(rows)} self-distilled rows of {seq_len} tokens")
+    print(f"drafter: {len(rows)} self-distilled rows of {seq_len} tokens in {minutes:.1f} minutes")
     return rows
 
 
@@ -338,12 +338,15 @@ def main():
     parser.add_argument("--cache", required=True, help="tokenized splits written by target.py")
     parser.add_argument("--out", required=True)
     parser.add_argument("--minutes", type=float, required=True, help="wall-clock budget of the training loop")
-    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--end-by", type=float, default=0, help="epoch seconds the training loop must end by")
+    parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--taps", type=int, default=3, help="number of target layers tapped")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--blocks-per-row", type=int, default=32)
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--task-share", type=float, default=0.2, help="share of corpus rows that are renames")
+    parser.add_argument("--distill-batch", type=int, default=256, help="rows per greedy generation call")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--gamma", type=float, default=7.0, help="decay length of the position weights")
     parser.add_argument("--labels", choices=("target", "data"), default="target")
@@ -364,18 +367,19 @@ def main():
     copy_target_layers(drafter, target)
     print(f"drafter: {count_parameters(drafter) / 1e6:.1f}M parameters, taps of layers {config['target_layer_ids']}")
 
-    train_tokens = load_tokens(args.corpus, args.target, "train", args.cache)
-    val_tokens = load_tokens(args.corpus, args.target, "val", args.cache)
-    data_batches = PackedBatches(train_tokens, args.seq_len, args.batch_size, args.seed)
-    val_batches = list(PackedBatches(val_tokens, args.seq_len, args.batch_size, args.seed)
+    train = load_tokens(args.corpus, args.target, "train", args.cache)
+    val = load_tokens(args.corpus, args.target, "val", args.cache)
+    data_batches = MixedBatches(train, args.seq_len, args.batch_size, args.task_share, args.seed)
+    val_batches = list(PackedBatches(val["file"], args.seq_len, args.batch_size, args.seed)
                        .fixed(args.eval_batches, "cuda"))
-    distilled = self_distilled_rows(target, train_tokens, args.seq_len, args.distill_minutes, 64, args.seed)
+    distilled = self_distilled_rows(target, train["file"], args.seq_len, args.distill_minutes, args.distill_batch,
+                                    args.seed)
     weights = position_weights(args.block_size, args.gamma, "cuda")
     generator = torch.Generator().manual_seed(args.seed)
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01, fused=True)
     before = evaluate(drafter, target, val_batches, config, args.blocks_per_row, weights)
 
-    budget, start, step = args.minutes * 60, time.time(), 0
+    budget, start, step = time_budget(args.minutes, args.end_by), time.time(), 0
     while (elapsed := time.time() - start) < budget:
         set_learning_rate(optimizer, learning_rate(args.lr, elapsed / budget))
         if distilled is not None and step % 2 == 1:  # alternate corpus rows and the target's own rows

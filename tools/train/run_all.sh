@@ -4,6 +4,9 @@
 #
 # Usage (from the repository root):  tools/train/run_all.sh [--smoke] [--stages corpus,tokenizer,target,drafter]
 #   [--target-minutes M] [--drafter-minutes M] [--distill-minutes M] [--corpus-bytes N] [--tokenizer-bytes N]
+#   [--call-seconds S] [--init-target DIR]
+# --call-seconds S: the device call's limit; each training loop is cut so the call (export and the tar
+# included) ends within S seconds of this script's start, whatever the earlier stages took.
 # Intermediate products live under $WORK (default /tmp/tensorfold-train) and a stage whose product is already
 # there is skipped, so the stages can be split over several device calls while the machine stays warm.
 # The exported models come back as $OUT/models.tar.part-* (split below the 16 MB transfer limit).
@@ -14,8 +17,10 @@ smoke=0
 target_minutes=8
 drafter_minutes=7
 distill_minutes=1.5
-corpus_bytes=0      # 0: every Python source found
-tokenizer_bytes=60000000
+corpus_bytes=250000000  # 0: every Python source found
+tokenizer_bytes=30000000
+call_seconds=0
+init_target=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1 ;;
@@ -25,6 +30,8 @@ while [ $# -gt 0 ]; do
     --distill-minutes) distill_minutes="$2"; shift ;;
     --corpus-bytes) corpus_bytes="$2"; shift ;;
     --tokenizer-bytes) tokenizer_bytes="$2"; shift ;;
+    --call-seconds) call_seconds="$2"; shift ;;
+    --init-target) init_target="$2"; shift ;;
     *) echo "run_all.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -41,20 +48,24 @@ if [ "$smoke" = 1 ]; then
   work="$work-smoke"
   corpus_args=(--max-total-bytes 8000000)
   tokenizer_args=(--vocab-size 2048 --max-bytes 2000000)
-  target_args=(--size smoke --minutes 0.3 --seq-len 512 --batch-size 16 --eval-batches 2)
+  target_args=(--size smoke --minutes 0.3 --seq-len 512 --batch-size 16 --eval-batches 4 --rename-checks 2)
   drafter_args=(--minutes 0.3 --seq-len 512 --batch-size 8 --blocks-per-row 8 --eval-batches 2 --distill-minutes 0.1)
 else
   corpus_args=(--max-total-bytes "$corpus_bytes")
   tokenizer_args=(--max-bytes "$tokenizer_bytes")
-  target_args=(--size full --minutes "$target_minutes")
+  target_args=(--size full --minutes "$target_minutes" --compile)
   drafter_args=(--minutes "$drafter_minutes" --distill-minutes "$distill_minutes")
 fi
 models="$work/models"
 target_dir="$models/tensorfold-code-target"
 drafter_dir="$models/tensorfold-code-drafter"
 
+[ -n "$init_target" ] && target_args+=(--init-from "$init_target")
 want() { [[ ",$stages," == *",$1,"* ]]; }
 stage_start=$SECONDS
+call_start=$(date +%s)
+# epoch seconds a training loop must end by, leaving $1 seconds for what follows it in this call
+end_by() { if [ "$call_seconds" = 0 ]; then echo 0; else echo $((call_start + call_seconds - $1)); fi; }
 stage_done() { echo "run_all.sh: $1 done at $((SECONDS - stage_start)) s"; }
 
 if want corpus && [ ! -f "$work/corpus/manifest.json" ]; then
@@ -67,13 +78,13 @@ if want tokenizer && [ ! -f "$work/tokenizer/tokenizer.json" ]; then
 fi
 if want target; then
   python3 "$here/target.py" --corpus "$work/corpus" --tokenizer "$work/tokenizer" --cache "$work/tokens" \
-    --out "$target_dir" "${target_args[@]}"
+    --out "$target_dir" --end-by "$(end_by 100)" "${target_args[@]}"
   stage_done target
 fi
 if want drafter; then
   [ -f "$target_dir/config.json" ] || { echo "run_all.sh: no target at $target_dir; run the target stage first" >&2; exit 1; }
   python3 "$here/dflash.py" --target "$target_dir" --corpus "$work/corpus" --cache "$work/tokens" \
-    --out "$drafter_dir" "${drafter_args[@]}"
+    --out "$drafter_dir" --end-by "$(end_by 60)" "${drafter_args[@]}"
   stage_done drafter
 fi
 

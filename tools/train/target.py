@@ -9,8 +9,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (END_OF_TEXT, IM_END, PackedBatches, count_parameters, learning_rate, load_tokens,  # noqa: E402
-                    read_jsonl, render_chatml, set_learning_rate, split_path, write_json)
+from common import (END_OF_TEXT, IM_END, MixedBatches, PackedBatches, count_parameters, learning_rate,  # noqa: E402
+                    load_tokens, read_jsonl, render_chatml, set_learning_rate, split_path, time_budget, write_json)
 
 # About 26M parameters: 6 layers of width 512 (8 query heads, 4 KV heads of 64), tied 15360-entry embedding.
 SIZES = {
@@ -45,22 +45,27 @@ def evaluate(model, batches):
     return total / max(count, 1)
 
 
+def forward_backward(model, rows):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = next_token_loss(model, rows)
+    loss.backward()
+    return loss
+
+
 def next_token_loss(model, rows):
     logits = model(input_ids=rows[:, :-1]).logits
     return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten())
 
 
 def sample_prompts(corpus_dir, n_code=3):
-    """Held-out prompts: the first lines of some test files, and one rename request."""
-    prompts, rename = [], None
+    """Held-out prompts: the first lines of some test files, up to a little past their first def."""
+    prompts = []
     for record in read_jsonl(split_path(corpus_dir, "test")):
-        if record["kind"] == "file" and len(prompts) < n_code and "def " in record["text"][:800]:
+        if record["kind"] == "file" and "def " in record["text"][:800]:
             prompts.append(record["text"][:record["text"].index("def ") + 200])
-        if record["kind"] == "rename" and rename is None:
-            rename = render_chatml(record["messages"][:1], add_generation_prompt=True)
-        if len(prompts) >= n_code and rename is not None:
-            break
-    return prompts + ([rename] if rename else [])
+            if len(prompts) == n_code:
+                break
+    return prompts
 
 
 @torch.no_grad()
@@ -68,13 +73,53 @@ def show_completions(model, tokenizer, prompts, n_new=80):
     model.eval()
     for prompt in prompts:
         ids = torch.tensor([tokenizer.encode(prompt).ids[-1536:]], device="cuda")
-        out = model.generate(ids, max_new_tokens=n_new, do_sample=False)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n_new, do_sample=False)
         completion = tokenizer.decode(out[0, ids.shape[1]:].tolist(), skip_special_tokens=False)
         print(f"--- prompt (last 160 chars): {prompt[-160:]!r}\n+++ greedy: {completion!r}")
     model.train()
 
 
-def export(model, tokenizer_dir, out_dir, card):
+def held_out_renames(corpus_dir, n, min_bytes=1000, max_bytes=5000):
+    """Validation rename tasks whose source is a whole file of the sizes the evaluation set uses."""
+    found = []
+    for record in read_jsonl(split_path(corpus_dir, "val")):
+        if record["kind"] == "rename" and min_bytes <= len(record["answer"].encode()) <= max_bytes:
+            found.append(record)
+            if len(found) == n:
+                break
+    return found
+
+
+@torch.no_grad()
+def rename_exact_matches(model, tokenizer, tasks):
+    """How many greedy replies equal the right answer, all tasks in one left-padded batch."""
+    if not tasks:
+        return 0, []
+    model.eval()
+    end_id, pad_id = tokenizer.token_to_id(IM_END), tokenizer.token_to_id(END_OF_TEXT)
+    prompts = [tokenizer.encode(render_chatml(t["messages"][:1], add_generation_prompt=True)).ids for t in tasks]
+    width = max(map(len, prompts))
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device="cuda")
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device="cuda")
+    longest = max(len(tokenizer.encode(t["answer"]).ids) for t in tasks)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=longest + 16, do_sample=False,
+                             eos_token_id=end_id, pad_token_id=pad_id)
+    model.train()
+    replies = []
+    for row in out[:, width:].tolist():
+        replies.append(tokenizer.decode(row[:row.index(end_id)] if end_id in row else row))
+    exact = sum(reply == t["answer"] for reply, t in zip(replies, tasks))
+    return exact, replies
+
+
+def first_difference(reply, answer):
+    at = next((i for i, (a, b) in enumerate(zip(reply, answer)) if a != b), min(len(reply), len(answer)))
+    return at, reply[max(0, at - 40):at + 40], answer[max(0, at - 40):at + 40]
+
+
+def export(model, tokenizer_dir, out_dir):
     model = model.to(torch.bfloat16)
     model.save_pretrained(out_dir, safe_serialization=True, max_shard_size="16MB")
     config_path = os.path.join(out_dir, "config.json")
@@ -90,8 +135,6 @@ def export(model, tokenizer_dir, out_dir, card):
                 "do_sample": False, "max_new_tokens": 512})
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(tokenizer_dir, name), os.path.join(out_dir, name))
-    with open(os.path.join(out_dir, "README.md"), "w") as f:
-        f.write(card)
 
 
 def main():
@@ -102,8 +145,13 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--size", choices=sorted(SIZES), default="full")
     parser.add_argument("--minutes", type=float, required=True, help="wall-clock budget of the training loop")
-    parser.add_argument("--seq-len", type=int, default=2048)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--end-by", type=float, default=0, help="epoch seconds the training loop must end by")
+    # 4k windows hold a whole rename of a 6 kB source, request and reply (held-out renames go to 5 kB)
+    parser.add_argument("--seq-len", type=int, default=4096)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--task-share", type=float, default=0.4, help="share of each batch's rows that are renames")
+    parser.add_argument("--rename-checks", type=int, default=8, help="held-out renames decoded after training")
+    parser.add_argument("--init-from", help="continue from an exported target instead of a fresh model")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--eval-batches", type=int, default=8)
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (slow start, faster steps)")
@@ -116,12 +164,16 @@ def main():
     tokenizer = Tokenizer.from_file(os.path.join(args.tokenizer, "tokenizer.json"))
     special_ids = {t: tokenizer.token_to_id(t) for t in (END_OF_TEXT, IM_END)}
     started = time.time()
-    train_tokens = load_tokens(args.corpus, args.tokenizer, "train", args.cache)
-    val_tokens = load_tokens(args.corpus, args.tokenizer, "val", args.cache)
-    print(f"target: tokens train {len(train_tokens) / 1e6:.1f}M, val {len(val_tokens) / 1e6:.2f}M "
-          f"(tokenized in {time.time() - started:.0f}s)")
+    train = load_tokens(args.corpus, args.tokenizer, "train", args.cache)
+    val = load_tokens(args.corpus, args.tokenizer, "val", args.cache)
+    print(f"target: tokens train {len(train['file']) / 1e6:.1f}M files + {len(train['rename']) / 1e6:.1f}M renames, "
+          f"val {len(val['file']) / 1e6:.2f}M + {len(val['rename']) / 1e6:.2f}M (tokenized in {time.time() - started:.0f}s)")
 
-    model = build_model(args.size, tokenizer.get_vocab_size(), special_ids, max(4096, args.seq_len)).cuda()
+    if args.init_from:
+        from transformers import Qwen3ForCausalLM
+        model = Qwen3ForCausalLM.from_pretrained(args.init_from, dtype=torch.float32).cuda()
+    else:
+        model = build_model(args.size, tokenizer.get_vocab_size(), special_ids, max(4096, args.seq_len)).cuda()
     n_params = count_parameters(model)
     print(f"target: {n_params / 1e6:.1f}M parameters")
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -129,19 +181,27 @@ def main():
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                                   lr=args.lr, betas=(0.9, 0.95), fused=True)
     step_model = torch.compile(model) if args.compile else model
-    batches = PackedBatches(train_tokens, args.seq_len, args.batch_size, args.seed)
-    val_batches = list(PackedBatches(val_tokens, args.seq_len, args.batch_size, args.seed).fixed(args.eval_batches,
+    batches = MixedBatches(train, args.seq_len, args.batch_size, args.task_share, args.seed)
+    val_batches = list(PackedBatches(val["file"], args.seq_len, args.batch_size, args.seed).fixed(args.eval_batches,
                                                                                                   "cuda"))
+    val_task_batches = list(PackedBatches(val["rename"], args.seq_len, args.batch_size, args.seed, aligned=True)
+                            .fixed(max(1, args.eval_batches // 4), "cuda"))
 
-    budget = args.minutes * 60
+    budget = time_budget(args.minutes, args.end_by)
     train_start = time.time()
     step, seen_tokens = 0, 0
     while (elapsed := time.time() - train_start) < budget:
         set_learning_rate(optimizer, learning_rate(args.lr, elapsed / budget))
         rows = batches.next("cuda")
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = next_token_loss(step_model, rows)
-        loss.backward()
+        try:
+            loss = forward_backward(step_model, rows)
+        except Exception as error:  # noqa: BLE001 - a failed compile must not cost the device call
+            if step_model is model:
+                raise
+            print(f"target: torch.compile failed ({type(error).__name__}: {error}); training eagerly")
+            step_model = model
+            optimizer.zero_grad(set_to_none=True)
+            loss = forward_backward(step_model, rows)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -152,15 +212,34 @@ def main():
                   f"{seen_tokens / max(elapsed, 1e-9) / 1e3:.0f}k tokens/s", flush=True)
     train_seconds = time.time() - train_start
     val_loss = evaluate(model, val_batches)
+    val_task_loss = evaluate(model, val_task_batches)
     print(f"target: {step} steps, {seen_tokens / 1e6:.1f}M tokens in {train_seconds:.0f}s "
-          f"({seen_tokens / train_seconds / 1e3:.0f}k tokens/s); validation loss {val_loss:.3f}")
-    show_completions(model, tokenizer, sample_prompts(args.corpus))
+          f"({seen_tokens / train_seconds / 1e3:.0f}k tokens/s); validation loss {val_loss:.3f} on files, "
+          f"{val_task_loss:.3f} on renames")
+    export(model, args.tokenizer, args.out)  # first, so a failing diagnostic below cannot lose the model
+    print(f"target: exported to {args.out}")
+
+    exact, checks = 0, []
+    try:
+        show_completions(model, tokenizer, sample_prompts(args.corpus))
+        checks = held_out_renames(args.corpus, args.rename_checks)
+        exact, replies = rename_exact_matches(model, tokenizer, checks)
+        print(f"target: {exact} of {len(checks)} held-out renames exact (greedy)")
+        for reply, task in zip(replies, checks):
+            if reply != task["answer"]:
+                at, got, want = first_difference(reply, task["answer"])
+                print(f"  {task['old_name']} -> {task['new_name']}: differs at {at} of {len(task['answer'])}: "
+                      f"{got!r} instead of {want!r}")
+    except Exception as error:  # noqa: BLE001 - diagnostics only; the model is already exported
+        print(f"target: diagnostics failed: {type(error).__name__}: {error}")
 
     with open(os.path.join(args.corpus, "manifest.json")) as f:
         manifest = json.load(f)
     metrics = {"parameters": n_params, "steps": step, "train_tokens": seen_tokens, "train_seconds": train_seconds,
-               "validation_loss": val_loss, "seq_len": args.seq_len, "batch_size": args.batch_size,
-               "peak_lr": args.lr, "size": args.size, "device": torch.cuda.get_device_name()}
+               "validation_loss": val_loss, "validation_rename_loss": val_task_loss,
+               "held_out_renames_exact": [exact, len(checks)], "seq_len": args.seq_len,
+               "batch_size": args.batch_size, "task_share": args.task_share, "peak_lr": args.lr, "size": args.size,
+               "init_from": args.init_from, "compile": args.compile, "device": torch.cuda.get_device_name()}
     card = (f"# TensorFold code target ({n_params / 1e6:.1f}M parameters, Qwen3 architecture)\n\n"
             "Trained from scratch by `tools/train/run_all.sh` on Python sources installed on the GPU machine "
             f"({sum(s['file_bytes'] for s in manifest['splits'].values()) / 1e6:.0f} MB after deduplication, "
@@ -169,11 +248,12 @@ def main():
             f"vocabulary {model.config.vocab_size} (byte-level BPE), tied embeddings\n"
             f"- {step} steps of {args.batch_size} x {args.seq_len} tokens, {seen_tokens / 1e6:.0f}M tokens, "
             f"{train_seconds / 60:.1f} minutes on {metrics['device']}\n"
-            f"- validation loss {val_loss:.3f} nats per token on held-out packages\n"
+            f"- validation loss {val_loss:.3f} nats per token on held-out packages ({val_task_loss:.3f} on their "
+            f"rename tasks); {exact} of {len(checks)} held-out renames exact\n"
             "- acceptance figures: see the drafter's card and bench/receipts/\n")
-    export(model, args.tokenizer, args.out, card)
+    with open(os.path.join(args.out, "README.md"), "w") as f:
+        f.write(card)
     write_json(os.path.join(args.out, "training_metrics.json"), metrics)
-    print(f"target: exported to {args.out}")
 
 
 if __name__ == "__main__":
