@@ -81,6 +81,34 @@ TEST(SpeculationTest, ReplayDepthForcesTheAcceptanceLength) {
   }
 }
 
+// Requests queued behind the only lane cannot share its rounds, so that lane keeps the lone window:
+// a forced acceptance longer than the shared window is reached by every reply, queued or not.
+TEST(SpeculationTest, QueuedRequestsWithNoFreeLaneKeepTheLoneWindow) {
+  auto model = load_model(test::fixture_model("qwen3-tiny-b"), {});
+  auto requests = random_requests(3, false, model->config().vocab_size, 12, 30, 60);
+  EngineOptions options;
+  options.n_ctx = 160;
+  options.n_parallel = 1;
+  for (auto& request : requests) {
+    request.ignore_eos = true;
+    request.max_tokens = 60;
+  }
+  const auto plain = run_requests(model, test::without_drafts(requests), options, true);
+  const int64_t depth = options.lane_window + 8;
+  ASSERT_LT(depth, options.lone_window);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].replay = plain[i].tokens;
+    requests[i].replay_depth = depth;
+    requests[i].proposers = proposer_bit(ProposerKind::replay);
+  }
+  const auto replayed = run_requests(model, requests, options, true);
+  test::expect_same_tokens(plain, replayed, "queued, lone window");
+  for (const Reply& reply : replayed) {
+    const ReplyTimings& t = reply.final_update.timings;
+    EXPECT_EQ(t.rounds, 1 + (t.predicted_n - 1 + depth) / (depth + 1)) << t.predicted_n << " tokens";
+  }
+}
+
 TEST(SpeculationTest, AlwaysWrongDraftsStillGiveCorrectTokens) {
   auto model = load_model(test::fixture_model("qwen3-tiny-c"), {});
   std::mt19937 rng(4);

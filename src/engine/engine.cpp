@@ -298,10 +298,11 @@ void Engine::Impl::admit() {
 int64_t Engine::Impl::window_for(const Lane& lane, int64_t n_decoding) const {
   if (options.lane_policy == LanePolicy::always_lone) return options.lone_window;
   if (options.lane_policy == LanePolicy::always_lanes) return options.lane_window;
-  // The lone driver: one greedy stream with nobody waiting gets the wide, copy-heavy tree; any
-  // arrival hands it back to the shared window.
-  bool is_lone = n_decoding == 1 && lanes.size() == 1 && n_waiting == 0 &&
-                 lane.request.sampling.is_greedy();
+  // The lone driver: one greedy stream that nobody can join gets the wide, copy-heavy tree. An
+  // arrival hands it back to the shared window, unless every lane is taken: then it waits for this
+  // reply to end anyway, and narrowing the window would only make that later.
+  bool can_be_joined = n_waiting > 0 && int64_t(lanes.size()) < options.n_parallel;
+  bool is_lone = n_decoding == 1 && lanes.size() == 1 && !can_be_joined && lane.request.sampling.is_greedy();
   return is_lone ? options.lone_window : options.lane_window;
 }
 
