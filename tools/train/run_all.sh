@@ -4,12 +4,13 @@
 #
 # Usage (from the repository root):  tools/train/run_all.sh [--smoke] [--stages corpus,tokenizer,target,drafter]
 #   [--target-minutes M] [--drafter-minutes M] [--distill-minutes M] [--corpus-bytes N] [--tokenizer-bytes N]
-#   [--call-seconds S] [--init-target DIR]
+#   [--call-seconds S] [--init-target DIR] [--target-lr X] [--task-share X]
 # --call-seconds S: the device call's limit; each training loop is cut so the call (export and the tar
 # included) ends within S seconds of this script's start, whatever the earlier stages took.
 # Intermediate products live under $WORK (default /tmp/tensorfold-train) and a stage whose product is already
 # there is skipped, so the stages can be split over several device calls while the machine stays warm.
-# The exported models come back as $OUT/models.tar.part-* (split below the 16 MB transfer limit).
+# The models trained in a call come back as $OUT/target.tar.part-* and $OUT/drafter.tar.part-* (split below the
+# 16 MB limit on one returned file).
 set -euo pipefail
 
 stages=corpus,tokenizer,target,drafter
@@ -21,6 +22,8 @@ corpus_bytes=250000000  # 0: every Python source found
 tokenizer_bytes=30000000
 call_seconds=0
 init_target=""
+target_lr=2e-3
+task_share=0.4
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1 ;;
@@ -32,6 +35,8 @@ while [ $# -gt 0 ]; do
     --tokenizer-bytes) tokenizer_bytes="$2"; shift ;;
     --call-seconds) call_seconds="$2"; shift ;;
     --init-target) init_target="$2"; shift ;;
+    --target-lr) target_lr="$2"; shift ;;
+    --task-share) task_share="$2"; shift ;;
     *) echo "run_all.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -48,12 +53,12 @@ if [ "$smoke" = 1 ]; then
   work="$work-smoke"
   corpus_args=(--max-total-bytes 8000000)
   tokenizer_args=(--vocab-size 2048 --max-bytes 2000000)
-  target_args=(--size smoke --minutes 0.3 --seq-len 512 --batch-size 16 --eval-batches 4 --rename-checks 2)
+  target_args=(--size smoke --minutes 0.3 --seq-len 512 --batch-size 16 --eval-batches 4 --rename-checks 1)
   drafter_args=(--minutes 0.3 --seq-len 512 --batch-size 8 --blocks-per-row 8 --eval-batches 2 --distill-minutes 0.1)
 else
   corpus_args=(--max-total-bytes "$corpus_bytes")
   tokenizer_args=(--max-bytes "$tokenizer_bytes")
-  target_args=(--size full --minutes "$target_minutes" --compile)
+  target_args=(--size full --minutes "$target_minutes" --compile --lr "$target_lr" --task-share "$task_share")
   drafter_args=(--minutes "$drafter_minutes" --distill-minutes "$distill_minutes")
 fi
 models="$work/models"
@@ -91,8 +96,11 @@ fi
 cp "$work/corpus/manifest.json" "$out/corpus-manifest.json"
 # The held-out cases the speculation receipts run on (bench/inputs/heldout-eval.jsonl).
 python3 "$here/eval_set.py" --corpus "$work/corpus" --out "$out/heldout-eval.jsonl"
-if [ -d "$models" ]; then
-  tar -C "$work" -cf - models | split -b 15m - "$out/models.tar.part-"
-  ls -l "$out"
-  echo "run_all.sh: unpack with: cat models.tar.part-* | tar -xf - -C <repo root>"
-fi
+# Only the models this call trained come back (a device call returns at most about 64 MB), one tar each.
+for stage in target drafter; do
+  if want "$stage" && [ -d "$models/tensorfold-code-$stage" ]; then
+    tar -C "$work" -cf - "models/tensorfold-code-$stage" | split -b 15m - "$out/$stage.tar.part-"
+    echo "run_all.sh: unpack with: cat $stage.tar.part-* | tar -xf - -C <repo root>"
+  fi
+done
+ls -l "$out"

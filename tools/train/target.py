@@ -83,6 +83,8 @@ def show_completions(model, tokenizer, prompts, n_new=80):
 def held_out_renames(corpus_dir, n, min_bytes=1000, max_bytes=5000):
     """Validation rename tasks whose source is a whole file of the sizes the evaluation set uses."""
     found = []
+    if n <= 0:
+        return found
     for record in read_jsonl(split_path(corpus_dir, "val")):
         if record["kind"] == "rename" and min_bytes <= len(record["answer"].encode()) <= max_bytes:
             found.append(record)
