@@ -109,6 +109,46 @@ TEST(SpeculationTest, QueuedRequestsWithNoFreeLaneKeepTheLoneWindow) {
   }
 }
 
+// Two lanes copying at full acceptance: each starts with the shared window, doubles it after every
+// round whose full window was accepted, up to the lone window; the tokens stay those of plain decoding.
+TEST(SpeculationTest, LanesEarnWiderWindowsByFullAcceptance) {
+  auto model = load_model(test::fixture_model("qwen3-tiny-b"), {});
+  auto requests = random_requests(2, false, model->config().vocab_size, 13, 30, 60);
+  EngineOptions options;
+  options.n_ctx = 200;
+  options.n_parallel = 2;
+  for (auto& request : requests) {
+    request.ignore_eos = true;
+    request.max_tokens = 150;  // equal budgets: both lanes decode in step and end in the same round
+  }
+  const auto plain = run_requests(model, test::without_drafts(requests), options, true);
+  const int64_t depth = 40;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].replay = plain[i].tokens;
+    requests[i].replay_depth = depth;
+    requests[i].proposers = proposer_bit(ProposerKind::replay);
+  }
+  const auto earned = run_requests(model, requests, options, true);
+  test::expect_same_tokens(plain, earned, "earned windows");
+  EngineOptions fixed = options;
+  fixed.lane_policy = LanePolicy::always_lanes;
+  const auto shared = run_requests(model, requests, fixed, true);
+  test::expect_same_tokens(plain, shared, "shared windows");
+  for (size_t i = 0; i < requests.size(); ++i) {
+    // the prompt's round gives the first token; then windows of 16, 32, 64, 64, ... rows, each
+    // holding min(window - 1, depth, what the budget leaves) drafts
+    int64_t rounds = 1, emitted = 1, window = options.lane_window;
+    while (emitted < requests[i].max_tokens) {
+      const int64_t drafts = std::min({window - 1, depth, requests[i].max_tokens - emitted - 1});
+      emitted += drafts + 1;
+      rounds += 1;
+      if (drafts + 1 >= window) window = std::min(2 * window, options.lone_window);
+    }
+    EXPECT_EQ(earned[i].final_update.timings.rounds, rounds) << "request " << i;
+    EXPECT_LT(earned[i].final_update.timings.rounds, shared[i].final_update.timings.rounds) << "request " << i;
+  }
+}
+
 TEST(SpeculationTest, AlwaysWrongDraftsStillGiveCorrectTokens) {
   auto model = load_model(test::fixture_model("qwen3-tiny-c"), {});
   std::mt19937 rng(4);

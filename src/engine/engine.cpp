@@ -303,7 +303,12 @@ int64_t Engine::Impl::window_for(const Lane& lane, int64_t n_decoding) const {
   // reply to end anyway, and narrowing the window would only make that later.
   bool can_be_joined = n_waiting > 0 && int64_t(lanes.size()) < options.n_parallel;
   bool is_lone = n_decoding == 1 && lanes.size() == 1 && !can_be_joined && lane.request.sampling.is_greedy();
-  return is_lone ? options.lone_window : options.lane_window;
+  if (is_lone) return options.lone_window;
+  // On lanes, a lane that keeps having its whole window accepted (a long copy) earns a wider one, up
+  // to the lone window and its fair share of the round's rows, so the lanes after it are not starved.
+  const int64_t fair_share = options.max_rows_per_round / std::max<int64_t>(1, n_decoding);
+  const int64_t most = std::max(options.lane_window, std::min(options.lone_window, fair_share));
+  return std::clamp(lane.earned_window, options.lane_window, most);
 }
 
 // The root row (the lane's last token) and its draft tree. Nodes on the main chain (first child of
@@ -372,7 +377,8 @@ void Engine::Impl::round() {
       if (lane.is_finished || lane.is_prefilling() != (pass == 1) || budget == 0) continue;
       int64_t first = int64_t(batch.rows.size());
       if (pass == 0) {
-        add_decode_rows(lane, std::min(budget, window_for(lane, n_decoding)), &n_scratch, batch);
+        lane.window = std::min(budget, window_for(lane, n_decoding));
+        add_decode_rows(lane, lane.window, &n_scratch, batch);
       } else {
         int64_t n = std::min({int64_t(lane.tokens.size()) - lane.n_cached, budget, options.prefill_chunk});
         for (int64_t i = 0; i < n; ++i) {
@@ -477,6 +483,13 @@ void Engine::Impl::accept(Lane& lane, const LaneRows& placed, const Batch& batch
   }
   feed_drafter(lane, lane.n_cached, committed_rows);
   lane.n_cached += 1 + n_accepted;
+  // Every drafted token of a chain that filled the window was right: the window, not the
+  // proposers, was the limit, so the next round may use twice as many rows. Any miss earns it back.
+  if (tree.size() > 0 && n_accepted == lane.tree_depth && tree.size() + 1 >= lane.window) {
+    lane.earned_window = 2 * lane.window;
+  } else if (n_accepted < lane.tree_depth) {
+    lane.earned_window = 0;
+  }
   for (size_t kind = 0; kind < size_t(kProposerKinds); ++kind) {
     if (lane.use_seconds[kind] < 0.0) continue;
     const int64_t n_kind_accepted = std::count(accepted_sources.begin(), accepted_sources.end(), uint8_t(kind));

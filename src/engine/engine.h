@@ -32,8 +32,8 @@ struct EngineOptions {
   int32_t max_queue = 64;          // most requests waiting for a lane
   int64_t prefill_chunk = 256;     // most prompt rows of one lane per round
   int64_t max_rows_per_round = 512;
-  int64_t lane_window = 16;        // most rows (root + drafts) of one lane per round on lanes
-  int64_t lone_window = 64;        // the same for the lone driver
+  int64_t lane_window = 16;        // rows (root + drafts) of one lane per round on lanes, to start with
+  int64_t lone_window = 64;        // the same for the lone driver; the most a lane on lanes can earn
   int64_t min_confident_match = 24;  // long-copy match length that proposes long copy rows
   LanePolicy lane_policy = LanePolicy::automatic;
   // Let a lane's block drafter and n-gram proposer draft only while their accepted tokens pay for

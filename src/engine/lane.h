@@ -37,6 +37,8 @@ struct Lane {
   std::array<double, kProposerKinds> use_seconds{};  // this round's cost of each gated use; -1: no use
   DraftTree tree;                                    // this round's drafts below the root
   int64_t tree_depth = 0;                            // deepest node of this round's tree
+  int64_t window = 0;                                // rows this round's tree could use, root included
+  int64_t earned_window = 0;                         // window earned by full acceptance; 0: the shared one
   ReplyTimings timings;
   Clock::time_point admitted;
   Clock::time_point first_token;
