@@ -53,6 +53,30 @@ TEST(SpeculationTest, ReplayAtFullAcceptanceEqualsPlainDecoding) {
   test::expect_replay_equals_plain(load_model(test::fixture_model("qwen3-tiny-b"), {}), 3);
 }
 
+// Makes each request replay its plain reply, `depth` tokens a round, with no other proposer.
+void replay_plain_replies(std::vector<GenerationRequest>& requests, const std::vector<Reply>& plain,
+                          int64_t depth) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].replay = plain[i].tokens;
+    requests[i].replay_depth = depth;
+    requests[i].proposers = proposer_bit(ProposerKind::replay);
+  }
+}
+
+// Rounds of a reply of n tokens when every round accepts `depth` drafts: the prompt's last round
+// gives the first token, then each round adds depth + 1 (fewer only where the budget ends).
+int64_t rounds_at_depth(int64_t n_tokens, int64_t depth) { return 1 + (n_tokens - 1 + depth) / (depth + 1); }
+
+// n random prompts whose replies ignore EOS and run to max_tokens.
+std::vector<GenerationRequest> requests_to_budget(const Model& model, int n, uint32_t seed, int64_t max_tokens) {
+  auto requests = random_requests(n, false, model.config().vocab_size, seed, 30, 60);
+  for (auto& request : requests) {
+    request.ignore_eos = true;
+    request.max_tokens = max_tokens;
+  }
+  return requests;
+}
+
 // A forced acceptance length: the replay alone, drafting L tokens a round of the plain reply, makes
 // every decode round but the last accept exactly L and emit L + 1 tokens; the tokens stay plain.
 TEST(SpeculationTest, ReplayDepthForcesTheAcceptanceLength) {
@@ -63,19 +87,13 @@ TEST(SpeculationTest, ReplayDepthForcesTheAcceptanceLength) {
   for (auto& request : requests) request.ignore_eos = true;
   const auto plain = run_requests(model, test::without_drafts(requests), options, true);
   for (int64_t depth : {1, 4, 16}) {
-    for (size_t i = 0; i < requests.size(); ++i) {
-      requests[i].replay = plain[i].tokens;
-      requests[i].replay_depth = depth;
-      requests[i].proposers = proposer_bit(ProposerKind::replay);
-    }
+    replay_plain_replies(requests, plain, depth);
     const auto replayed = run_requests(model, requests, options, false);  // alone: the lone window
     test::expect_same_tokens(plain, replayed, "forced acceptance");
     for (const Reply& reply : replayed) {
       const ReplyTimings& t = reply.final_update.timings;
-      // The prompt's last round gives the first token; then each round accepts depth drafts (fewer
-      // only where the budget ends) and adds its own token.
-      const int64_t expected_rounds = 1 + (t.predicted_n - 1 + depth) / (depth + 1);
-      EXPECT_EQ(t.rounds, expected_rounds) << "depth " << depth << ", " << t.predicted_n << " tokens";
+      EXPECT_EQ(t.rounds, rounds_at_depth(t.predicted_n, depth))
+          << "depth " << depth << ", " << t.predicted_n << " tokens";
       EXPECT_EQ(t.draft_accepted_n, t.predicted_n - t.rounds) << "depth " << depth;
     }
   }
@@ -85,27 +103,19 @@ TEST(SpeculationTest, ReplayDepthForcesTheAcceptanceLength) {
 // a forced acceptance longer than the shared window is reached by every reply, queued or not.
 TEST(SpeculationTest, QueuedRequestsWithNoFreeLaneKeepTheLoneWindow) {
   auto model = load_model(test::fixture_model("qwen3-tiny-b"), {});
-  auto requests = random_requests(3, false, model->config().vocab_size, 12, 30, 60);
+  auto requests = requests_to_budget(*model, 3, 12, 60);
   EngineOptions options;
   options.n_ctx = 160;
   options.n_parallel = 1;
-  for (auto& request : requests) {
-    request.ignore_eos = true;
-    request.max_tokens = 60;
-  }
   const auto plain = run_requests(model, test::without_drafts(requests), options, true);
   const int64_t depth = options.lane_window + 8;
   ASSERT_LT(depth, options.lone_window);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    requests[i].replay = plain[i].tokens;
-    requests[i].replay_depth = depth;
-    requests[i].proposers = proposer_bit(ProposerKind::replay);
-  }
+  replay_plain_replies(requests, plain, depth);
   const auto replayed = run_requests(model, requests, options, true);
   test::expect_same_tokens(plain, replayed, "queued, lone window");
   for (const Reply& reply : replayed) {
     const ReplyTimings& t = reply.final_update.timings;
-    EXPECT_EQ(t.rounds, 1 + (t.predicted_n - 1 + depth) / (depth + 1)) << t.predicted_n << " tokens";
+    EXPECT_EQ(t.rounds, rounds_at_depth(t.predicted_n, depth)) << t.predicted_n << " tokens";
   }
 }
 
@@ -113,21 +123,14 @@ TEST(SpeculationTest, QueuedRequestsWithNoFreeLaneKeepTheLoneWindow) {
 // round whose full window was accepted, up to the lone window; the tokens stay those of plain decoding.
 TEST(SpeculationTest, LanesEarnWiderWindowsByFullAcceptance) {
   auto model = load_model(test::fixture_model("qwen3-tiny-b"), {});
-  auto requests = random_requests(2, false, model->config().vocab_size, 13, 30, 60);
+  // equal budgets: both lanes decode in step and end in the same round
+  auto requests = requests_to_budget(*model, 2, 13, 150);
   EngineOptions options;
   options.n_ctx = 200;
   options.n_parallel = 2;
-  for (auto& request : requests) {
-    request.ignore_eos = true;
-    request.max_tokens = 150;  // equal budgets: both lanes decode in step and end in the same round
-  }
   const auto plain = run_requests(model, test::without_drafts(requests), options, true);
   const int64_t depth = 40;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    requests[i].replay = plain[i].tokens;
-    requests[i].replay_depth = depth;
-    requests[i].proposers = proposer_bit(ProposerKind::replay);
-  }
+  replay_plain_replies(requests, plain, depth);
   const auto earned = run_requests(model, requests, options, true);
   test::expect_same_tokens(plain, earned, "earned windows");
   EngineOptions fixed = options;
