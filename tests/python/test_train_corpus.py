@@ -12,7 +12,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "train"))
 import corpus  # noqa: E402
-from common import IM_END, IM_START, render_chatml  # noqa: E402
+from common import IM_END, IM_START, render_chatml, site_flags  # noqa: E402
 
 SOURCE = '''"""Module docstring that mentions total."""
 import os
@@ -48,8 +48,10 @@ def name_strings(source):
 class RenameTest(unittest.TestCase):
     def test_only_name_tokens_change(self):
         tokens = corpus.name_tokens(SOURCE)
-        renamed = corpus.rename_identifier(SOURCE, tokens, "total", "grand_sum")
+        renamed, spans = corpus.rename_identifier(SOURCE, tokens, "total", "grand_sum")
         before, after = name_strings(SOURCE), name_strings(renamed)
+        self.assertEqual(len(spans), before.count("total"))
+        self.assertEqual({renamed[a:b] for a, b in spans}, {"grand_sum"})
         self.assertEqual(len(before), len(after))
         for old, new in zip(before, after):
             self.assertEqual(new, "grand_sum" if old == "total" else old)
@@ -71,6 +73,18 @@ class RenameTest(unittest.TestCase):
         self.assertEqual(task["text"], render_chatml(task["messages"]))
         self.assertTrue(task["text"].startswith(f"{IM_START}user\n") and task["text"].endswith(f"{IM_END}\n"))
         self.assertNotIn("total", [t.string for t in corpus.name_tokens(task["answer"])])
+        # the rename sites index the rendered text: every one is the new name, inside the reply
+        reply_start = task["text"].index(f"{IM_START}assistant\n") + len(f"{IM_START}assistant\n")
+        sites = task["rename_sites"]
+        self.assertEqual(len(sites), name_strings(SOURCE).count("total"))
+        for a, b in sites:
+            self.assertGreaterEqual(a, reply_start)
+            self.assertEqual(task["text"][a:b], task["new_name"])
+
+    def test_site_flags_mark_the_tokens_that_overlap_a_site(self):
+        offsets = [(0, 0), (0, 3), (3, 5), (5, 9), (9, 12), (12, 15), (15, 20)]
+        self.assertEqual(site_flags(offsets, [(4, 10), (16, 17)]), [0, 0, 1, 1, 1, 0, 1])
+        self.assertEqual(site_flags(offsets, []), [0] * len(offsets))
 
     def test_candidates_exclude_builtins_dunders_and_names_seen_once(self):
         source = "def __init__(self):\n    print(len(x))\n    once = 1\n"

@@ -38,14 +38,27 @@ def split_path(corpus_dir, split):
 
 
 class TokenStream:
-    """Documents of one kind packed end to end (each followed by <|endoftext|>) and where each starts."""
+    """Documents of one kind packed end to end (each followed by <|endoftext|>), where each starts, and
+    which tokens lie in a rename site (the new name written in a rename task's reply)."""
 
-    def __init__(self, tokens, starts):
+    def __init__(self, tokens, starts, sites):
         self.tokens = tokens  # int32 [n]
         self.starts = starts  # int64 [documents]
+        self.sites = sites    # uint8 [n], 1 inside a rename site
 
     def __len__(self):
         return len(self.tokens)
+
+
+def site_flags(offsets, sites):
+    """1 for each token whose characters [start, end) overlap one of the sites (character ranges sorted
+    by start), else 0; offsets are the tokenizer's, in order."""
+    flags, k = [], 0
+    for start, end in offsets:
+        while k < len(sites) and sites[k][1] <= start:
+            k += 1
+        flags.append(1 if k < len(sites) and sites[k][0] < end and start < sites[k][1] else 0)
+    return flags
 
 
 def load_tokens(corpus_dir, tokenizer_dir, split, cache_dir):
@@ -62,30 +75,36 @@ def load_tokens(corpus_dir, tokenizer_dir, split, cache_dir):
     from tokenizers import Tokenizer
     tokenizer = Tokenizer.from_file(os.path.join(tokenizer_dir, "tokenizer.json"))
     end_id = tokenizer.token_to_id(END_OF_TEXT)
-    texts = {"file": [], "rename": []}
+    documents = {"file": [], "rename": []}
     for record in read_jsonl(split_path(corpus_dir, split)):
-        texts[record["kind"]].append(record["text"])
+        documents[record["kind"]].append((record["text"], record.get("rename_sites", [])))
     streams = {}
     batch = 2048  # encode_batch runs in parallel in Rust; batches bound the Python-side memory
-    for kind, documents in texts.items():
-        ids, starts = [], []
-        for first in range(0, len(documents), batch):
-            for encoding in tokenizer.encode_batch(documents[first:first + batch], add_special_tokens=False):
+    for kind, records in documents.items():
+        ids, starts, flags = [], [], []
+        for first in range(0, len(records), batch):
+            chunk = records[first:first + batch]
+            encodings = tokenizer.encode_batch([text for text, _ in chunk], add_special_tokens=False)
+            for encoding, (_, sites) in zip(encodings, chunk):
                 starts.append(len(ids))
                 ids.extend(encoding.ids)
                 ids.append(end_id)
-        streams[kind] = TokenStream(torch.tensor(ids, dtype=torch.int32), torch.tensor(starts, dtype=torch.int64))
-    torch.save({kind: (s.tokens, s.starts) for kind, s in streams.items()}, cache)
+                flags.extend(site_flags(encoding.offsets, sites) if sites else [0] * len(encoding.ids))
+                flags.append(0)
+        streams[kind] = TokenStream(torch.tensor(ids, dtype=torch.int32), torch.tensor(starts, dtype=torch.int64),
+                                    torch.tensor(flags, dtype=torch.uint8))
+    torch.save({kind: (s.tokens, s.starts, s.sites) for kind, s in streams.items()}, cache)
     return streams
 
 
 class PackedBatches:
     """Windows of seq_len + 1 tokens from one TokenStream: at random offsets, or with aligned=True at
-    document starts, so a rename task is seen from its request on, never as a copy without its source."""
+    document starts, so a rename task is seen from its request on, never as a copy without its source.
+    With sites=True a batch is (tokens, rename-site flags) of the same windows."""
 
     def __init__(self, stream, seq_len, batch_size, seed, aligned=False):
         assert len(stream) > seq_len + 1, f"only {len(stream)} tokens for sequences of {seq_len}"
-        self.tokens = stream.tokens
+        self.stream = stream
         self.seq_len = seq_len
         self.batch_size = batch_size
         self.rng = random.Random(seed)
@@ -97,32 +116,39 @@ class PackedBatches:
     def _start(self):
         if self.starts is not None:
             return self.rng.choice(self.starts)
-        return self.rng.randrange(len(self.tokens) - self.seq_len - 1)
+        return self.rng.randrange(len(self.stream) - self.seq_len - 1)
 
-    def rows(self, n):
+    def _windows(self, offsets, sites):
         import torch
-        return torch.stack([self.tokens[s:s + self.seq_len + 1] for s in (self._start() for _ in range(n))]).long()
+        width = self.seq_len + 1
+        tokens = torch.stack([self.stream.tokens[o:o + width] for o in offsets]).long()
+        if not sites:
+            return tokens
+        return tokens, torch.stack([self.stream.sites[o:o + width] for o in offsets])
+
+    def rows(self, n, sites=False):
+        return self._windows([self._start() for _ in range(n)], sites)
 
     def next(self, device):
         return self.rows(self.batch_size).to(device, non_blocking=True)
 
-    def fixed(self, n_batches, device):
+    def fixed(self, n_batches, device, sites=False):
         """The same evaluation batches on every call: windows at evenly spaced offsets (or document starts)."""
-        import torch
         n_rows = n_batches * self.batch_size
         if self.starts is not None:
             offsets = self.starts[::max(1, len(self.starts) // n_rows)][:n_rows]
         else:
-            stride = max(1, (len(self.tokens) - self.seq_len - 1) // n_rows)
+            stride = max(1, (len(self.stream) - self.seq_len - 1) // n_rows)
             offsets = [i * stride for i in range(n_rows)]
-        rows = [self.tokens[o:o + self.seq_len + 1] for o in offsets]
-        rows = [r for r in rows if len(r) == self.seq_len + 1]
-        for start in range(0, len(rows), self.batch_size):
-            yield torch.stack(rows[start:start + self.batch_size]).long().to(device)
+        offsets = [o for o in offsets if o + self.seq_len + 1 <= len(self.stream)]
+        for start in range(0, len(offsets), self.batch_size):
+            batch = self._windows(offsets[start:start + self.batch_size], sites)
+            yield tuple(t.to(device) for t in batch) if sites else batch.to(device)
 
 
 class MixedBatches:
-    """Batches of file windows at random offsets plus a fixed share of rows that start at a rename task."""
+    """Batches of file windows at random offsets plus a fixed share of rows that start at a rename task;
+    with sites=True, (tokens, rename-site flags)."""
 
     def __init__(self, streams, seq_len, batch_size, task_share, seed):
         self.n_tasks = round(batch_size * task_share) if len(streams["rename"]) > seq_len + 1 else 0
@@ -130,12 +156,15 @@ class MixedBatches:
         self.tasks = PackedBatches(streams["rename"], seq_len, self.n_tasks, seed + 1, aligned=True) \
             if self.n_tasks else None
 
-    def next(self, device):
+    def next(self, device, sites=False):
         import torch
-        rows = self.files.rows(self.files.batch_size)
+        parts = [self.files.rows(self.files.batch_size, sites=True)]
         if self.tasks is not None:
-            rows = torch.cat([rows, self.tasks.rows(self.n_tasks)])
-        return rows.to(device, non_blocking=True)
+            parts.append(self.tasks.rows(self.n_tasks, sites=True))
+        tokens = torch.cat([p[0] for p in parts]).to(device, non_blocking=True)
+        if not sites:
+            return tokens
+        return tokens, torch.cat([p[1] for p in parts]).to(device, non_blocking=True)
 
 
 def time_budget(minutes, end_by):

@@ -113,14 +113,25 @@ def name_tokens(source):
 
 
 def rename_identifier(source, tokens, old_name, new_name):
-    """Replace every NAME token equal to old_name; strings and comments stay as they are."""
-    lines = source.splitlines(keepends=True)
-    # right to left within a line, so earlier columns stay valid
-    for token in sorted((t for t in tokens if t.string == old_name), key=lambda t: t.start, reverse=True):
-        row, column = token.start
-        line = lines[row - 1]
-        lines[row - 1] = line[:column] + new_name + line[column + len(old_name):]
-    return "".join(lines)
+    """(edited source, spans): every NAME token equal to old_name replaced (strings and comments stay as
+    they are), and the [start, end) character ranges of the edited source where new_name was written."""
+    columns_of_row = {}
+    for t in tokens:
+        if t.string == old_name:
+            columns_of_row.setdefault(t.start[0], []).append(t.start[1])
+    pieces, spans, offset = [], [], 0
+    for row, line in enumerate(source.splitlines(keepends=True), start=1):
+        last = 0
+        for column in sorted(columns_of_row.get(row, [])):
+            pieces.append(line[last:column])
+            offset += column - last
+            spans.append((offset, offset + len(new_name)))
+            pieces.append(new_name)
+            offset += len(new_name)
+            last = column + len(old_name)
+        pieces.append(line[last:])
+        offset += len(line) - last
+    return "".join(pieces), spans
 
 
 def rename_request(source, old_name, new_name):
@@ -152,13 +163,16 @@ def make_rename_task(source, rng, builtin_names, name_pool):
             break
     if new_name is None:
         return None
-    edited = rename_identifier(source, tokens, old_name, new_name)
+    edited, spans = rename_identifier(source, tokens, old_name, new_name)
     messages = [
         {"role": "user", "content": rename_request(source, old_name, new_name)},
         {"role": "assistant", "content": edited},
     ]
+    # where the reply starts in the rendered text: the rename sites as offsets into "text"
+    reply_start = len(render_chatml(messages[:1], add_generation_prompt=True))
     return {"kind": "rename", "old_name": old_name, "new_name": new_name, "messages": messages,
-            "answer": edited, "text": render_chatml(messages)}
+            "answer": edited, "text": render_chatml(messages),
+            "rename_sites": [[reply_start + a, reply_start + b] for a, b in spans]}
 
 
 def identifier_pool(packages, rng, size=5000):

@@ -4,7 +4,7 @@
 #
 # Usage (from the repository root):  tools/train/run_all.sh [--smoke] [--stages corpus,tokenizer,target,drafter]
 #   [--target-minutes M] [--drafter-minutes M] [--distill-minutes M] [--corpus-bytes N] [--tokenizer-bytes N]
-#   [--call-seconds S] [--init-target DIR] [--target-lr X] [--task-share X]
+#   [--call-seconds S] [--init-target DIR] [--target-lr X] [--task-share X] [--site-weight X]
 # --call-seconds S: the device call's limit; each training loop is cut so the call (export and the tar
 # included) ends within S seconds of this script's start, whatever the earlier stages took.
 # Intermediate products live under $WORK (default /tmp/tensorfold-train) and a stage whose product is already
@@ -24,6 +24,7 @@ call_seconds=0
 init_target=""
 target_lr=2e-3
 task_share=0.4
+site_weight=4
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1 ;;
@@ -37,6 +38,7 @@ while [ $# -gt 0 ]; do
     --init-target) init_target="$2"; shift ;;
     --target-lr) target_lr="$2"; shift ;;
     --task-share) task_share="$2"; shift ;;
+    --site-weight) site_weight="$2"; shift ;;
     *) echo "run_all.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -58,7 +60,8 @@ if [ "$smoke" = 1 ]; then
 else
   corpus_args=(--max-total-bytes "$corpus_bytes")
   tokenizer_args=(--max-bytes "$tokenizer_bytes")
-  target_args=(--size full --minutes "$target_minutes" --compile --lr "$target_lr" --task-share "$task_share")
+  target_args=(--size full --minutes "$target_minutes" --compile --lr "$target_lr" --task-share "$task_share"
+    --site-weight "$site_weight")
   drafter_args=(--minutes "$drafter_minutes" --distill-minutes "$distill_minutes")
 fi
 models="$work/models"

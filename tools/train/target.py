@@ -34,27 +34,36 @@ def build_model(size, vocab_size, special_ids, max_positions):
 
 @torch.no_grad()
 def evaluate(model, batches):
+    """Mean next-token loss (unweighted) and the share of rename-site tokens predicted right, teacher-forced:
+    whether the model writes the new name where the rename asks for it."""
     model.eval()
-    total, count = 0.0, 0
-    for rows in batches:
+    total, count, site_right, site_count = 0.0, 0, 0, 0
+    for rows, sites in batches:
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = next_token_loss(model, rows)
-        total += loss.item()
+            logits = model(input_ids=rows[:, :-1]).logits
+        total += torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten()).item()
         count += 1
+        at_site = sites[:, 1:].bool()
+        site_right += (logits.argmax(-1)[at_site] == rows[:, 1:][at_site]).sum().item()
+        site_count += at_site.sum().item()
     model.train()
-    return total / max(count, 1)
+    return total / max(count, 1), site_right / max(site_count, 1)
 
 
-def forward_backward(model, rows):
+def forward_backward(model, rows, sites, site_weight):
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        loss = next_token_loss(model, rows)
+        loss = next_token_loss(model, rows, sites, site_weight)
     loss.backward()
     return loss
 
 
-def next_token_loss(model, rows):
+def next_token_loss(model, rows, sites, site_weight):
+    """Cross-entropy of every next token; a token inside a rename site (the new name in a reply) weighs
+    site_weight, as it is where the model learns to apply the edit rather than copy."""
     logits = model(input_ids=rows[:, :-1]).logits
-    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten())
+    losses = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten(), reduction="none")
+    weights = 1.0 + (site_weight - 1.0) * sites[:, 1:].flatten().float()
+    return (losses * weights).sum() / weights.sum()
 
 
 def sample_prompts(corpus_dir, n_code=3):
@@ -152,6 +161,8 @@ def main():
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--task-share", type=float, default=0.4, help="share of each batch's rows that are renames")
+    parser.add_argument("--site-weight", type=float, default=4.0,
+                        help="loss weight of the tokens where a rename task's reply writes the new name")
     parser.add_argument("--rename-checks", type=int, default=8, help="held-out renames decoded after training")
     parser.add_argument("--init-from", help="continue from an exported target instead of a fresh model")
     parser.add_argument("--lr", type=float, default=2e-3)
@@ -184,26 +195,26 @@ def main():
                                   lr=args.lr, betas=(0.9, 0.95), fused=True)
     step_model = torch.compile(model) if args.compile else model
     batches = MixedBatches(train, args.seq_len, args.batch_size, args.task_share, args.seed)
-    val_batches = list(PackedBatches(val["file"], args.seq_len, args.batch_size, args.seed).fixed(args.eval_batches,
-                                                                                                  "cuda"))
+    val_batches = list(PackedBatches(val["file"], args.seq_len, args.batch_size, args.seed)
+                       .fixed(args.eval_batches, "cuda", sites=True))
     val_task_batches = list(PackedBatches(val["rename"], args.seq_len, args.batch_size, args.seed, aligned=True)
-                            .fixed(max(1, args.eval_batches // 4), "cuda"))
+                            .fixed(max(1, args.eval_batches // 4), "cuda", sites=True))
 
     budget = time_budget(args.minutes, args.end_by)
     train_start = time.time()
     step, seen_tokens = 0, 0
     while (elapsed := time.time() - train_start) < budget:
         set_learning_rate(optimizer, learning_rate(args.lr, elapsed / budget))
-        rows = batches.next("cuda")
+        rows, sites = batches.next("cuda", sites=True)
         try:
-            loss = forward_backward(step_model, rows)
+            loss = forward_backward(step_model, rows, sites, args.site_weight)
         except Exception as error:  # noqa: BLE001 - a failed compile must not cost the device call
             if step_model is model:
                 raise
             print(f"target: torch.compile failed ({type(error).__name__}: {error}); training eagerly")
             step_model = model
             optimizer.zero_grad(set_to_none=True)
-            loss = forward_backward(step_model, rows)
+            loss = forward_backward(step_model, rows, sites, args.site_weight)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -213,11 +224,11 @@ def main():
             print(f"target: step {step} {elapsed:.0f}s loss {loss.item():.3f} "
                   f"{seen_tokens / max(elapsed, 1e-9) / 1e3:.0f}k tokens/s", flush=True)
     train_seconds = time.time() - train_start
-    val_loss = evaluate(model, val_batches)
-    val_task_loss = evaluate(model, val_task_batches)
+    val_loss, _ = evaluate(model, val_batches)
+    val_task_loss, site_accuracy = evaluate(model, val_task_batches)
     print(f"target: {step} steps, {seen_tokens / 1e6:.1f}M tokens in {train_seconds:.0f}s "
           f"({seen_tokens / train_seconds / 1e3:.0f}k tokens/s); validation loss {val_loss:.3f} on files, "
-          f"{val_task_loss:.3f} on renames")
+          f"{val_task_loss:.3f} on renames; rename sites right {site_accuracy:.3f} (teacher-forced)")
     export(model, args.tokenizer, args.out)  # first, so a failing diagnostic below cannot lose the model
     print(f"target: exported to {args.out}")
 
@@ -239,6 +250,7 @@ def main():
         manifest = json.load(f)
     metrics = {"parameters": n_params, "steps": step, "train_tokens": seen_tokens, "train_seconds": train_seconds,
                "validation_loss": val_loss, "validation_rename_loss": val_task_loss,
+               "rename_site_accuracy": site_accuracy, "site_weight": args.site_weight,
                "held_out_renames_exact": [exact, len(checks)], "seq_len": args.seq_len,
                "batch_size": args.batch_size, "task_share": args.task_share, "peak_lr": args.lr, "size": args.size,
                "init_from": args.init_from, "compile": args.compile, "device": torch.cuda.get_device_name()}
