@@ -88,8 +88,8 @@ TEST(LongCopy, CopyOfThePromptBecomesConfidentAfterTheThreshold) {
     if (n_copied < options.min_short_match) {
       EXPECT_TRUE(chain.empty()) << n_copied;
     } else if (n_copied < options.min_confident_match) {
-      EXPECT_EQ(chain, std::vector<int32_t>(rest.begin(), rest.begin() + options.max_short_chain))
-          << n_copied;
+      const int64_t n_short = std::max(options.min_short_chain, options.short_chain_per_token * n_copied);
+      EXPECT_EQ(chain, std::vector<int32_t>(rest.begin(), rest.begin() + n_short)) << n_copied;
     } else {
       ASSERT_EQ(int64_t(chain.size()), options.max_copy) << n_copied;
       EXPECT_TRUE(std::equal(rest.begin(), rest.end(), chain.begin())) << n_copied;
@@ -190,7 +190,8 @@ TEST(LongCopy, AgreesWithBruteForceSuffixSearch) {
   std::mt19937 rng(7);
   LongCopyOptions options;
   options.min_short_match = 1;
-  options.max_short_chain = 6;
+  options.min_short_chain = 6;
+  options.short_chain_per_token = 0;  // a fixed chain of 6: this test is about the match itself
   options.min_confident_match = 1 << 30;
   for (int history_index = 0; history_index < 300; ++history_index) {
     int alphabet = 1 + history_index % 5;
@@ -292,13 +293,14 @@ TEST(Proposers, ShareOneTree) {
   DraftTree tree;
   long_copy.propose(history, 16, &tree);
   ngram.propose(history, 16, &tree);
-  EXPECT_EQ(tree.size(), 8);  // the n-gram chain repeats the copy's first eight tokens
+  // a 6-token match proposes 12; the n-gram chain repeats the copy's first eight tokens
+  EXPECT_EQ(tree.size(), 12);
   EXPECT_EQ(tree.tokens[0], 3);
   ReplayProposer replay({1, 2, 9, 9}, 2);
   replay.propose(LaneHistory{tokens, 8}, 16, &tree);
-  EXPECT_EQ(tree.size(), 10);
-  EXPECT_EQ(tree.parents[8], -1);
-  EXPECT_EQ(tree.sources[9], uint8_t(ProposerKind::replay));
+  EXPECT_EQ(tree.size(), 14);
+  EXPECT_EQ(tree.parents[12], -1);
+  EXPECT_EQ(tree.sources[13], uint8_t(ProposerKind::replay));
 }
 
 TEST(ProposerGate, RunsWhileAcceptedTokensPayForTheUseAndProbesWhenSkipped) {

@@ -309,7 +309,7 @@ void LongCopyProposer::propose(const LaneHistory& history, int64_t max_nodes, Dr
   if (match_length >= options_.min_confident_match) {
     n_chain = options_.max_copy;
   } else if (match_length >= options_.min_short_match) {
-    n_chain = options_.max_short_chain;
+    n_chain = std::max(options_.min_short_chain, options_.short_chain_per_token * match_length);
   }
   n_chain = std::min(n_chain, max_nodes - tree->size());
   if (n_chain <= 0) return;

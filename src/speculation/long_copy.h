@@ -12,7 +12,9 @@ struct LongCopyOptions {
   int64_t min_confident_match = 24;  // a match this long proposes a long copy
   int64_t max_copy = 256;            // most tokens in one long copy
   int64_t min_short_match = 3;       // shorter matches propose nothing
-  int64_t max_short_chain = 8;       // most tokens proposed after a short match
+  int64_t min_short_chain = 8;       // fewest tokens proposed after a short match
+  int64_t short_chain_per_token = 2; // a short match of k tokens proposes this many times k (a longer
+                                     // match is likelier to be the start of a copy)
   int64_t rejoin_tokens = 2;         // tokens matching the source again that end a departure
   int64_t max_edit_tokens = 32;      // longest departure (either side) still learned as an edit
   int64_t max_edits = 16;            // edits remembered, newest first
