@@ -158,13 +158,12 @@ class MixedBatches:
 
     def next(self, device, sites=False):
         import torch
-        parts = [self.files.rows(self.files.batch_size, sites=True)]
+        parts = [self.files.rows(self.files.batch_size, sites=sites)]
         if self.tasks is not None:
-            parts.append(self.tasks.rows(self.n_tasks, sites=True))
-        tokens = torch.cat([p[0] for p in parts]).to(device, non_blocking=True)
+            parts.append(self.tasks.rows(self.n_tasks, sites=sites))
         if not sites:
-            return tokens
-        return tokens, torch.cat([p[1] for p in parts]).to(device, non_blocking=True)
+            return torch.cat(parts).to(device, non_blocking=True)
+        return tuple(torch.cat([p[i] for p in parts]).to(device, non_blocking=True) for i in (0, 1))
 
 
 def time_budget(minutes, end_by):
