@@ -352,6 +352,7 @@ def main():
     parser.add_argument("--labels", choices=("target", "data"), default="target")
     parser.add_argument("--distill-minutes", type=float, default=0.0, help="time spent generating target rows")
     parser.add_argument("--eval-batches", type=int, default=8)
+    parser.add_argument("--init-from", help="continue from an exported drafter of this target's shapes")
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args()
 
@@ -362,9 +363,14 @@ def main():
     with open(os.path.join(args.target, "tokenizer.json")) as f:
         mask_token_id = next(t["id"] for t in json.load(f)["added_tokens"] if t["content"] == MASK)
     config = drafter_config_for(target.config, mask_token_id, args.layers, args.block_size, args.taps)
-    drafter = DFlashDrafter(config).cuda()
-    init_weights(drafter, std=0.02)
-    copy_target_layers(drafter, target)
+    if args.init_from:
+        drafter = load(args.init_from, "cuda")
+        differ = [k for k in config if drafter.config.get(k) != config[k]]
+        assert not differ, f"{args.init_from}: {differ} differ from this target and --layers/--taps/--block-size"
+    else:
+        drafter = DFlashDrafter(config).cuda()
+        init_weights(drafter, std=0.02)
+        copy_target_layers(drafter, target)
     print(f"drafter: {count_parameters(drafter) / 1e6:.1f}M parameters, taps of layers {config['target_layer_ids']}")
 
     train = load_tokens(args.corpus, args.target, "train", args.cache)
@@ -414,6 +420,7 @@ def main():
     export(drafter, args.out, card)
     write_json(os.path.join(args.out, "training_metrics.json"),
                {"steps": step, "train_seconds": train_seconds, "before": before, "after": after,
+                "init_from": args.init_from,
                 "labels": args.labels, "gamma": args.gamma, "distill_minutes": args.distill_minutes})
     print(f"drafter: exported to {args.out}")
 

@@ -4,7 +4,7 @@
 #
 # Usage (from the repository root):  tools/train/run_all.sh [--smoke] [--stages corpus,tokenizer,target,drafter]
 #   [--target-minutes M] [--drafter-minutes M] [--distill-minutes M] [--corpus-bytes N] [--tokenizer-bytes N]
-#   [--call-seconds S] [--init-target DIR] [--target-lr X] [--task-share X] [--site-weight X]
+#   [--call-seconds S] [--init-target DIR] [--init-drafter DIR] [--target-lr X] [--task-share X] [--site-weight X]
 # --call-seconds S: the device call's limit; each training loop is cut so the call (export and the tar
 # included) ends within S seconds of this script's start, whatever the earlier stages took.
 # Intermediate products live under $WORK (default /tmp/tensorfold-train) and a stage whose product is already
@@ -22,6 +22,7 @@ corpus_bytes=250000000  # 0: every Python source found
 tokenizer_bytes=30000000
 call_seconds=0
 init_target=""
+init_drafter=""
 target_lr=2e-3
 task_share=0.4
 site_weight=4
@@ -36,6 +37,7 @@ while [ $# -gt 0 ]; do
     --tokenizer-bytes) tokenizer_bytes="$2"; shift ;;
     --call-seconds) call_seconds="$2"; shift ;;
     --init-target) init_target="$2"; shift ;;
+    --init-drafter) init_drafter="$2"; shift ;;
     --target-lr) target_lr="$2"; shift ;;
     --task-share) task_share="$2"; shift ;;
     --site-weight) site_weight="$2"; shift ;;
@@ -69,6 +71,7 @@ target_dir="$models/tensorfold-code-target"
 drafter_dir="$models/tensorfold-code-drafter"
 
 [ -n "$init_target" ] && target_args+=(--init-from "$init_target")
+[ -n "$init_drafter" ] && drafter_args+=(--init-from "$init_drafter")
 want() { [[ ",$stages," == *",$1,"* ]]; }
 stage_start=$SECONDS
 call_start=$(date +%s)
