@@ -152,6 +152,35 @@ TEST(LongCopy, AppliesALearnedEditAtLaterOccurrences) {
   EXPECT_TRUE(std::equal(rest.begin(), rest.end(), chain.begin()));
 }
 
+// Once the edit is learned, the copy stays aligned while the reply writes it again: from every
+// point of the reply, inside a later B included, the proposal is exactly the rest of the reply. A
+// place where the reply keeps A (a rename the model missed) is followed as a plain copy.
+TEST(LongCopy, StaysAlignedThroughALearnedEdit) {
+  const std::vector<int32_t> old_name = {7, 8}, new_name = {90001, 90002, 90003};
+  const size_t part_size = 40, kept_at = 3 * (part_size + 3) + part_size;  // where the reply keeps A
+  std::vector<int32_t> source, reply, renamed_everywhere;
+  for (int part = 0; part < 5; ++part) {
+    auto words = distinct_tokens(1000 + 100 * part, int64_t(part_size));
+    source = concat(concat(source, words), old_name);
+    reply = concat(concat(reply, words), part == 3 ? old_name : new_name);
+    renamed_everywhere = concat(concat(renamed_everywhere, words), new_name);
+  }
+  source = concat(source, distinct_tokens(2000, 10));
+  reply = concat(reply, distinct_tokens(2000, 10));
+  renamed_everywhere = concat(renamed_everywhere, distinct_tokens(2000, 10));
+  const std::vector<int32_t> prompt = concat(source, {5});
+  LongCopyProposer proposer;
+  for (size_t written = part_size + 3 + 2; written < reply.size(); ++written) {
+    std::vector<int32_t> tokens = concat(prompt, std::vector<int32_t>(reply.begin(), reply.begin() + std::ptrdiff_t(written)));
+    std::vector<int32_t> chain = propose_chain(proposer, tokens, int64_t(prompt.size()), 1000);
+    // Before the kept A the copy expects B there too; after it, the reply itself.
+    const std::vector<int32_t>& truth = written <= kept_at ? renamed_everywhere : reply;
+    std::vector<int32_t> rest(truth.begin() + std::ptrdiff_t(written), truth.end());
+    ASSERT_GE(chain.size(), rest.size()) << "written " << written;
+    EXPECT_TRUE(std::equal(rest.begin(), rest.end(), chain.begin())) << "written " << written;
+  }
+}
+
 TEST(LongCopy, MostRecentOccurrenceWins) {
   LongCopyProposer proposer;
   // 10 11 12 13 occurs twice before the end: first followed by 100, then by 200.

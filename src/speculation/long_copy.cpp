@@ -208,6 +208,7 @@ void LongCopyProposer::catch_up(const LaneHistory& history) {
     automaton_ = std::make_unique<Automaton>();
     n_observed_ = 0;
     cursor_ = departed_source_ = departed_at_ = -1;
+    in_edit_.clear();
     edits_.clear();
   }
   for (; n_observed_ < int64_t(tokens.size()); ++n_observed_) {
@@ -218,13 +219,36 @@ void LongCopyProposer::catch_up(const LaneHistory& history) {
 
 void LongCopyProposer::follow_source(const std::vector<int32_t>& tokens, int64_t n) {
   if (cursor_ >= 0) {
-    if (cursor_ < n && tokens[size_t(cursor_)] == tokens[size_t(n)]) {
+    // The copy applies a learned edit before copying (propose()), so the cursor does too.
+    if (in_edit_.empty() && cursor_ < n) {
+      const Edit* edit = edit_at(tokens, cursor_, n);  // tokens from n on are not observed yet
+      if (edit && !edit->new_tokens.empty() && edit->new_tokens[0] == tokens[size_t(n)]) {
+        in_edit_ = edit->new_tokens;
+        in_edit_written_ = 0;
+        in_edit_old_size_ = int64_t(edit->old_tokens.size());
+      }
+    }
+    if (!in_edit_.empty()) {
+      if (in_edit_[in_edit_written_] == tokens[size_t(n)]) {
+        if (++in_edit_written_ == in_edit_.size()) {
+          cursor_ += in_edit_old_size_;
+          in_edit_.clear();
+        }
+        return;
+      }
+      // The reply left the edit part-way: it departed where the edit began.
+      departed_source_ = cursor_;
+      departed_at_ = n - int64_t(in_edit_written_);
+      in_edit_.clear();
+      cursor_ = -1;
+    } else if (cursor_ < n && tokens[size_t(cursor_)] == tokens[size_t(n)]) {
       ++cursor_;
       return;
+    } else {
+      departed_source_ = cursor_;
+      departed_at_ = n;
+      cursor_ = -1;
     }
-    departed_source_ = cursor_;
-    departed_at_ = n;
-    cursor_ = -1;
   }
   if (departed_source_ >= 0) {
     if (try_rejoin(tokens, n)) return;
@@ -263,9 +287,10 @@ void LongCopyProposer::learn_edit(Edit edit) {
   if (int64_t(edits_.size()) > options_.max_edits) edits_.pop_back();
 }
 
-const LongCopyProposer::Edit* LongCopyProposer::edit_at(const std::vector<int32_t>& tokens, int64_t p) const {
+const LongCopyProposer::Edit* LongCopyProposer::edit_at(const std::vector<int32_t>& tokens, int64_t p,
+                                                        int64_t end) const {
   for (const Edit& e : edits_) {
-    if (p + int64_t(e.old_tokens.size()) <= int64_t(tokens.size()) &&
+    if (p + int64_t(e.old_tokens.size()) <= end &&
         std::equal(e.old_tokens.begin(), e.old_tokens.end(), tokens.begin() + p))
       return &e;
   }
@@ -287,11 +312,16 @@ void LongCopyProposer::propose(const LaneHistory& history, int64_t max_nodes, Dr
     // reaches the present (a repeating run) continues with the copy's own output.
     int64_t n_chain = std::min(options_.max_copy, max_nodes - tree->size());
     chain_.clear();
-    for (int64_t p = cursor_; int64_t(chain_.size()) < n_chain;) {
+    int64_t from = cursor_;
+    if (!in_edit_.empty()) {  // the rest of the edit the reply is writing, then the source past it
+      chain_.assign(in_edit_.begin() + std::ptrdiff_t(in_edit_written_), in_edit_.end());
+      from += in_edit_old_size_;
+    }
+    for (int64_t p = from; int64_t(chain_.size()) < n_chain;) {
       if (p >= n_tokens) {
         if (p - n_tokens >= int64_t(chain_.size())) break;
         chain_.push_back(chain_[size_t(p++ - n_tokens)]);
-      } else if (const Edit* edit = edit_at(tokens, p)) {
+      } else if (const Edit* edit = edit_at(tokens, p, n_tokens)) {
         chain_.insert(chain_.end(), edit->new_tokens.begin(), edit->new_tokens.end());
         p += int64_t(edit->old_tokens.size());
       } else {

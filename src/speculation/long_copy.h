@@ -30,7 +30,9 @@ struct LongCopyOptions {
 // follows the source token by token. Where the reply departs from the cursor and rejoins the
 // source a few tokens later, the departure is learned as an edit (old tokens -> new tokens); a
 // copy proposed from the cursor applies the learned edits wherever their old tokens recur, so
-// later occurrences of a renamed name cost no extra round.
+// later occurrences of a renamed name cost no extra round. Where the reply writes a learned edit's
+// new tokens at the cursor, the cursor steps over the edit's old tokens, so the copy stays aligned
+// through the edit instead of departing and rejoining at every occurrence.
 // A proposer serves one lane: the history must only grow between calls.
 class LongCopyProposer final : public Proposer {
  public:
@@ -56,8 +58,8 @@ class LongCopyProposer final : public Proposer {
   void follow_source(const std::vector<int32_t>& tokens, int64_t n);
   bool try_rejoin(const std::vector<int32_t>& tokens, int64_t n);
   void learn_edit(Edit edit);
-  // The newest learned edit whose old tokens start at tokens[p], or nullptr.
-  const Edit* edit_at(const std::vector<int32_t>& tokens, int64_t p) const;
+  // The newest learned edit whose old tokens start at tokens[p] and end before tokens[end], or nullptr.
+  const Edit* edit_at(const std::vector<int32_t>& tokens, int64_t p, int64_t end) const;
 
   LongCopyOptions options_;
   std::unique_ptr<Automaton> automaton_;
@@ -65,6 +67,9 @@ class LongCopyProposer final : public Proposer {
   int64_t cursor_ = -1;           // history index the aligned reply should copy next, or -1
   int64_t departed_source_ = -1;  // cursor when the reply departed from it, or -1
   int64_t departed_at_ = -1;      // history index of the first departing token
+  std::vector<int32_t> in_edit_;  // new tokens of the learned edit the reply is writing at cursor_
+  size_t in_edit_written_ = 0;    // how many of them it has written
+  int64_t in_edit_old_size_ = 0;  // old tokens the cursor steps over once all are written
   std::vector<Edit> edits_;       // newest first
   std::vector<int32_t> chain_;    // scratch for propose()
 };
