@@ -171,7 +171,8 @@ TEST(LongCopy, StaysAlignedThroughALearnedEdit) {
   const std::vector<int32_t> prompt = concat(source, {5});
   LongCopyProposer proposer;
   for (size_t written = part_size + 3 + 2; written < reply.size(); ++written) {
-    std::vector<int32_t> tokens = concat(prompt, std::vector<int32_t>(reply.begin(), reply.begin() + std::ptrdiff_t(written)));
+    std::vector<int32_t> tokens =
+        concat(prompt, std::vector<int32_t>(reply.begin(), reply.begin() + std::ptrdiff_t(written)));
     std::vector<int32_t> chain = propose_chain(proposer, tokens, int64_t(prompt.size()), 1000);
     // Before the kept A the copy expects B there too; after it, the reply itself.
     const std::vector<int32_t>& truth = written <= kept_at ? renamed_everywhere : reply;
