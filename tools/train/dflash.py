@@ -248,15 +248,17 @@ def position_weights(block_size, gamma, device):
     return weights
 
 
-def make_blocks(tokens, n_blocks, block_size, mask_token_id, generator):
-    """Random anchors per row and the drafter's inputs for them.
+def make_blocks(tokens, n_blocks, block_size, mask_token_id, generator, first_anchor=1):
+    """Random anchors per row, from first_anchor on, and the drafter's inputs for them.
 
     tokens [batch, n]. Anchor a: block entry 0 is tokens[a] at position a, entries 1.. are masks at
     a+1..a+block_size-1; the block sees the context positions 0..a-1 and all of its own entries.
     Returns anchors [batch, n_blocks], block ids, block positions [batch, n_blocks * block_size], mask."""
     batch, n = tokens.shape
     device = tokens.device
-    anchors = torch.stack([torch.randperm(n - block_size, generator=generator)[:n_blocks] + 1
+    n_anchors = n - block_size - first_anchor + 1
+    assert n_anchors >= n_blocks, f"{n_blocks} blocks per row need {n_blocks + block_size + first_anchor - 1} tokens"
+    anchors = torch.stack([torch.randperm(n_anchors, generator=generator)[:n_blocks] + first_anchor
                            for _ in range(batch)]).to(device).sort(dim=-1).values
     offsets = torch.arange(block_size, device=device)
     positions = (anchors[..., None] + offsets).flatten(1)
@@ -270,8 +272,9 @@ def make_blocks(tokens, n_blocks, block_size, mask_token_id, generator):
     return anchors, block_ids, positions, mask
 
 
-def block_step(drafter, target, tokens, config, n_blocks, label_source, weights, generator):
-    """Weighted block loss and acceptance statistics for one batch of token rows [batch, n]."""
+def block_step(drafter, target, tokens, config, n_blocks, label_source, weights, generator, first_anchor=1):
+    """Weighted block loss and acceptance statistics for one batch of token rows [batch, n], with blocks
+    anchored from first_anchor on."""
     block_size = config["block_size"]
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
         target_logits, taps = target_taps(target, tokens, config["target_layer_ids"])
@@ -281,7 +284,7 @@ def block_step(drafter, target, tokens, config, n_blocks, label_source, weights,
         labels[:, 1:] = target_logits[:, :-1].argmax(-1)
     del target_logits
     anchors, block_ids, positions, mask = make_blocks(tokens, n_blocks, block_size, config["mask_token_id"],
-                                                      generator)
+                                                      generator, first_anchor)
     block_labels = labels.gather(1, positions)
     context_positions = torch.arange(tokens.shape[1], device=tokens.device)[None].expand(tokens.shape[0], -1)
     embedding = target.get_input_embeddings().weight
@@ -297,30 +300,38 @@ def block_step(drafter, target, tokens, config, n_blocks, label_source, weights,
 
 
 @torch.no_grad()
-def self_distilled_rows(target, files, seq_len, minutes, batch_size, seed):
-    """Rows whose second half is the target's own greedy continuation of a window of the corpus's files."""
+def greedy_rows(target, prompts, new_tokens):
+    """prompts [batch, n] on the GPU -> [batch, n + new_tokens] rows: each prompt and its greedy continuation."""
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = target.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=new_tokens,
+                              min_new_tokens=new_tokens, do_sample=False)
+    return out[:, :prompts.shape[1] + new_tokens].cpu()
+
+
+@torch.no_grad()
+def self_distilled_rows(target, files, prompt_len, new_tokens, minutes, batch_size, seed):
+    """Rows of prompt_len corpus tokens (a window of the files) followed by the target's own greedy
+    continuation of new_tokens: the text the drafter meets when the engine decodes."""
     if minutes <= 0:
         return None
-    prompts = PackedBatches(files, seq_len // 2 - 1, batch_size, seed + 1)
-    rows, deadline = [], time.time() + minutes * 60
+    prompts = PackedBatches(files, prompt_len, batch_size, seed)
+    rows, deadline, start = [], time.time() + minutes * 60, time.time()
     while time.time() < deadline:
-        prompt = prompts.next("cuda")[:, :seq_len // 2]
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = target.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=seq_len // 2 + 1,
-                                  min_new_tokens=seq_len // 2 + 1, do_sample=False)
-        rows.append(out[:, :seq_len + 1].cpu())
+        rows.append(greedy_rows(target, prompts.next("cuda")[:, :prompt_len], new_tokens))
     rows = torch.cat(rows)
-    print(f"drafter: {len(rows)} self-distilled rows of {seq_len} tokens in {minutes:.1f} minutes")
+    print(f"drafter: {len(rows)} self-distilled rows of {prompt_len} + {new_tokens} tokens in "
+          f"{time.time() - start:.0f} s (seed {seed})")
     return rows
 
 
 @torch.no_grad()
-def evaluate(drafter, target, batches, config, n_blocks, weights):
+def evaluate(drafter, target, batches, config, n_blocks, weights, first_anchor=1):
     drafter.eval()
     generator = torch.Generator().manual_seed(0)  # the same anchors at every evaluation
     losses, accepted, accuracy = [], [], []
     for rows in batches:
-        loss, stats = block_step(drafter, target, rows[:, :-1], config, n_blocks, "target", weights, generator)
+        loss, stats = block_step(drafter, target, rows[:, :-1], config, n_blocks, "target", weights, generator,
+                                 first_anchor)
         losses.append(loss.item())
         accepted.append(stats["accepted"])
         accuracy.append(stats["position_accuracy"])
@@ -346,7 +357,14 @@ def main():
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--task-share", type=float, default=0.2, help="share of corpus rows that are renames")
-    parser.add_argument("--distill-batch", type=int, default=256, help="rows per greedy generation call")
+    parser.add_argument("--distill-batch", type=int, default=1024, help="rows per greedy generation call")
+    parser.add_argument("--distill-prompt", type=int, default=768, help="corpus tokens before a greedy continuation")
+    parser.add_argument("--distill-tokens", type=int, default=256,
+                        help="tokens of each greedy continuation (spec-eval's code cases take 128)")
+    parser.add_argument("--distill-seed", type=int, default=1235,
+                        help="seed of the prompt windows; give each call its own for fresh rows")
+    parser.add_argument("--eval-distilled", type=int, default=256,
+                        help="held-out prompts continued greedily once, for the acceptance on the target's own text")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--gamma", type=float, default=7.0, help="decay length of the position weights")
     parser.add_argument("--labels", choices=("target", "data"), default="target")
@@ -380,12 +398,27 @@ def main():
     data_batches = MixedBatches(train, args.seq_len, args.batch_size, args.task_share, args.seed)
     val_batches = list(PackedBatches(val["file"], args.seq_len, args.batch_size, args.seed)
                        .fixed(args.eval_batches, "cuda"))
-    distilled = self_distilled_rows(target, train["file"], args.seq_len, args.distill_minutes, args.distill_batch,
-                                    args.seed)
+    # The target's greedy continuations of held-out windows: the drafter's job in the engine, so the
+    # acceptance there predicts spec-eval's far better than the teacher-forced one on the corpus.
+    own_prompts = PackedBatches(val["file"], args.distill_prompt, args.eval_distilled, args.seed)
+    own_prompts = next(own_prompts.fixed(1, "cuda"))
+    own_rows = greedy_rows(target, own_prompts[:, :args.distill_prompt], args.distill_tokens)
+    own_batches = [b.cuda() for b in own_rows.split(args.batch_size)]
+    distilled = self_distilled_rows(target, train["file"], args.distill_prompt, args.distill_tokens,
+                                    args.distill_minutes, args.distill_batch, args.distill_seed)
     weights = position_weights(args.block_size, args.gamma, "cuda")
     generator = torch.Generator().manual_seed(args.seed)
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01, fused=True)
-    before = evaluate(drafter, target, val_batches, config, args.blocks_per_row, weights)
+
+    def evaluate_both():
+        corpus = evaluate(drafter, target, val_batches, config, args.blocks_per_row, weights)
+        # evaluate() drops each row's last token, as corpus rows carry one for the next-token label
+        own = evaluate(drafter, target, [torch.nn.functional.pad(b, (0, 1)) for b in own_batches], config,
+                       args.blocks_per_row, weights, first_anchor=args.distill_prompt)
+        return corpus, own
+    before, own_before = evaluate_both()
+    print(f"drafter: before: teacher-forced acceptance {before['acceptance_length']:.2f} on held-out files, "
+          f"{own_before['acceptance_length']:.2f} on the target's own continuations of them")
 
     # Corpus rows alternate with the target's own rows until those have been shown distill_reuse times
     # each on average: 256 rows alternated for six minutes were memorized (their loss fell to 1.1 while the
@@ -396,11 +429,11 @@ def main():
         set_learning_rate(optimizer, learning_rate(args.lr, elapsed / budget))
         if step % 2 == 1 and step // 2 < distilled_steps:
             pick = torch.randint(len(distilled), (args.batch_size,), generator=generator)
-            rows = distilled[pick].cuda()
+            rows, first_anchor = distilled[pick].cuda(), args.distill_prompt
         else:
-            rows = data_batches.next("cuda")
-        loss, stats = block_step(drafter, target, rows[:, :-1], config, args.blocks_per_row, args.labels, weights,
-                                 generator)
+            rows, first_anchor = data_batches.next("cuda")[:, :-1], 1
+        loss, stats = block_step(drafter, target, rows, config, args.blocks_per_row, args.labels, weights,
+                                 generator, first_anchor)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
         optimizer.step()
@@ -410,10 +443,14 @@ def main():
             print(f"drafter: step {step} {elapsed:.0f}s loss {loss.item():.3f} "
                   f"accepted drafts {stats['accepted']:.2f}", flush=True)
     train_seconds = time.time() - start
-    after = evaluate(drafter, target, val_batches, config, args.blocks_per_row, weights)
+    after, own_after = evaluate_both()
     print(f"drafter: {step} steps in {train_seconds:.0f}s; validation loss {before['loss']:.3f} -> "
-          f"{after['loss']:.3f}, acceptance length (teacher-forced estimate) {after['acceptance_length']:.2f}")
+          f"{after['loss']:.3f}, acceptance length (teacher-forced estimate) {after['acceptance_length']:.2f}; "
+          f"on the target's own continuations {own_before['acceptance_length']:.2f} -> "
+          f"{own_after['acceptance_length']:.2f}")
     print("drafter: accuracy by block position " + " ".join(f"{a:.2f}" for a in after["position_accuracy"]))
+    print("drafter: the same on its own continuations " +
+          " ".join(f"{a:.2f}" for a in own_after["position_accuracy"]))
     card = (f"# TensorFold code drafter (DFlash-style, block {args.block_size})\n\n"
             f"Block drafter for the target in the sibling folder; format in tools/train/README.md.\n\n"
             f"- {config['num_hidden_layers']} layers, {count_parameters(drafter) / 1e6:.1f}M parameters, taps of "
@@ -421,13 +458,16 @@ def main():
             f"- {step} steps of {args.batch_size} rows x {args.blocks_per_row} blocks, labels: {args.labels}, "
             f"position weight decay {args.gamma}, {train_seconds / 60:.1f} minutes\n"
             f"- validation block loss {after['loss']:.3f}; teacher-forced acceptance length "
-            f"{after['acceptance_length']:.2f} (held-out packages, greedy target labels)\n"
+            f"{after['acceptance_length']:.2f} (held-out packages, greedy target labels), "
+            f"{own_after['acceptance_length']:.2f} on the target's greedy continuations of held-out windows\n"
             "- engine acceptance figures: bench/receipts/\n")
     export(drafter, args.out, card)
     write_json(os.path.join(args.out, "training_metrics.json"),
                {"steps": step, "train_seconds": train_seconds, "before": before, "after": after,
+                "own_continuations_before": own_before, "own_continuations_after": own_after,
                 "init_from": args.init_from, "distill_reuse": args.distill_reuse,
-                "labels": args.labels, "gamma": args.gamma, "distill_minutes": args.distill_minutes})
+                "labels": args.labels, "gamma": args.gamma, "distill_minutes": args.distill_minutes,
+                "distill_rows": 0 if distilled is None else len(distilled), "distill_seed": args.distill_seed})
     print(f"drafter: exported to {args.out}")
 
 

@@ -5,6 +5,7 @@
 # Usage (from the repository root):  tools/train/run_all.sh [--smoke] [--stages corpus,tokenizer,target,drafter]
 #   [--target-minutes M] [--drafter-minutes M] [--distill-minutes M] [--corpus-bytes N] [--tokenizer-bytes N]
 #   [--call-seconds S] [--init-target DIR] [--init-drafter DIR] [--target-lr X] [--task-share X] [--site-weight X]
+#   [-- more dflash.py arguments, e.g. --distill-seed N]
 # --call-seconds S: the device call's limit; each training loop is cut so the call (export and the tar
 # included) ends within S seconds of this script's start, whatever the earlier stages took.
 # Intermediate products live under $WORK (default /tmp/tensorfold-train) and a stage whose product is already
@@ -41,6 +42,7 @@ while [ $# -gt 0 ]; do
     --target-lr) target_lr="$2"; shift ;;
     --task-share) task_share="$2"; shift ;;
     --site-weight) site_weight="$2"; shift ;;
+    --) shift; break ;;
     *) echo "run_all.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -58,7 +60,8 @@ if [ "$smoke" = 1 ]; then
   corpus_args=(--max-total-bytes 8000000)
   tokenizer_args=(--vocab-size 2048 --max-bytes 2000000)
   target_args=(--size smoke --minutes 0.3 --seq-len 512 --batch-size 16 --eval-batches 4 --rename-checks 1)
-  drafter_args=(--minutes 0.3 --seq-len 512 --batch-size 8 --blocks-per-row 8 --eval-batches 2 --distill-minutes 0.1)
+  drafter_args=(--minutes 0.3 --seq-len 512 --batch-size 8 --blocks-per-row 8 --eval-batches 2 --distill-minutes 0.1
+    --distill-prompt 128 --distill-tokens 64 --distill-batch 64 --eval-distilled 16)
 else
   corpus_args=(--max-total-bytes "$corpus_bytes")
   tokenizer_args=(--max-bytes "$tokenizer_bytes")
@@ -66,6 +69,7 @@ else
     --site-weight "$site_weight")
   drafter_args=(--minutes "$drafter_minutes" --distill-minutes "$distill_minutes")
 fi
+drafter_args+=("$@")
 models="$work/models"
 target_dir="$models/tensorfold-code-target"
 drafter_dir="$models/tensorfold-code-drafter"
