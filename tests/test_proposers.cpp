@@ -17,15 +17,43 @@
 namespace tf {
 namespace {
 
-std::vector<int32_t> propose_chain(Proposer& proposer, const std::vector<int32_t>& tokens,
-                                   int64_t n_prompt, int64_t max_nodes = 1000) {
+DraftTree propose_tree(Proposer& proposer, const std::vector<int32_t>& tokens, int64_t n_prompt,
+                       int64_t max_nodes = 1000) {
   LaneHistory history{tokens, n_prompt};
   proposer.observe(history);
   DraftTree tree;
   proposer.propose(history, max_nodes, &tree);
-  for (int64_t node = 0; node < tree.size(); ++node)
-    EXPECT_EQ(tree.parents[size_t(node)], node - 1);
-  return tree.tokens;
+  EXPECT_LE(tree.size(), max_nodes);
+  return tree;
+}
+
+// The tree's first chain (the main proposal; a proposer adds it first, so node i's parent is i - 1).
+std::vector<int32_t> propose_chain(Proposer& proposer, const std::vector<int32_t>& tokens,
+                                   int64_t n_prompt, int64_t max_nodes = 1000) {
+  DraftTree tree = propose_tree(proposer, tokens, n_prompt, max_nodes);
+  int64_t n_chain = 0;
+  while (n_chain < tree.size() && tree.parents[size_t(n_chain)] == n_chain - 1) ++n_chain;
+  return std::vector<int32_t>(tree.tokens.begin(), tree.tokens.begin() + std::ptrdiff_t(n_chain));
+}
+
+// Whether a path from the root spells `path`.
+bool tree_holds(const DraftTree& tree, const std::vector<int32_t>& path) {
+  int32_t node = -1;
+  for (int32_t token : path) {
+    int32_t child = -1;
+    for (int64_t i = 0; i < tree.size() && child < 0; ++i)
+      if (tree.parents[size_t(i)] == node && tree.tokens[size_t(i)] == token) child = int32_t(i);
+    if (child < 0) return false;
+    node = child;
+  }
+  return true;
+}
+
+// The path from the root to `node`, in order.
+std::vector<int32_t> path_to(const DraftTree& tree, int32_t node) {
+  std::vector<int32_t> path;
+  for (; node >= 0; node = tree.parents[size_t(node)]) path.insert(path.begin(), tree.tokens[size_t(node)]);
+  return path;
 }
 
 // Tokens that never repeat, so every match in a test is one the test put there.
@@ -117,12 +145,18 @@ TEST(LongCopy, RejoinsTheSourceAfterAnEdit) {
   tokens.push_back(renamed);
   for (int64_t n_after = 0; n_after < 60; ++n_after) {
     if (n_after > 0) tokens.push_back(text[size_t(edit_at + n_after)]);
-    std::vector<int32_t> chain = propose_chain(proposer, tokens, n_prompt);
-    EXPECT_EQ(proposer.last_match_length(), n_after);
     if (n_after < options.rejoin_tokens) {
-      EXPECT_TRUE(chain.empty()) << n_after;
+      // Not rejoined yet: among short branches resuming the source past the departure, the one
+      // that skips the replaced token goes on with the text.
+      DraftTree tree = propose_tree(proposer, tokens, n_prompt);
+      EXPECT_EQ(proposer.last_match_length(), n_after);
+      EXPECT_LE(tree.size(), options.rejoin_branches * options.rejoin_branch_tokens) << n_after;
+      auto rest = text.begin() + edit_at + n_after + 1;
+      EXPECT_TRUE(tree_holds(tree, std::vector<int32_t>(rest, rest + options.rejoin_branch_tokens))) << n_after;
       continue;
     }
+    std::vector<int32_t> chain = propose_chain(proposer, tokens, n_prompt);
+    EXPECT_EQ(proposer.last_match_length(), n_after);
     ASSERT_EQ(int64_t(chain.size()), options.max_copy) << n_after;
     EXPECT_EQ(chain[0], text[size_t(edit_at + n_after + 1)]) << n_after;
     EXPECT_EQ(chain[5], text[size_t(edit_at + n_after + 6)]) << n_after;
@@ -180,6 +214,40 @@ TEST(LongCopy, StaysAlignedThroughALearnedEdit) {
     ASSERT_GE(chain.size(), rest.size()) << "written " << written;
     EXPECT_TRUE(std::equal(rest.begin(), rest.end(), chain.begin())) << "written " << written;
   }
+}
+
+// A model may rename some occurrences and keep others: where the copy applies the learned edit, a
+// sibling branch keeps the old name, so the round goes on past that occurrence either way.
+TEST(LongCopy, OffersTheOldTokensBesideALearnedEdit) {
+  const std::vector<int32_t> old_name = {7, 8}, new_name = {90001, 90002, 90003};
+  const auto first = distinct_tokens(1000, 40), second = distinct_tokens(2000, 40),
+             third = distinct_tokens(3000, 40);
+  const std::vector<int32_t> source = concat(concat(concat(concat(first, old_name), second), old_name), third);
+  // The reply renamed the first occurrence and copied the next 20 tokens.
+  const std::vector<int32_t> written =
+      concat(concat(first, new_name), std::vector<int32_t>(second.begin(), second.begin() + 20));
+  const std::vector<int32_t> tokens = concat(concat(source, {5}), written);
+  const int64_t n_prompt = int64_t(source.size()) + 1;
+  const std::vector<int32_t> ahead(second.begin() + 20, second.end());  // then the second occurrence
+  const int64_t max_nodes = 60, n_kept = LongCopyOptions{}.kept_edit_branch;
+
+  LongCopyProposer proposer;
+  DraftTree tree = propose_tree(proposer, tokens, n_prompt, max_nodes);
+  ASSERT_EQ(tree.size(), max_nodes);
+  std::vector<int32_t> renamed = concat(concat(ahead, new_name), third);
+  std::vector<int32_t> kept = concat(concat(ahead, old_name), third);
+  std::vector<int32_t> main_chain = path_to(tree, int32_t(max_nodes - n_kept - 1));
+  std::vector<int32_t> kept_branch = path_to(tree, int32_t(max_nodes - 1));
+  ASSERT_EQ(main_chain.size(), size_t(max_nodes - n_kept));
+  ASSERT_EQ(kept_branch.size(), ahead.size() + size_t(n_kept));
+  EXPECT_TRUE(std::equal(main_chain.begin(), main_chain.end(), renamed.begin()));
+  EXPECT_TRUE(std::equal(kept_branch.begin(), kept_branch.end(), kept.begin()));
+
+  // No learned edit ahead: one chain, every row on it.
+  LongCopyProposer fresh;
+  const std::vector<int32_t> plain = concat(concat(source, {5}), std::vector<int32_t>(source.begin(), source.begin() + 30));
+  DraftTree chain_only = propose_tree(fresh, plain, int64_t(source.size()) + 1, max_nodes);
+  EXPECT_EQ(path_to(chain_only, int32_t(chain_only.size() - 1)).size(), size_t(chain_only.size()));
 }
 
 TEST(LongCopy, MostRecentOccurrenceWins) {

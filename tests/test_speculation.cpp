@@ -152,6 +152,30 @@ TEST(SpeculationTest, LanesEarnWiderWindowsByFullAcceptance) {
   }
 }
 
+// The lone stream copying at full acceptance doubles its window after every round whose whole
+// window was accepted, from the lone window up to the most it may earn; the tokens stay plain ones.
+TEST(SpeculationTest, TheLoneStreamEarnsWiderWindowsByFullAcceptance) {
+  auto model = load_model(test::fixture_model("qwen3-tiny-b"), {});
+  auto requests = requests_to_budget(*model, 1, 14, 500);
+  EngineOptions options;
+  options.n_ctx = 600;
+  const auto plain = run_requests(model, test::without_drafts(requests), options, false);
+  const int64_t depth = 400;
+  replay_plain_replies(requests, plain, depth);
+  const auto earned = run_requests(model, requests, options, false);
+  test::expect_same_tokens(plain, earned, "earned lone windows");
+  // the prompt's round gives the first token; then windows of 64, 128, 256, 256 rows
+  int64_t rounds = 1, emitted = 1, window = options.lone_window;
+  while (emitted < requests[0].max_tokens) {
+    const int64_t drafts = std::min({window - 1, depth, requests[0].max_tokens - emitted - 1});
+    emitted += drafts + 1;
+    rounds += 1;
+    if (drafts + 1 >= window) window = std::min(2 * window, options.most_lone_window);
+  }
+  EXPECT_EQ(rounds, 5);
+  EXPECT_EQ(earned[0].final_update.timings.rounds, rounds);
+}
+
 TEST(SpeculationTest, AlwaysWrongDraftsStillGiveCorrectTokens) {
   auto model = load_model(test::fixture_model("qwen3-tiny-c"), {});
   std::mt19937 rng(4);

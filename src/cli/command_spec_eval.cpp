@@ -36,6 +36,9 @@ struct SpecEvalFlags {
   int n_threads = 0;
   bool gate_proposers = false;
   DrafterProposerOptions drafter_tree;
+  int64_t lone_window = EngineOptions{}.lone_window;
+  int64_t most_lone_window = EngineOptions{}.most_lone_window;
+  int64_t min_confident_match = EngineOptions{}.min_confident_match;
   std::string device = "cpu";
   std::string receipt;
 };
@@ -100,6 +103,9 @@ ModeResult run_cases(std::shared_ptr<Model> model, std::shared_ptr<const Tokeniz
   EngineOptions options;
   options.gate_proposers = flags.gate_proposers;
   options.drafter_tree = flags.drafter_tree;
+  options.lone_window = flags.lone_window;
+  options.most_lone_window = flags.most_lone_window;
+  options.min_confident_match = flags.min_confident_match;
   options.n_parallel = n_streams;
   options.max_queue = int32_t(cases.size());
   options.lane_policy = lane_policy_from_env();
@@ -151,7 +157,8 @@ void run_spec_eval(const SpecEvalFlags& flags) {
          << joined(flags.kinds) << " --modes" << joined(flags.modes) << " --streams" << joined(flags.streams)
          << (flags.gate_proposers ? " --gate-proposers" : "") << " --drafter-min-path-probability "
          << flags.drafter_tree.min_path_probability << " --drafter-root-candidates "
-         << flags.drafter_tree.n_root_candidates << "`\n"
+         << flags.drafter_tree.n_root_candidates << " --lone-window " << flags.lone_window
+         << " --most-lone-window " << flags.most_lone_window << " --min-confident-match " << flags.min_confident_match << "`\n"
          << "- cases: " << flags.cases_file << "\n- commit: " << receipt_commit() << "\n- machine: " << receipt_machine()
          << "\n- greedy; all cases of a kind submitted at once to an engine of N lanes; tok/s = completion tokens"
             " / wall time from the first submit to the last reply (prefill included)\n"
@@ -232,6 +239,15 @@ void register_spec_eval_command(CLI::App& app) {
   cmd->add_option("--drafter-root-candidates", flags->drafter_tree.n_root_candidates,
                   "Top-k of the drafter's first position: the chain's head plus k-1 siblings")
       ->check(CLI::Range(int64_t(1), int64_t(64)))->capture_default_str();
+  cmd->add_option("--lone-window", flags->lone_window,
+                  "Most rows (root + drafts) of a lone greedy stream's round, so the most tokens one round emits")
+      ->check(CLI::Range(int64_t(2), int64_t(1024)))->capture_default_str();
+  cmd->add_option("--most-lone-window", flags->most_lone_window,
+                  "Most rows the lone stream earns by having its whole window accepted (doubling per round)")
+      ->check(CLI::Range(int64_t(2), int64_t(1024)))->capture_default_str();
+  cmd->add_option("--min-confident-match", flags->min_confident_match,
+                  "Long-copy match length from which the copy is proposed in full")
+      ->check(CLI::Range(int64_t(1), int64_t(4096)))->capture_default_str();
   cmd->add_option("--receipt", flags->receipt, "Also write the receipt to this file");
   add_device_option(*cmd, flags->device);
   cmd->callback([flags] { run_spec_eval(*flags); });

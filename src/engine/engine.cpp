@@ -296,14 +296,17 @@ void Engine::Impl::admit() {
 }
 
 int64_t Engine::Impl::window_for(const Lane& lane, int64_t n_decoding) const {
-  if (options.lane_policy == LanePolicy::always_lone) return options.lone_window;
+  const int64_t lone = std::clamp(lane.earned_window, options.lone_window,
+                                  std::max(options.lone_window, options.most_lone_window));
+  if (options.lane_policy == LanePolicy::always_lone) return lone;
   if (options.lane_policy == LanePolicy::always_lanes) return options.lane_window;
-  // The lone driver: one greedy stream that nobody can join gets the wide, copy-heavy tree. An
+  // The lone driver: one greedy stream that nobody can join gets the wide, copy-heavy tree, wider
+  // still while its whole window keeps being accepted. An
   // arrival hands it back to the shared window, unless every lane is taken: then it waits for this
   // reply to end anyway, and narrowing the window would only make that later.
   bool can_be_joined = n_waiting > 0 && int64_t(lanes.size()) < options.n_parallel;
   bool is_lone = n_decoding == 1 && lanes.size() == 1 && !can_be_joined && lane.request.sampling.is_greedy();
-  if (is_lone) return options.lone_window;
+  if (is_lone) return lone;
   // On lanes, a lane that keeps having its whole window accepted (a long copy) earns a wider one, up
   // to the lone window and its fair share of the round's rows, so the lanes after it are not starved.
   const int64_t fair_share = options.max_rows_per_round / std::max<int64_t>(1, n_decoding);

@@ -34,6 +34,8 @@ struct EngineOptions {
   int64_t max_rows_per_round = 512;
   int64_t lane_window = 16;        // rows (root + drafts) of one lane per round on lanes, to start with
   int64_t lone_window = 64;        // the same for the lone driver; the most a lane on lanes can earn
+  int64_t most_lone_window = 256;  // the most the lone driver earns, doubling after each round whose
+                                   // whole window was accepted (a long copy)
   int64_t min_confident_match = 24;  // long-copy match length that proposes long copy rows
   LanePolicy lane_policy = LanePolicy::automatic;
   // Let a lane's block drafter and n-gram proposer draft only while their accepted tokens pay for

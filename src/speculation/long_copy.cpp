@@ -297,6 +297,26 @@ const LongCopyProposer::Edit* LongCopyProposer::edit_at(const std::vector<int32_
   return nullptr;
 }
 
+std::pair<int64_t, int64_t> LongCopyProposer::copy_source(const std::vector<int32_t>& tokens, int64_t from,
+                                                          int64_t n_chain, int64_t keep_at,
+                                                          std::vector<int32_t>* chain) const {
+  const int64_t n_tokens = int64_t(tokens.size());
+  std::pair<int64_t, int64_t> first_edit{-1, -1};
+  for (int64_t p = from; int64_t(chain->size()) < n_chain;) {
+    if (p >= n_tokens) {
+      if (p - n_tokens >= int64_t(chain->size())) break;  // chain[i] is the reply's token n_tokens + i
+      chain->push_back((*chain)[size_t(p++ - n_tokens)]);
+    } else if (const Edit* edit = p == keep_at ? nullptr : edit_at(tokens, p, n_tokens)) {
+      if (first_edit.first < 0) first_edit = {int64_t(chain->size()), p};
+      chain->insert(chain->end(), edit->new_tokens.begin(), edit->new_tokens.end());
+      p += int64_t(edit->old_tokens.size());
+    } else {
+      chain->push_back(tokens[size_t(p++)]);
+    }
+  }
+  return first_edit;
+}
+
 void LongCopyProposer::observe(const LaneHistory& history) { catch_up(history); }
 
 int64_t LongCopyProposer::last_match_length() const { return automaton_->match_length; }
@@ -308,8 +328,7 @@ void LongCopyProposer::propose(const LaneHistory& history, int64_t max_nodes, Dr
   const std::vector<int32_t>& tokens = history.tokens;
   const int64_t n_tokens = int64_t(tokens.size());
   if (cursor_ >= 0) {
-    // Aligned: copy the source from the cursor with the learned edits applied; a source that
-    // reaches the present (a repeating run) continues with the copy's own output.
+    // Aligned: copy the source from the cursor with the learned edits applied.
     int64_t n_chain = std::min(options_.max_copy, max_nodes - tree->size());
     chain_.clear();
     int64_t from = cursor_;
@@ -317,20 +336,20 @@ void LongCopyProposer::propose(const LaneHistory& history, int64_t max_nodes, Dr
       chain_.assign(in_edit_.begin() + std::ptrdiff_t(in_edit_written_), in_edit_.end());
       from += in_edit_old_size_;
     }
-    for (int64_t p = from; int64_t(chain_.size()) < n_chain;) {
-      if (p >= n_tokens) {
-        if (p - n_tokens >= int64_t(chain_.size())) break;
-        chain_.push_back(chain_[size_t(p++ - n_tokens)]);
-      } else if (const Edit* edit = edit_at(tokens, p, n_tokens)) {
-        chain_.insert(chain_.end(), edit->new_tokens.begin(), edit->new_tokens.end());
-        p += int64_t(edit->old_tokens.size());
-      } else {
-        chain_.push_back(tokens[size_t(p++)]);
-      }
-    }
+    const auto [edit_in_chain, edit_in_source] = copy_source(tokens, from, n_chain, -1, &chain_);
     if (int64_t(chain_.size()) > n_chain) chain_.resize(size_t(std::max<int64_t>(n_chain, 0)));
+    // The branch keeping the first edit's old tokens takes its rows from the copy's end.
+    const int64_t n_kept = edit_in_chain < 0 ? 0
+                           : std::min(options_.kept_edit_branch, int64_t(chain_.size()) - edit_in_chain - 1);
+    if (n_kept > 0) {
+      chain_.resize(chain_.size() - size_t(n_kept));
+      kept_chain_.assign(chain_.begin(), chain_.begin() + std::ptrdiff_t(edit_in_chain));
+      copy_source(tokens, edit_in_source, edit_in_chain + n_kept, edit_in_source, &kept_chain_);
+      kept_chain_.resize(std::min(kept_chain_.size(), size_t(edit_in_chain + n_kept)));
+    }
     if (!chain_.empty()) {
       tree->add_chain(-1, chain_, max_nodes, uint8_t(ProposerKind::long_copy));
+      if (n_kept > 0) tree->add_chain(-1, kept_chain_, max_nodes, uint8_t(ProposerKind::long_copy));
       return;
     }
   }
@@ -340,18 +359,46 @@ void LongCopyProposer::propose(const LaneHistory& history, int64_t max_nodes, Dr
     n_chain = options_.max_copy;
   } else if (match_length >= options_.min_short_match) {
     n_chain = std::max(options_.min_short_chain, options_.short_chain_per_token * match_length);
+  } else if (match_length > 0 && departed_source_ >= 0) {
+    // Writing an edit: its new tokens often occur earlier (a rename's new name is in the request),
+    // so even a match of one token is worth a short branch.
+    n_chain = options_.rejoin_branch_tokens;
   }
   n_chain = std::min(n_chain, max_nodes - tree->size());
-  if (n_chain <= 0) return;
-
-  // Copy what followed the earlier occurrence; past the end of the history the copy reads its own
-  // output, so a repeating run keeps repeating (the earlier occurrence overlaps the current one).
-  chain_.clear();
-  for (int64_t source = automaton_->match_end + 1; int64_t(chain_.size()) < n_chain; ++source) {
-    chain_.push_back(source < n_tokens ? tokens[size_t(source)]
-                                       : chain_[size_t(source - n_tokens)]);
+  if (n_chain > 0) {
+    // Copy what followed the earlier occurrence; past the end of the history the copy reads its own
+    // output, so a repeating run keeps repeating (the earlier occurrence overlaps the current one).
+    chain_.clear();
+    for (int64_t source = automaton_->match_end + 1; int64_t(chain_.size()) < n_chain; ++source) {
+      chain_.push_back(source < n_tokens ? tokens[size_t(source)]
+                                         : chain_[size_t(source - n_tokens)]);
+    }
+    tree->add_chain(-1, chain_, max_nodes, uint8_t(ProposerKind::long_copy));
   }
-  tree->add_chain(-1, chain_, max_nodes, uint8_t(ProposerKind::long_copy));
+  if (departed_source_ >= 0) propose_rejoins(tokens, max_nodes, tree);
+}
+
+void LongCopyProposer::propose_rejoins(const std::vector<int32_t>& tokens, int64_t max_nodes, DraftTree* tree) {
+  const int64_t n_tokens = int64_t(tokens.size()), n_written = n_tokens - departed_at_;
+  for (int64_t skipped = 0; skipped < options_.rejoin_branches; ++skipped) {
+    // The reply's last tokens may already be the resumed source's first ones (fewer than
+    // rejoin_tokens, or the rejoin would have happened): the branch goes on after them.
+    int64_t resume = departed_source_ + skipped;
+    for (int64_t r = std::min(options_.rejoin_tokens - 1, n_written); r > 0; --r) {
+      if (resume + r <= departed_at_ &&
+          std::equal(tokens.begin() + resume, tokens.begin() + resume + r, tokens.end() - r)) {
+        resume += r;
+        break;
+      }
+    }
+    if (resume >= departed_at_) break;  // the source is the history before the departure
+    const int64_t n_branch = std::min(options_.rejoin_branch_tokens, max_nodes - tree->size());
+    if (n_branch <= 0) break;
+    chain_.clear();
+    copy_source(tokens, resume, n_branch, -1, &chain_);
+    chain_.resize(std::min(chain_.size(), size_t(n_branch)));
+    tree->add_chain(-1, chain_, max_nodes, uint8_t(ProposerKind::long_copy));
+  }
 }
 
 }  // namespace tf

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "speculation/proposer.h"
@@ -18,6 +19,11 @@ struct LongCopyOptions {
   int64_t rejoin_tokens = 2;         // tokens matching the source again that end a departure
   int64_t max_edit_tokens = 32;      // longest departure (either side) still learned as an edit
   int64_t max_edits = 16;            // edits remembered, newest first
+  int64_t rejoin_branches = 3;       // while departed: branches resuming the source 0, 1, 2... tokens
+  int64_t rejoin_branch_tokens = 8;  // past the departure point (an insertion, or an edit of that many
+                                     // old tokens), of this many tokens each
+  int64_t kept_edit_branch = 16;     // tokens of the branch that keeps the old tokens where the copy
+                                     // applies a learned edit (0: no such branch)
 };
 
 // Keeps a suffix automaton over the lane's tokens, extended as tokens arrive, so the longest suffix
@@ -32,7 +38,13 @@ struct LongCopyOptions {
 // copy proposed from the cursor applies the learned edits wherever their old tokens recur, so
 // later occurrences of a renamed name cost no extra round. Where the reply writes a learned edit's
 // new tokens at the cursor, the cursor steps over the edit's old tokens, so the copy stays aligned
-// through the edit instead of departing and rejoining at every occurrence.
+// through the edit instead of departing and rejoining at every occurrence. A model may apply an
+// edit at some occurrences and not others, so where the copy first applies a learned edit, a short
+// sibling branch keeps the old tokens: either way the round goes on past that occurrence. While
+// the reply is departed (writing an edit of unknown length), short branches resume the source just
+// past the departure point, so the round where the edit ends already continues the copy, and a
+// short branch follows even a one-token match, as the edit's new tokens often occur earlier (a
+// rename's new name is in the request).
 // A proposer serves one lane: the history must only grow between calls.
 class LongCopyProposer final : public Proposer {
  public:
@@ -58,8 +70,15 @@ class LongCopyProposer final : public Proposer {
   void follow_source(const std::vector<int32_t>& tokens, int64_t n);
   bool try_rejoin(const std::vector<int32_t>& tokens, int64_t n);
   void learn_edit(Edit edit);
+  void propose_rejoins(const std::vector<int32_t>& tokens, int64_t max_nodes, DraftTree* tree);
   // The newest learned edit whose old tokens start at tokens[p] and end before tokens[end], or nullptr.
   const Edit* edit_at(const std::vector<int32_t>& tokens, int64_t p, int64_t end) const;
+  // Appends the source from tokens[from] to *chain (which proposes the tokens after the history),
+  // with the learned edits applied except one starting at keep_at, until it holds n_chain tokens;
+  // past the history's end it reads its own output (a repeating run). Returns where the first
+  // applied edit starts: its chain index and source index, or {-1, -1}.
+  std::pair<int64_t, int64_t> copy_source(const std::vector<int32_t>& tokens, int64_t from, int64_t n_chain,
+                                          int64_t keep_at, std::vector<int32_t>* chain) const;
 
   LongCopyOptions options_;
   std::unique_ptr<Automaton> automaton_;
@@ -71,7 +90,7 @@ class LongCopyProposer final : public Proposer {
   size_t in_edit_written_ = 0;    // how many of them it has written
   int64_t in_edit_old_size_ = 0;  // old tokens the cursor steps over once all are written
   std::vector<Edit> edits_;       // newest first
-  std::vector<int32_t> chain_;    // scratch for propose()
+  std::vector<int32_t> chain_, kept_chain_;  // scratch for propose()
 };
 
 }  // namespace tf

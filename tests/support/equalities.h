@@ -24,6 +24,7 @@ inline EngineOptions random_windows(std::mt19937& rng, LanePolicy policy) {
   options.n_ctx = 160;
   options.lane_window = 2 + int64_t(rng() % 15);
   options.lone_window = 2 + int64_t(rng() % 63);
+  options.most_lone_window = options.lone_window + int64_t(rng() % 64);
   options.min_confident_match = 2 + int64_t(rng() % 24);
   options.prefill_chunk = 1 + int64_t(rng() % 40);
   options.lane_policy = policy;
