@@ -359,7 +359,9 @@ void LongCopyProposer::propose(const LaneHistory& history, int64_t max_nodes, Dr
     n_chain = options_.max_copy;
   } else if (match_length >= options_.min_short_match) {
     n_chain = std::max(options_.min_short_chain, options_.short_chain_per_token * match_length);
-  } else if (match_length > 0 && departed_source_ >= 0) {
+  }
+  const bool is_editing = departed_source_ >= 0 && n_tokens - departed_at_ <= options_.rejoin_branch_span;
+  if (n_chain == 0 && match_length > 0 && is_editing) {
     // Writing an edit: its new tokens often occur earlier (a rename's new name is in the request),
     // so even a match of one token is worth a short branch.
     n_chain = options_.rejoin_branch_tokens;
@@ -375,7 +377,7 @@ void LongCopyProposer::propose(const LaneHistory& history, int64_t max_nodes, Dr
     }
     tree->add_chain(-1, chain_, max_nodes, uint8_t(ProposerKind::long_copy));
   }
-  if (departed_source_ >= 0) propose_rejoins(tokens, max_nodes, tree);
+  if (is_editing) propose_rejoins(tokens, max_nodes, tree);
 }
 
 void LongCopyProposer::propose_rejoins(const std::vector<int32_t>& tokens, int64_t max_nodes, DraftTree* tree) {

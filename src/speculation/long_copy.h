@@ -22,6 +22,8 @@ struct LongCopyOptions {
   int64_t rejoin_branches = 3;       // while departed: branches resuming the source 0, 1, 2... tokens
   int64_t rejoin_branch_tokens = 8;  // past the departure point (an insertion, or an edit of that many
                                      // old tokens), of this many tokens each
+  int64_t rejoin_branch_span = 6;    // ...for this many tokens after departing: an edit is short, and
+                                     // a longer departure is new text, where branches only cost rows
   int64_t kept_edit_branch = 16;     // tokens of the branch that keeps the old tokens where the copy
                                      // applies a learned edit (0: no such branch)
 };
