@@ -107,7 +107,9 @@ TEST(LongCopy, CopyOfThePromptBecomesConfidentAfterTheThreshold) {
   const std::vector<int32_t> prompt =
       concat(concat(distinct_tokens(5000, 30), text), distinct_tokens(6000, 20));
   LongCopyProposer proposer(options);
-  std::vector<int32_t> tokens = prompt;
+  // The reply opens with words of its own, so it does not quote the prompt from its first token
+  // (that start has a rule of its own, below).
+  std::vector<int32_t> tokens = concat(prompt, distinct_tokens(7000, 2));
   for (int64_t n_copied = 0; n_copied < 190; ++n_copied) {
     if (n_copied > 0) tokens.push_back(text[size_t(n_copied - 1)]);
     std::vector<int32_t> chain = propose_chain(proposer, tokens, int64_t(prompt.size()), 1000);
@@ -129,6 +131,27 @@ TEST(LongCopy, CopyOfThePromptBecomesConfidentAfterTheThreshold) {
   proposer.propose(LaneHistory{tokens, int64_t(prompt.size())}, 5, &tree);
   EXPECT_EQ(tree.size(), 5);
   EXPECT_EQ(tree.tokens[1], text[189]);
+}
+
+// A reply that quotes the prompt from its first token proposes what follows the earliest place the
+// reply occurs (the text it was given to rewrite), though a later place repeats its start.
+TEST(LongCopy, AReplyQuotingThePromptCopiesFromTheEarliestPlace) {
+  LongCopyOptions options;
+  const std::vector<int32_t> text = distinct_tokens(1000, 200);
+  // the text, then a note that repeats its first 12 tokens and goes on differently
+  const std::vector<int32_t> prompt = concat(concat(concat(distinct_tokens(5000, 30), text),
+                                                    std::vector<int32_t>(text.begin(), text.begin() + 12)),
+                                             distinct_tokens(6000, 20));
+  LongCopyProposer proposer(options);
+  std::vector<int32_t> tokens = prompt;
+  for (int64_t n_copied = 1; n_copied < options.min_confident_match; ++n_copied) {
+    tokens.push_back(text[size_t(n_copied - 1)]);
+    std::vector<int32_t> chain = propose_chain(proposer, tokens, int64_t(prompt.size()), 1000);
+    const int64_t n_quote = n_copied < options.min_short_match ? options.min_short_chain
+                                                               : options.quote_chain_per_token * n_copied;
+    auto rest = text.begin() + n_copied;
+    EXPECT_EQ(chain, std::vector<int32_t>(rest, rest + n_quote)) << n_copied;
+  }
 }
 
 // A copy that departs from its source and rejoins it two tokens later is aligned again at once:

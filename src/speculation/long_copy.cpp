@@ -353,6 +353,7 @@ void LongCopyProposer::propose(const LaneHistory& history, int64_t max_nodes, Dr
       return;
     }
   }
+  if (departed_source_ < 0) propose_quote_start(history, max_nodes, tree);
   int64_t match_length = automaton_->match_length;
   int64_t n_chain = 0;
   if (match_length >= options_.min_confident_match) {
@@ -378,6 +379,25 @@ void LongCopyProposer::propose(const LaneHistory& history, int64_t max_nodes, Dr
     tree->add_chain(-1, chain_, max_nodes, uint8_t(ProposerKind::long_copy));
   }
   if (is_editing) propose_rejoins(tokens, max_nodes, tree);
+}
+
+void LongCopyProposer::propose_quote_start(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) {
+  const std::vector<int32_t>& tokens = history.tokens;
+  const int64_t n_tokens = int64_t(tokens.size()), n_reply = n_tokens - history.n_prompt;
+  if (n_reply < 1 || n_reply >= options_.min_confident_match) return;
+  // The earliest place in the prompt where the whole reply so far occurs.
+  const auto reply = tokens.begin() + history.n_prompt;
+  const auto found = std::search(tokens.begin(), reply, reply, tokens.end());
+  if (found == reply) return;
+  const int64_t n_chain = std::min(n_reply < options_.min_short_match
+                                       ? options_.min_short_chain
+                                       : options_.quote_chain_per_token * n_reply,
+                                   max_nodes - tree->size());
+  if (n_chain <= 0) return;
+  chain_.clear();
+  copy_source(tokens, int64_t(found - tokens.begin()) + n_reply, n_chain, -1, &chain_);
+  chain_.resize(std::min(chain_.size(), size_t(n_chain)));
+  tree->add_chain(-1, chain_, max_nodes, uint8_t(ProposerKind::long_copy));
 }
 
 void LongCopyProposer::propose_rejoins(const std::vector<int32_t>& tokens, int64_t max_nodes, DraftTree* tree) {

@@ -16,6 +16,9 @@ struct LongCopyOptions {
   int64_t min_short_chain = 8;       // fewest tokens proposed after a short match
   int64_t short_chain_per_token = 2; // a short match of k tokens proposes this many times k (a longer
                                      // match is likelier to be the start of a copy)
+  int64_t quote_chain_per_token = 4; // a reply that so far quotes the prompt from its first token,
+                                     // k tokens long, proposes what follows the earliest such place:
+                                     // min_short_chain tokens, from min_short_match on k times this
   int64_t rejoin_tokens = 2;         // tokens matching the source again that end a departure
   int64_t max_edit_tokens = 32;      // longest departure (either side) still learned as an edit
   int64_t max_edits = 16;            // edits remembered, newest first
@@ -47,6 +50,9 @@ struct LongCopyOptions {
 // past the departure point, so the round where the edit ends already continues the copy, and a
 // short branch follows even a one-token match, as the edit's new tokens often occur earlier (a
 // rename's new name is in the request).
+// A rewrite's reply starts by quoting its source: until a confident match, a reply that occurs
+// whole in the prompt also proposes what follows its earliest occurrence there (the text given to
+// rewrite), besides what follows the most recent occurrence of its suffix.
 // A proposer serves one lane: the history must only grow between calls.
 class LongCopyProposer final : public Proposer {
  public:
@@ -72,6 +78,7 @@ class LongCopyProposer final : public Proposer {
   void follow_source(const std::vector<int32_t>& tokens, int64_t n);
   bool try_rejoin(const std::vector<int32_t>& tokens, int64_t n);
   void learn_edit(Edit edit);
+  void propose_quote_start(const LaneHistory& history, int64_t max_nodes, DraftTree* tree);
   void propose_rejoins(const std::vector<int32_t>& tokens, int64_t max_nodes, DraftTree* tree);
   // The newest learned edit whose old tokens start at tokens[p] and end before tokens[end], or nullptr.
   const Edit* edit_at(const std::vector<int32_t>& tokens, int64_t p, int64_t end) const;
