@@ -16,7 +16,7 @@ struct LongCopyOptions {
   int64_t min_short_chain = 8;       // fewest tokens proposed after a short match
   int64_t short_chain_per_token = 2; // a short match of k tokens proposes this many times k (a longer
                                      // match is likelier to be the start of a copy)
-  int64_t quote_chain_per_token = 4; // a reply that so far quotes the prompt from its first token,
+  int64_t quote_chain_per_token = 8; // a reply that so far quotes the prompt from its first token,
                                      // k tokens long, proposes what follows the earliest such place:
                                      // min_short_chain tokens, from min_short_match on k times this
   int64_t rejoin_tokens = 2;         // tokens matching the source again that end a departure
