@@ -137,7 +137,7 @@ TEST(LongCopy, CopyOfThePromptBecomesConfidentAfterTheThreshold) {
 // reply occurs (the text it was given to rewrite), though a later place repeats its start.
 TEST(LongCopy, AReplyQuotingThePromptCopiesFromTheEarliestPlace) {
   LongCopyOptions options;
-  const std::vector<int32_t> text = distinct_tokens(1000, 200);
+  const std::vector<int32_t> text = distinct_tokens(1000, 400);
   // the text, then a note that repeats its first 12 tokens and goes on differently
   const std::vector<int32_t> prompt = concat(concat(concat(distinct_tokens(5000, 30), text),
                                                     std::vector<int32_t>(text.begin(), text.begin() + 12)),
@@ -149,6 +149,7 @@ TEST(LongCopy, AReplyQuotingThePromptCopiesFromTheEarliestPlace) {
     std::vector<int32_t> chain = propose_chain(proposer, tokens, int64_t(prompt.size()), 1000);
     const int64_t n_quote = n_copied < options.min_short_match ? options.min_short_chain
                                                                : options.quote_chain_per_token * n_copied;
+    ASSERT_LE(n_copied + n_quote, int64_t(text.size()));
     auto rest = text.begin() + n_copied;
     EXPECT_EQ(chain, std::vector<int32_t>(rest, rest + n_quote)) << n_copied;
   }
