@@ -67,6 +67,19 @@ void replay_plain_replies(std::vector<GenerationRequest>& requests, const std::v
 // gives the first token, then each round adds depth + 1 (fewer only where the budget ends).
 int64_t rounds_at_depth(int64_t n_tokens, int64_t depth) { return 1 + (n_tokens - 1 + depth) / (depth + 1); }
 
+// The same when the window starts at `window` rows and doubles, up to `most`, after every round that
+// filled it: each round holds min(window - 1, depth, what the budget leaves) drafts.
+int64_t rounds_with_earned_windows(int64_t n_tokens, int64_t depth, int64_t window, int64_t most) {
+  int64_t rounds = 1, emitted = 1;
+  while (emitted < n_tokens) {
+    const int64_t drafts = std::min({window - 1, depth, n_tokens - emitted - 1});
+    emitted += drafts + 1;
+    rounds += 1;
+    if (drafts + 1 >= window) window = std::min(2 * window, most);
+  }
+  return rounds;
+}
+
 // n random prompts whose replies ignore EOS and run to max_tokens.
 std::vector<GenerationRequest> requests_to_budget(const Model& model, int n, uint32_t seed, int64_t max_tokens) {
   auto requests = random_requests(n, false, model.config().vocab_size, seed, 30, 60);
@@ -138,15 +151,9 @@ TEST(SpeculationTest, LanesEarnWiderWindowsByFullAcceptance) {
   const auto shared = run_requests(model, requests, fixed, true);
   test::expect_same_tokens(plain, shared, "shared windows");
   for (size_t i = 0; i < requests.size(); ++i) {
-    // the prompt's round gives the first token; then windows of 16, 32, 64, 64, ... rows, each
-    // holding min(window - 1, depth, what the budget leaves) drafts
-    int64_t rounds = 1, emitted = 1, window = options.lane_window;
-    while (emitted < requests[i].max_tokens) {
-      const int64_t drafts = std::min({window - 1, depth, requests[i].max_tokens - emitted - 1});
-      emitted += drafts + 1;
-      rounds += 1;
-      if (drafts + 1 >= window) window = std::min(2 * window, options.lone_window);
-    }
+    // windows of 16, 32, 64, 64, ... rows
+    const int64_t rounds =
+        rounds_with_earned_windows(requests[i].max_tokens, depth, options.lane_window, options.lone_window);
     EXPECT_EQ(earned[i].final_update.timings.rounds, rounds) << "request " << i;
     EXPECT_LT(earned[i].final_update.timings.rounds, shared[i].final_update.timings.rounds) << "request " << i;
   }
@@ -164,14 +171,9 @@ TEST(SpeculationTest, TheLoneStreamEarnsWiderWindowsByFullAcceptance) {
   replay_plain_replies(requests, plain, depth);
   const auto earned = run_requests(model, requests, options, false);
   test::expect_same_tokens(plain, earned, "earned lone windows");
-  // the prompt's round gives the first token; then windows of 64, 128, 256, 256 rows
-  int64_t rounds = 1, emitted = 1, window = options.lone_window;
-  while (emitted < requests[0].max_tokens) {
-    const int64_t drafts = std::min({window - 1, depth, requests[0].max_tokens - emitted - 1});
-    emitted += drafts + 1;
-    rounds += 1;
-    if (drafts + 1 >= window) window = std::min(2 * window, options.most_lone_window);
-  }
+  // windows of 64, 128, 256, 256 rows
+  const int64_t rounds =
+      rounds_with_earned_windows(requests[0].max_tokens, depth, options.lone_window, options.most_lone_window);
   EXPECT_EQ(rounds, 5);
   EXPECT_EQ(earned[0].final_update.timings.rounds, rounds);
 }
