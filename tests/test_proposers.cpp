@@ -155,6 +155,30 @@ TEST(LongCopy, AReplyQuotingThePromptCopiesFromTheEarliestPlace) {
   }
 }
 
+// A reply that has copied its source is a rewrite: after a slip too long to be an edit, a match
+// of rewrite_confident_match tokens realigns the whole copy, where a reply that never copied only
+// gets a short chain from it.
+TEST(LongCopy, ARewriteRealignsOnAShorterMatch) {
+  LongCopyOptions options;
+  const std::vector<int32_t> text = distinct_tokens(1000, 400);
+  const std::vector<int32_t> prompt = concat(text, {5});
+  const std::vector<int32_t> slip = distinct_tokens(7000, options.max_edit_tokens + 8);
+  const std::vector<int32_t> resumed(text.begin() + 200, text.begin() + 200 + options.rewrite_confident_match);
+  const std::vector<int32_t> rest(text.begin() + 200 + options.rewrite_confident_match, text.end());
+
+  LongCopyProposer rewrite(options);
+  const std::vector<int32_t> copied(text.begin(), text.begin() + 100);
+  std::vector<int32_t> chain =
+      propose_chain(rewrite, concat(concat(concat(prompt, copied), slip), resumed), int64_t(prompt.size()));
+  ASSERT_GE(chain.size(), rest.size());
+  EXPECT_TRUE(std::equal(rest.begin(), rest.end(), chain.begin()));
+
+  LongCopyProposer fresh(options);
+  chain = propose_chain(fresh, concat(concat(prompt, slip), resumed), int64_t(prompt.size()));
+  EXPECT_EQ(int64_t(chain.size()), options.short_chain_per_token * options.rewrite_confident_match);
+  EXPECT_TRUE(std::equal(chain.begin(), chain.end(), rest.begin()));
+}
+
 // A copy that departs from its source and rejoins it two tokens later is aligned again at once:
 // the next proposal is the long copy from just after the rejoin point.
 TEST(LongCopy, RejoinsTheSourceAfterAnEdit) {
@@ -272,6 +296,27 @@ TEST(LongCopy, OffersTheOldTokensBesideALearnedEdit) {
   const std::vector<int32_t> plain = concat(concat(source, {5}), std::vector<int32_t>(source.begin(), source.begin() + 30));
   DraftTree chain_only = propose_tree(fresh, plain, int64_t(source.size()) + 1, max_nodes);
   EXPECT_EQ(path_to(chain_only, int32_t(chain_only.size() - 1)).size(), size_t(chain_only.size()));
+}
+
+// Edits are learned from the reply only. A prompt often repeats itself with differences (two
+// similar functions in one file); taking those for edits would rewrite the reply's plain copy.
+TEST(LongCopy, LearnsNoEditFromThePromptsOwnRepeats) {
+  const std::vector<int32_t> old_name = {7, 8}, other_name = {90001};
+  const auto first = distinct_tokens(1000, 40), second = distinct_tokens(2000, 40),
+             third = distinct_tokens(3000, 40), fourth = distinct_tokens(4000, 40);
+  // The prompt: a passage, the same passage with `other_name` in place of `old_name`, then a third
+  // passage using `old_name`.
+  const std::vector<int32_t> source = concat(concat(concat(concat(concat(concat(concat(concat(
+      first, old_name), second), first), other_name), second), third), old_name), fourth);
+  const std::vector<int32_t> prompt = concat(source, {5});
+  // The reply copies the third passage: its copy keeps `old_name`.
+  const std::vector<int32_t> tokens = concat(prompt, std::vector<int32_t>(third.begin(), third.begin() + 30));
+  LongCopyProposer proposer;
+  std::vector<int32_t> chain = propose_chain(proposer, tokens, int64_t(prompt.size()), 1000);
+  const std::vector<int32_t> expected =
+      concat(concat(std::vector<int32_t>(third.begin() + 30, third.end()), old_name), fourth);
+  ASSERT_GE(chain.size(), expected.size());
+  EXPECT_TRUE(std::equal(expected.begin(), expected.end(), chain.begin()));
 }
 
 TEST(LongCopy, MostRecentOccurrenceWins) {
@@ -413,13 +458,16 @@ TEST(Proposers, ShareOneTree) {
   LongCopyProposer long_copy;
   NgramProposer ngram;
   DraftTree tree;
-  long_copy.propose(history, 16, &tree);
-  ngram.propose(history, 16, &tree);
-  // a 6-token match proposes 12; the n-gram chain repeats the copy's first eight tokens
+  long_copy.propose(history, 40, &tree);
+  ngram.propose(history, 40, &tree);
+  // a 6-token match proposes 12 (at most half the rows: a short match is a guess); the n-gram
+  // chain repeats the copy's first eight tokens
   EXPECT_EQ(tree.size(), 12);
   EXPECT_EQ(tree.tokens[0], 3);
+  LongCopyProposer fresh;
+  EXPECT_EQ(propose_tree(fresh, tokens, 4, 16).size(), 8);
   ReplayProposer replay({1, 2, 9, 9}, 2);
-  replay.propose(LaneHistory{tokens, 8}, 16, &tree);
+  replay.propose(LaneHistory{tokens, 8}, 40, &tree);
   EXPECT_EQ(tree.size(), 14);
   EXPECT_EQ(tree.parents[12], -1);
   EXPECT_EQ(tree.sources[13], uint8_t(ProposerKind::replay));

@@ -208,12 +208,15 @@ void LongCopyProposer::catch_up(const LaneHistory& history) {
     automaton_ = std::make_unique<Automaton>();
     n_observed_ = 0;
     cursor_ = departed_source_ = departed_at_ = -1;
+    is_rewrite_ = false;
     in_edit_.clear();
     edits_.clear();
   }
   for (; n_observed_ < int64_t(tokens.size()); ++n_observed_) {
     automaton_->extend(tokens[size_t(n_observed_)], int32_t(n_observed_));
-    follow_source(tokens, n_observed_);
+    // Only the reply follows a source: the prompt's own repeats (a file's similar lines) are not
+    // edits, and edits learned from them would be applied to the reply's copy.
+    if (n_observed_ >= history.n_prompt) follow_source(tokens, n_observed_);
   }
 }
 
@@ -254,7 +257,10 @@ void LongCopyProposer::follow_source(const std::vector<int32_t>& tokens, int64_t
     if (try_rejoin(tokens, n)) return;
     if (n - departed_at_ > options_.max_edit_tokens) departed_source_ = -1;  // lost: wait for a long match
   }
-  if (automaton_->match_length >= options_.min_confident_match) cursor_ = automaton_->match_end + 1;
+  if (automaton_->match_length >= confident_match()) {
+    cursor_ = automaton_->match_end + 1;
+    is_rewrite_ = true;
+  }
 }
 
 // The last rejoin_tokens tokens, all at or after the departure, equal the source just after the
@@ -317,6 +323,10 @@ std::pair<int64_t, int64_t> LongCopyProposer::copy_source(const std::vector<int3
   return first_edit;
 }
 
+int64_t LongCopyProposer::confident_match() const {
+  return is_rewrite_ ? options_.rewrite_confident_match : options_.min_confident_match;
+}
+
 void LongCopyProposer::observe(const LaneHistory& history) { catch_up(history); }
 
 int64_t LongCopyProposer::last_match_length() const { return automaton_->match_length; }
@@ -356,8 +366,10 @@ void LongCopyProposer::propose(const LaneHistory& history, int64_t max_nodes, Dr
   if (departed_source_ < 0) propose_quote_start(history, max_nodes, tree);
   int64_t match_length = automaton_->match_length;
   int64_t n_chain = 0;
-  if (match_length >= options_.min_confident_match) {
+  if (match_length >= confident_match()) {
     n_chain = options_.max_copy;
+  } else if (is_rewrite_ && match_length > 0) {
+    n_chain = std::max(options_.rewrite_min_chain, options_.rewrite_chain_per_token * match_length);
   } else if (match_length >= options_.min_short_match) {
     n_chain = std::max(options_.min_short_chain, options_.short_chain_per_token * match_length);
   }
@@ -367,7 +379,9 @@ void LongCopyProposer::propose(const LaneHistory& history, int64_t max_nodes, Dr
     // so even a match of one token is worth a short branch.
     n_chain = options_.rejoin_branch_tokens;
   }
-  n_chain = std::min(n_chain, max_nodes - tree->size());
+  // A chain from a short match is a guess: it leaves half the rows to the other proposers.
+  const int64_t rows_left = max_nodes - tree->size();
+  n_chain = std::min(n_chain, match_length >= confident_match() ? rows_left : rows_left / 2);
   if (n_chain > 0) {
     // Copy what followed the earlier occurrence; past the end of the history the copy reads its own
     // output, so a repeating run keeps repeating (the earlier occurrence overlaps the current one).

@@ -29,6 +29,11 @@ struct LongCopyOptions {
                                      // a longer departure is new text, where branches only cost rows
   int64_t kept_edit_branch = 16;     // tokens of the branch that keeps the old tokens where the copy
                                      // applies a learned edit (0: no such branch)
+  // Once a confident match has aligned the reply with a source, the reply is a rewrite: after a
+  // slip it realigns on a shorter match, and a match of any length proposes a chain.
+  int64_t rewrite_confident_match = 8;
+  int64_t rewrite_min_chain = 16;       // fewest tokens a rewrite's short match proposes
+  int64_t rewrite_chain_per_token = 8;  // ...and per matched token
 };
 
 // Keeps a suffix automaton over the lane's tokens, extended as tokens arrive, so the longest suffix
@@ -52,7 +57,10 @@ struct LongCopyOptions {
 // rename's new name is in the request).
 // A rewrite's reply starts by quoting its source: until a confident match, a reply that occurs
 // whole in the prompt also proposes what follows its earliest occurrence there (the text given to
-// rewrite), besides what follows the most recent occurrence of its suffix.
+// rewrite), besides what follows the most recent occurrence of its suffix. Once aligned, the reply
+// is known to be a rewrite: where the model slips off its source, a shorter match realigns the
+// copy, and any match proposes a chain. Only the reply is followed: the prompt's own near-repeats
+// are not edits. A chain from a short match is a guess and leaves half the rows to other proposers.
 // A proposer serves one lane: the history must only grow between calls.
 class LongCopyProposer final : public Proposer {
  public:
@@ -92,6 +100,9 @@ class LongCopyProposer final : public Proposer {
   LongCopyOptions options_;
   std::unique_ptr<Automaton> automaton_;
   int64_t n_observed_ = 0;
+  // The match length that aligns the copy: shorter once the reply is a rewrite.
+  int64_t confident_match() const;
+  bool is_rewrite_ = false;       // a confident match has aligned the reply with a source
   int64_t cursor_ = -1;           // history index the aligned reply should copy next, or -1
   int64_t departed_source_ = -1;  // cursor when the reply departed from it, or -1
   int64_t departed_at_ = -1;      // history index of the first departing token
