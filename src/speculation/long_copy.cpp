@@ -379,9 +379,7 @@ void LongCopyProposer::propose(const LaneHistory& history, int64_t max_nodes, Dr
     // so even a match of one token is worth a short branch.
     n_chain = options_.rejoin_branch_tokens;
   }
-  // A chain from a short match is a guess: it leaves half the rows to the other proposers.
-  const int64_t rows_left = max_nodes - tree->size();
-  n_chain = std::min(n_chain, match_length >= confident_match() ? rows_left : rows_left / 2);
+  n_chain = std::min(n_chain, max_nodes - tree->size());
   if (n_chain > 0) {
     // Copy what followed the earlier occurrence; past the end of the history the copy reads its own
     // output, so a repeating run keeps repeating (the earlier occurrence overlaps the current one).

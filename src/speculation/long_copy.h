@@ -60,7 +60,7 @@ struct LongCopyOptions {
 // rewrite), besides what follows the most recent occurrence of its suffix. Once aligned, the reply
 // is known to be a rewrite: where the model slips off its source, a shorter match realigns the
 // copy, and any match proposes a chain. Only the reply is followed: the prompt's own near-repeats
-// are not edits. A chain from a short match is a guess and leaves half the rows to other proposers.
+// are not edits.
 // A proposer serves one lane: the history must only grow between calls.
 class LongCopyProposer final : public Proposer {
  public:
