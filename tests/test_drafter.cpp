@@ -167,7 +167,7 @@ TEST(DrafterForward, ContextAndBlockAreBatchInvariant) {
   auto model = load_model(test::fixture_model(kTarget), {});
   const ModelConfig& c = model->config();
   write_random_drafter(dir.path, c, 11);
-  DFlashDrafter drafter(dir.path, c, target_weights(*model), 3);
+  CpuDFlashDrafter drafter(dir.path, c, target_weights(*model), 3);
   const auto& layer_ids = drafter.config().target_layer_ids;
   model->set_tap_layers({layer_ids.begin(), layer_ids.end()});
   std::vector<int32_t> ids = random_ids(41, c.vocab_size, 12);
@@ -221,7 +221,7 @@ TEST(DrafterLoader, ErrorsNameTheFileAndTheField) {
   write_random_drafter(dir.path, c, 3, &config);
   const std::string config_path = dir.path + "/config.json";
   auto rewrite = [&](const Json& j) { std::ofstream(config_path) << j.dump(2); };
-  auto load = [&] { DFlashDrafter drafter(dir.path, c, weights, 1); };
+  auto load = [&] { CpuDFlashDrafter drafter(dir.path, c, weights, 1); };
 
   for (const char* field : {"block_size", "target_layer_ids", "mask_token_id", "hidden_size",
                             "num_hidden_layers", "head_dim", "rope_theta", "target_hidden_size"}) {
@@ -254,7 +254,7 @@ TEST(DrafterProposer, GreedyChainAndRootSiblings) {
   auto model = load_model(test::fixture_model(kTarget), {});
   const ModelConfig& c = model->config();
   write_random_drafter(dir.path, c, 21);
-  auto drafter = std::make_shared<DFlashDrafter>(dir.path, c, target_weights(*model), 2);
+  auto drafter = std::make_shared<CpuDFlashDrafter>(dir.path, c, target_weights(*model), 2);
   const auto& layer_ids = drafter->config().target_layer_ids;
   model->set_tap_layers({layer_ids.begin(), layer_ids.end()});
   std::vector<int32_t> ids = random_ids(30, c.vocab_size, 22);
@@ -274,8 +274,10 @@ TEST(DrafterProposer, GreedyChainAndRootSiblings) {
   proposer.observe_taps(0, taps.data(), int64_t(ids.size()) - 1);
   EXPECT_EQ(proposer.n_context(), int64_t(ids.size()) - 1);
   proposer.propose(history, 64, &tree);
-  const std::vector<float>& block = proposer.last_logits();
+  // The drafter keeps the proposer's block: its rows' logits, to check the tree against.
   const int64_t n_chain = drafter->n_block_logits();
+  std::vector<float> block(size_t(n_chain * n_vocab));
+  for (int64_t j = 0; j < n_chain; ++j) drafter->block_logits(j, block.data() + j * n_vocab);
   std::vector<int32_t> first = top_k_tokens(block.data(), n_vocab, 4);
   // Layout: chain head, three siblings, then the chain's remaining 14 nodes below the head.
   ASSERT_EQ(tree.size(), 1 + 3 + (n_chain - 1));
@@ -343,7 +345,7 @@ TEST(DrafterParity, BlockLogitsMatchPyTorchReference) {
   auto ref = test::read_json(dump_path);
   auto model = load_model(test::fixture_model(kTarget), {});
   const ModelConfig& c = model->config();
-  DFlashDrafter drafter(drafter_dir, c, target_weights(*model), 2);
+  CpuDFlashDrafter drafter(drafter_dir, c, target_weights(*model), 2);
   const auto& layer_ids = drafter.config().target_layer_ids;
   model->set_tap_layers({layer_ids.begin(), layer_ids.end()});
 

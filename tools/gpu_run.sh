@@ -6,12 +6,13 @@
 # compute-sanitizer. Each step runs under `timeout`; logs,
 # the bench receipts and a summary go to $OUT. Run from a checkout of the same commit (the tests
 # read tests/fixtures from it).
-# Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|mlx4|server|linear|sanitize|all]   (defaults:
+# Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|mlx4|server|spec|linear|sanitize|all]   (defaults:
 # build-cuda/bundle all; all leaves out sanitize, which is slow; mlx4: just the 4-bit decode bench and
-# configuration table; server: just the forced-acceptance runs through the HTTP server)
+# configuration table; server: just the forced-acceptance runs through the HTTP server; spec: the
+# embedded model's proposers, its drafter on the GPU)
 #
-# A device call carries at most 64 MiB (working tree + carried bundle); the tracked models make the
-# tree larger. Before the call, here, leave the bf16 target and the random Qwen3-tokenizer fixture out
+# A device call carries at most 64 MiB (working tree + carried bundle.tar.xz, extracted there first);
+# the tracked models make the tree larger. Before the call, here, leave the bf16 target and the random Qwen3-tokenizer fixture out
 # (the GPU tests use the 4-bit copy and the drafter), and put them back after:
 #   git sparse-checkout set --no-cone '/*' '!/models/tensorfold-code-target/' '!/tests/fixtures/models/qwen3-tiny-chat/'
 #   git sparse-checkout disable
@@ -109,12 +110,24 @@ if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   run_step bench-qwen3-8b-prefill-4096 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3-8b \
     --prompt-len 4096 --decode 4 --repeats 3 --receipt "$OUT/h200-qwen3-8b-synthetic-bf16-prefill-4096.md"
   # The embedded model end to end through the engine: small, so launch-bound; draft off against
-  # long copy and n-gram (the drafter stays on the CPU side, too slow beside a GPU target).
+  # long copy and n-gram (`spec` runs its drafter too).
   run_step spec-bench-embedded-mlx4 150 "$BUNDLE/tensorfold" spec-bench --device cuda \
     --model models/tensorfold-code-target-mlx4 --drafter none --waves 2 --max-tokens 256 \
     --receipt "$OUT/h200-spec-bench-trained-mlx4.md"
   server_benches
   cat "$OUT"/bench-*.log "$OUT"/spec-bench-*.log "$OUT"/server-*.log
+fi
+
+if [ "$MODE" = spec ]; then
+  # The embedded 4-bit target and its block drafter, both on the GPU: every proposer set on the
+  # held-out cases (exactness checked reply by reply), then the spec-bench cases.
+  run_step spec-eval-embedded-mlx4 480 "$BUNDLE/tensorfold" spec-eval --device cuda \
+    --model models/tensorfold-code-target-mlx4 --drafter models/tensorfold-code-drafter --per-kind 24 \
+    --streams 1 4 --modes long-copy drafter both all --receipt "$OUT/h200-spec-eval-tensorfold-code-mlx4.md"
+  run_step spec-bench-embedded-mlx4-drafter 150 "$BUNDLE/tensorfold" spec-bench --device cuda \
+    --model models/tensorfold-code-target-mlx4 --drafter models/tensorfold-code-drafter --waves 2 --max-tokens 256 \
+    --receipt "$OUT/h200-spec-bench-trained-mlx4-gpu-drafter.md"
+  cat "$OUT"/spec-*.log
 fi
 
 if [ "$MODE" = sanitize ]; then

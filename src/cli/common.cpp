@@ -30,13 +30,9 @@ std::string default_drafter_dir() {
 #endif
 }
 
-std::string resolve_drafter_dir(const std::string& model_dir, const std::string& drafter_flag,
-                                const std::string& device) {
+std::string resolve_drafter_dir(const std::string& model_dir, const std::string& drafter_flag) {
   if (drafter_flag == "none" || drafter_flag.empty()) return "";
   if (drafter_flag != "auto") return drafter_flag;
-  // Beside a GPU target the CPU drafter costs more than it saves (h200-spec-bench-trained-mlx4.md):
-  // there "auto" means none until the drafter runs on the GPU.
-  if (device != "cpu") return "";
   // The embedded drafter was trained on the embedded target's taps; it means nothing to another model.
   namespace fs = std::filesystem;
   std::error_code ignored;

@@ -25,8 +25,9 @@ using Json = nlohmann::json;
 // The drafter is exported in bf16: its matrices are dense.
 const QuantizationConfig kDense{};
 
-DFlashWeights bind_dflash_weights(const Checkpoint& checkpoint, const DFlashConfig& config,
-                                  const Qwen3Weights& target) {
+}  // namespace
+
+DFlashWeights bind_dflash_weights(const Checkpoint& checkpoint, const DFlashConfig& config) {
   const int64_t hidden = config.hidden_size, intermediate = config.intermediate_size;
   DFlashWeights weights;
   weights.fc = bind_matrix(checkpoint, "fc", hidden, config.tap_width(), kDense);
@@ -50,12 +51,8 @@ DFlashWeights bind_dflash_weights(const Checkpoint& checkpoint, const DFlashConf
     w.down_proj = bind_matrix(checkpoint, mlp + "down_proj", hidden, intermediate, kDense);
     weights.layers.push_back(w);
   }
-  weights.embed_tokens = target.embed_tokens;
-  weights.lm_head = target.lm_head;
   return weights;
 }
-
-}  // namespace
 
 DFlashConfig DFlashConfig::load(const std::string& drafter_dir) {
   std::string path;
@@ -127,27 +124,60 @@ void DFlashConfig::validate(const std::string& source, const ModelConfig& target
                                                  std::to_string(target.n_layers) + " layers");
 }
 
-DFlashDrafter::DFlashDrafter(const std::string& drafter_dir, const ModelConfig& target_config,
-                             const Qwen3Weights& target_weights, int n_threads)
-    : config_(DFlashConfig::load(drafter_dir)), pool_(n_threads) {
+void DFlashDrafter::propose_block(DrafterContext& context, int32_t last_token, int64_t position,
+                                  float* logits) {
+  run_block(context, last_token, position);
+  for (int64_t j = 0; j < n_block_logits(); ++j) block_logits(j, logits + j * config_.vocab_size);
+}
+
+std::vector<DFlashDrafter::Guess> DFlashDrafter::block_top(int64_t row, int64_t k) {
+  const int64_t n_vocab = config_.vocab_size;
+  row_logits_.resize(size_t(n_vocab));
+  block_logits(row, row_logits_.data());
+  const float* logits = row_logits_.data();
+  // The softmax normalised once, so each token's probability is one exp more.
+  const float max_logit = *std::max_element(logits, logits + n_vocab);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(double(logits[i] - max_logit));
+  std::vector<Guess> guesses;
+  for (int32_t token : top_k_tokens(logits, n_vocab, k))
+    guesses.push_back({token, float(std::exp(double(logits[token] - max_logit)) / sum)});
+  return guesses;
+}
+
+void DFlashDrafter::check_block(const DrafterContext& context, int32_t last_token, int64_t position) const {
+  if (position < 0 || position > context.size())
+    fail("internal: drafter block at position " + std::to_string(position) + " but the context holds " +
+         std::to_string(context.size()) + " entries");
+  if (last_token < 0 || last_token >= config_.vocab_size)
+    fail("token id " + std::to_string(last_token) + " is outside the drafter's vocabulary");
+}
+
+CpuDFlashDrafter::CpuDFlashDrafter(const std::string& drafter_dir, const ModelConfig& target_config,
+                                   const Qwen3Weights& target_weights, int n_threads)
+    : DFlashDrafter(DFlashConfig::load(drafter_dir)), pool_(n_threads) {
   config_.validate(drafter_dir + "/config.json", target_config);
   checkpoint_ = std::make_shared<Checkpoint>(Checkpoint::open(drafter_dir));
-  weights_ = bind_dflash_weights(*checkpoint_, config_, target_weights);
+  weights_ = bind_dflash_weights(*checkpoint_, config_);
+  weights_.embed_tokens = target_weights.embed_tokens;
+  weights_.lm_head = target_weights.lm_head;
   inverse_frequencies_ = cpu::rope_inverse_frequencies(config_.head_dim, config_.rope_theta);
 }
 
-void DFlashDrafter::ensure_room(DrafterContext& context, int64_t n_slots) const {
+CpuDFlashDrafter::ContextStorage& CpuDFlashDrafter::ensure_room(DrafterContext& context, int64_t n_slots) const {
+  ContextStorage& storage = storage_of<ContextStorage>(context);
   const size_t n_floats = size_t(n_slots * config_.kv_dim());
-  context.keys_.resize(size_t(config_.n_layers));
-  context.values_.resize(size_t(config_.n_layers));
+  storage.keys.resize(size_t(config_.n_layers));
+  storage.values.resize(size_t(config_.n_layers));
   for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
-    if (context.keys_[size_t(layer)].size() < n_floats) context.keys_[size_t(layer)].resize(n_floats);
-    if (context.values_[size_t(layer)].size() < n_floats) context.values_[size_t(layer)].resize(n_floats);
+    if (storage.keys[size_t(layer)].size() < n_floats) storage.keys[size_t(layer)].resize(n_floats);
+    if (storage.values[size_t(layer)].size() < n_floats) storage.values[size_t(layer)].resize(n_floats);
   }
+  return storage;
 }
 
-void DFlashDrafter::write_kv(DrafterContext& context, int64_t layer, const float* inputs,
-                             int64_t n_rows, int64_t first_slot, const int32_t* positions) {
+void CpuDFlashDrafter::write_kv(ContextStorage& storage, int64_t layer, const float* inputs,
+                                int64_t n_rows, int64_t first_slot, const int32_t* positions) {
   const auto& w = weights_.layers[size_t(layer)];
   const int64_t kv_dim = config_.kv_dim();
   k_.resize(size_t(n_rows * kv_dim));
@@ -156,18 +186,18 @@ void DFlashDrafter::write_kv(DrafterContext& context, int64_t layer, const float
                 config_.rms_norm_eps, k_.data());
   cpu::rope_apply(k_.data(), n_rows, config_.n_kv_heads, config_.head_dim, positions,
                   inverse_frequencies_);
-  float* keys = context.keys_[size_t(layer)].data() + first_slot * kv_dim;
-  float* values = context.values_[size_t(layer)].data() + first_slot * kv_dim;
+  float* keys = storage.keys[size_t(layer)].data() + first_slot * kv_dim;
+  float* values = storage.values[size_t(layer)].data() + first_slot * kv_dim;
   std::memcpy(keys, k_.data(), size_t(n_rows * kv_dim) * sizeof(float));
   // Values go straight to their slots: no norm and no rotation.
   cpu::linear(inputs, n_rows, w.v_proj, values, pool_);
 }
 
-void DFlashDrafter::append_context(DrafterContext& context, const float* taps, int64_t n_tokens) {
+void CpuDFlashDrafter::append_context(DrafterContext& context, const float* taps, int64_t n_tokens) {
   if (n_tokens <= 0) return;
   const int64_t hidden = config_.hidden_size;
-  const int64_t first = context.n_entries_;
-  ensure_room(context, first + n_tokens + config_.block_size);
+  const int64_t first = context.size();
+  ContextStorage& storage = ensure_room(context, first + n_tokens + config_.block_size);
   features_.resize(size_t(n_tokens * hidden));
   cpu::linear(taps, n_tokens, weights_.fc, features_.data(), pool_);
   cpu::rms_norm(features_.data(), n_tokens, hidden, weights_.hidden_norm, config_.rms_norm_eps,
@@ -175,35 +205,25 @@ void DFlashDrafter::append_context(DrafterContext& context, const float* taps, i
   std::vector<int32_t> positions(static_cast<size_t>(n_tokens));
   for (int64_t i = 0; i < n_tokens; ++i) positions[size_t(i)] = int32_t(first + i);
   for (int64_t layer = 0; layer < config_.n_layers; ++layer)
-    write_kv(context, layer, features_.data(), n_tokens, first, positions.data());
-  context.n_entries_ = first + n_tokens;
+    write_kv(storage, layer, features_.data(), n_tokens, first, positions.data());
+  set_size(context, first + n_tokens);
 }
 
-void DFlashDrafter::propose_block(DrafterContext& context, int32_t last_token, int64_t position,
-                                  float* logits) {
-  run_block(context, last_token, position);
-  for (int64_t j = 0; j < n_block_logits(); ++j) block_logits(j, logits + j * config_.vocab_size);
-}
-
-void DFlashDrafter::block_logits(int64_t row, float* logits) {
+void CpuDFlashDrafter::block_logits(int64_t row, float* logits) {
   if (row < 0 || row >= n_block_logits() || block_normed_.empty())
     fail("internal: drafter block row " + std::to_string(row) + " requested without a block");
   cpu::linear(block_normed_.data() + row * config_.hidden_size, 1, weights_.lm_head, logits, pool_);
 }
 
-void DFlashDrafter::run_block(DrafterContext& context, int32_t last_token, int64_t position) {
-  if (position < 0 || position > context.size())
-    fail("internal: drafter block at position " + std::to_string(position) + " but the context holds " +
-         std::to_string(context.size()) + " entries");
-  if (last_token < 0 || last_token >= config_.vocab_size)
-    fail("token id " + std::to_string(last_token) + " is outside the drafter's vocabulary");
+void CpuDFlashDrafter::run_block(DrafterContext& context, int32_t last_token, int64_t position) {
+  check_block(context, last_token, position);
   const int64_t n_rows = config_.block_size;
   const int64_t hidden = config_.hidden_size, inter = config_.intermediate_size;
   const int64_t q_dim = config_.q_dim();
   const float eps = config_.rms_norm_eps;
   // Block K/V live in the scratch slots just past the committed entries.
   const int64_t block_slot = context.size();
-  ensure_room(context, block_slot + n_rows);
+  ContextStorage& storage = ensure_room(context, block_slot + n_rows);
 
   std::vector<int32_t> tokens(size_t(n_rows), config_.mask_token_id);
   tokens[0] = last_token;
@@ -234,9 +254,9 @@ void DFlashDrafter::run_block(DrafterContext& context, int32_t last_token, int64
     cpu::rms_norm(q_.data(), n_rows * config_.n_heads, config_.head_dim, w.q_norm, eps, q_.data());
     cpu::rope_apply(q_.data(), n_rows, config_.n_heads, config_.head_dim, positions.data(),
                     inverse_frequencies_);
-    write_kv(context, layer, normed_.data(), n_rows, block_slot, positions.data());
-    cpu::attention(q_.data(), n_rows, context.keys_[size_t(layer)].data(),
-                   context.values_[size_t(layer)].data(), slot_lists.data(), n_keys.data(), shape,
+    write_kv(storage, layer, normed_.data(), n_rows, block_slot, positions.data());
+    cpu::attention(q_.data(), n_rows, storage.keys[size_t(layer)].data(),
+                   storage.values[size_t(layer)].data(), slot_lists.data(), n_keys.data(), shape,
                    attn_out_.data(), pool_);
     cpu::linear(attn_out_.data(), n_rows, w.o_proj, proj_.data(), pool_);
     for (int64_t i = 0; i < n_rows * hidden; ++i) features_[size_t(i)] += proj_[size_t(i)];
@@ -275,11 +295,16 @@ int32_t argmax_token(const float* logits, int64_t n_vocab) {
 
 std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, const Model& target,
                                             int n_threads) {
+  return target.load_drafter(drafter_dir, n_threads);
+}
+
+std::shared_ptr<DFlashDrafter> load_cpu_drafter(const std::string& drafter_dir, const Model& target,
+                                                int n_threads) {
   const Qwen3Weights* weights = target.host_weights();
   if (!weights)
     fail("the drafter in " + drafter_dir + " needs the target's checkpoint weights on the host (a synthetic "
          "target has none)");
-  return std::make_shared<DFlashDrafter>(drafter_dir, target.config(), *weights, n_threads);
+  return std::make_shared<CpuDFlashDrafter>(drafter_dir, target.config(), *weights, n_threads);
 }
 
 }  // namespace tf

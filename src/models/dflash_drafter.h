@@ -55,14 +55,23 @@ struct DFlashWeights {
   WeightVector hidden_norm;               // [hidden]
   std::vector<Qwen3LayerWeights> layers;  // same shapes as a Qwen3 layer of the drafter's config
   WeightVector final_norm;                // [hidden]
-  WeightMatrix embed_tokens;              // the target's [vocab][hidden]
-  WeightMatrix lm_head;                   // the target's [vocab][hidden]
+  WeightMatrix embed_tokens;              // the target's [vocab][hidden] (on the CPU)
+  WeightMatrix lm_head;                   // the target's [vocab][hidden] (on the CPU)
 };
 
+// The drafter's own tensors in its checkpoint, bound in place (embed_tokens and lm_head are left
+// empty: they are the target's). Throws tf::Error naming the tensor.
+DFlashWeights bind_dflash_weights(const Checkpoint& checkpoint, const DFlashConfig& config);
+
 // One lane's injected context: the K/V of every committed token in every drafter layer, plus
-// scratch room at the end for the block being drafted.
+// scratch room at the end for the block being drafted, kept where the drafter's backend runs.
 class DrafterContext {
  public:
+  // Where a backend keeps the entries; the drafter makes it on first use.
+  struct Storage {
+    virtual ~Storage() = default;
+  };
+
   int64_t size() const { return n_entries_; }
   // Drops entries at positions >= n (tokens the target rejected, or a rolled-back lane).
   void truncate(int64_t n) {
@@ -72,24 +81,21 @@ class DrafterContext {
  private:
   friend class DFlashDrafter;
   int64_t n_entries_ = 0;
-  std::vector<std::vector<float>> keys_;    // [n_layers][n_entries_ + scratch][kv_dim]
-  std::vector<std::vector<float>> values_;  // [n_layers][n_entries_ + scratch][kv_dim]
+  std::unique_ptr<Storage> storage_;
 };
 
+// The block drafter, on some backend. Drafts only propose: the target verifies every token, so a
+// backend's rounding changes which drafts are accepted, never the reply.
 class DFlashDrafter {
  public:
-  // Loads DIR/config.json and DIR/model.safetensors. The embedding and LM head are the target's:
-  // `target_weights` must outlive the drafter. Throws tf::Error naming the file and the field or
-  // tensor.
-  DFlashDrafter(const std::string& drafter_dir, const ModelConfig& target_config,
-                const Qwen3Weights& target_weights, int n_threads);
+  virtual ~DFlashDrafter() = default;
 
   const DFlashConfig& config() const { return config_; }
   int64_t n_block_logits() const { return config_.block_size - 1; }
 
   // Appends the entries of the next n_tokens committed tokens (positions context.size() ...);
   // taps: [n_tokens][config().tap_width()]. Each entry depends on its own token's taps alone.
-  void append_context(DrafterContext& context, const float* taps, int64_t n_tokens);
+  virtual void append_context(DrafterContext& context, const float* taps, int64_t n_tokens) = 0;
 
   // Drafts the block after last_token at `position`, seeing context entries 0..position-1
   // (context.size() must be at least position). logits: [B-1][vocab], row j predicting the
@@ -98,16 +104,57 @@ class DFlashDrafter {
   // The same in two steps, so a proposer can stop paying for the LM head where its confidence
   // ends: run_block keeps the block's final-normed rows, block_logits(j) gives row j's logits
   // (bitwise what propose_block writes there: the LM head's rows are independent).
-  void run_block(DrafterContext& context, int32_t last_token, int64_t position);
-  void block_logits(int64_t row, float* logits);
+  virtual void run_block(DrafterContext& context, int32_t last_token, int64_t position) = 0;
+  virtual void block_logits(int64_t row, float* logits) = 0;
+  // The k likeliest tokens of block row `row` (ties to the lower id), best first, with their
+  // softmax probabilities: what a proposer reads of a row. By default from block_logits.
+  struct Guess {
+    int32_t token;
+    float probability;
+  };
+  virtual std::vector<Guess> block_top(int64_t row, int64_t k);
 
- private:
-  void ensure_room(DrafterContext& context, int64_t n_slots) const;
-  // Rotated, normed K and V of `rows` inputs of layer `layer`, written to slots first_slot...
-  void write_kv(DrafterContext& context, int64_t layer, const float* inputs, int64_t n_rows,
-                int64_t first_slot, const int32_t* positions);
+ protected:
+  explicit DFlashDrafter(DFlashConfig config) : config_(std::move(config)) {}
+  // The context's storage of type T, made on first use.
+  template <class T>
+  static T& storage_of(DrafterContext& context) {
+    if (!context.storage_) context.storage_ = std::make_unique<T>();
+    return static_cast<T&>(*context.storage_);
+  }
+  static void set_size(DrafterContext& context, int64_t n) { context.n_entries_ = n; }
+  // Fails unless a block may be drafted at `position` after `last_token`.
+  void check_block(const DrafterContext& context, int32_t last_token, int64_t position) const;
 
   DFlashConfig config_;
+
+ private:
+  std::vector<float> row_logits_;  // block_top's scratch
+};
+
+// The drafter on the CPU, in f32 over the checkpoint's mapped weights.
+class CpuDFlashDrafter final : public DFlashDrafter {
+ public:
+  // Loads DIR/config.json and DIR/model.safetensors. The embedding and LM head are the target's:
+  // `target_weights` must outlive the drafter. Throws tf::Error naming the file and the field or
+  // tensor.
+  CpuDFlashDrafter(const std::string& drafter_dir, const ModelConfig& target_config,
+                   const Qwen3Weights& target_weights, int n_threads);
+
+  void append_context(DrafterContext& context, const float* taps, int64_t n_tokens) override;
+  void run_block(DrafterContext& context, int32_t last_token, int64_t position) override;
+  void block_logits(int64_t row, float* logits) override;
+
+ private:
+  struct ContextStorage : DrafterContext::Storage {
+    std::vector<std::vector<float>> keys;    // [n_layers][entries + scratch][kv_dim]
+    std::vector<std::vector<float>> values;  // [n_layers][entries + scratch][kv_dim]
+  };
+  ContextStorage& ensure_room(DrafterContext& context, int64_t n_slots) const;
+  // Rotated, normed K and V of `rows` inputs of layer `layer`, written to slots first_slot...
+  void write_kv(ContextStorage& storage, int64_t layer, const float* inputs, int64_t n_rows,
+                int64_t first_slot, const int32_t* positions);
+
   std::shared_ptr<Checkpoint> checkpoint_;
   DFlashWeights weights_;
   ThreadPool pool_;
@@ -118,7 +165,6 @@ class DFlashDrafter {
   std::vector<float> normed_;    // [n_rows][hidden]
   std::vector<float> q_;         // [n_rows][q_dim]
   std::vector<float> k_;         // [n_rows][kv_dim]
-  std::vector<float> v_;         // [n_rows][kv_dim]
   std::vector<float> attn_out_;  // [n_rows][q_dim]
   std::vector<float> proj_;      // [n_rows][hidden]
   std::vector<float> gate_;      // [n_rows][intermediate]
@@ -127,11 +173,14 @@ class DFlashDrafter {
   std::vector<float> block_normed_;  // [B-1][hidden] the last run_block's predicting rows
 };
 
-// Loads a drafter for a loaded target on any backend whose checkpoint weights are on the host (the
-// drafter runs on the CPU and shares the target's embedding and LM head); tf::Error naming the
-// directory otherwise.
+// Loads a drafter for a loaded target, on the target's backend (Model::load_drafter); tf::Error
+// naming the directory when it cannot.
 std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, const Model& target,
                                             int n_threads);
+// The CPU drafter beside a target whose checkpoint weights are on the host (it shares the target's
+// embedding and LM head); tf::Error naming the directory otherwise.
+std::shared_ptr<DFlashDrafter> load_cpu_drafter(const std::string& drafter_dir, const Model& target,
+                                                int n_threads);
 
 // The k highest logits' token ids, best first; ties go to the lower id (as the sampler's argmax).
 std::vector<int32_t> top_k_tokens(const float* logits, int64_t n_vocab, int64_t k);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "models/dflash_drafter.h"
 #include "models/qwen3.h"
 #if TF_HAVE_CUDA
 #include "backends/cuda/qwen3_cuda_model.h"
@@ -46,6 +47,10 @@ void Model::forward_and_pick(const Batch& batch, KvCache& kv, const std::vector<
       std::copy_n(row, n_vocab, logits + n_unpicked++ * n_vocab);
     }
   }
+}
+
+std::shared_ptr<DFlashDrafter> Model::load_drafter(const std::string& drafter_dir, int n_threads) const {
+  return load_cpu_drafter(drafter_dir, *this, n_threads);
 }
 
 std::shared_ptr<Model> load_model(const std::string& model_dir, const ModelLoadOptions& options) {

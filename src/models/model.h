@@ -15,6 +15,7 @@
 namespace tf {
 
 class KvCache;
+class DFlashDrafter;
 struct Qwen3Weights;
 
 // Who chooses the token after a logit row. With `sampling` set (greedy or seeded, penalties off) the
@@ -63,6 +64,9 @@ class Model {
     static const std::vector<float> none;
     return none;
   }
+  // The block drafter in drafter_dir, on this model's backend and sharing its embedding and LM head:
+  // by default on the CPU (load_cpu_drafter).
+  virtual std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, int n_threads) const;
 
  private:
   std::vector<float> all_logits_;  // forward_and_pick's default: every logit row of a forward

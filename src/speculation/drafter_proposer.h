@@ -48,15 +48,11 @@ class DrafterProposer final : public Proposer {
   // start past the context's end are ignored (the gap cannot be filled).
   void observe_taps(int64_t first_position, const float* taps, int64_t n_tokens);
   int64_t n_context() const { return context_.size(); }
-  // The block logits of the last propose() that ran the drafter: [B-1][vocab]; rows past the
-  // confident prefix were not computed.
-  const std::vector<float>& last_logits() const { return logits_; }
 
  private:
   std::shared_ptr<DFlashDrafter> drafter_;
   DrafterProposerOptions options_;
   DrafterContext context_;
-  std::vector<float> logits_;
 };
 
 }  // namespace tf

@@ -33,7 +33,7 @@ TEST(CudaSpeculationTest, ConcurrentEqualsSoloGreedy) {
   test::expect_concurrent_equals_solo(test::load_fixture("qwen3-tiny-b", "cuda"), false);
 }
 
-// The drafter runs on the CPU beside the GPU target, fed the taps the GPU hands back.
+// The drafter runs on the GPU beside the GPU target (load_drafter on a CUDA model), fed its taps.
 TEST(CudaSpeculationTest, DrafterOnKeepsEveryEquality) {
   test::expect_drafter_keeps_equalities(test::load_fixture("qwen3-tiny-a", "cuda"),
                                         test::source_path("tests/fixtures/drafter/tiny-a-drafter"));

@@ -6,6 +6,7 @@
 #include "backends/cuda/add.cuh"
 #include "backends/cuda/argmax.cuh"
 #include "backends/cuda/attention.cuh"
+#include "backends/cuda/cuda_dflash_drafter.h"
 #include "backends/cuda/cuda_kv_storage.h"
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/embedding.cuh"
@@ -43,6 +44,10 @@ Qwen3CudaModel::Qwen3CudaModel(ModelConfig config, Qwen3CudaWeights weights)
 void Qwen3CudaModel::keep_host_weights(std::shared_ptr<Checkpoint> checkpoint, const Qwen3Weights& weights) {
   host_checkpoint_ = std::move(checkpoint);
   host_weights_ = weights;
+}
+
+std::shared_ptr<DFlashDrafter> Qwen3CudaModel::load_drafter(const std::string& drafter_dir, int) const {
+  return std::make_shared<CudaDFlashDrafter>(drafter_dir, config_, weights_);
 }
 
 std::unique_ptr<KvStorage> Qwen3CudaModel::make_kv_storage(int64_t n_slots) const {

@@ -33,6 +33,8 @@ class Qwen3CudaModel : public Model {
   void set_tap_layers(std::vector<int> layers) override;
   const std::vector<float>& taps() const override { return taps_; }
   const Qwen3Weights* host_weights() const override { return host_checkpoint_ ? &host_weights_ : nullptr; }
+  // The drafter on the GPU too, sharing this model's embedding and LM head there.
+  std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, int n_threads) const override;
   // Keeps the mapped checkpoint and its bound views, so a CPU drafter can share embedding and LM head.
   void keep_host_weights(std::shared_ptr<Checkpoint> checkpoint, const Qwen3Weights& weights);
 

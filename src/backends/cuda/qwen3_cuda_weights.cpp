@@ -45,6 +45,21 @@ CudaMatrix allocate_matrix(int64_t n_rows, int64_t n_cols, const MatrixFormat& f
   return m;
 }
 
+// One decoder layer's buffers in the given formats (qkv, o, gate_up, down).
+Qwen3CudaLayerWeights allocate_layer(const ModelConfig& c, const std::array<MatrixFormat, 4>& format) {
+  const int64_t hidden = c.hidden_size, inter = c.intermediate_size, qkv = c.q_dim() + 2 * c.kv_dim();
+  Qwen3CudaLayerWeights l;
+  l.input_norm = DeviceBuffer<uint16_t>(size_t(hidden));
+  l.qkv_proj = allocate_matrix(qkv, hidden, format[0]);
+  l.q_norm = DeviceBuffer<uint16_t>(size_t(c.head_dim));
+  l.k_norm = DeviceBuffer<uint16_t>(size_t(c.head_dim));
+  l.o_proj = allocate_matrix(hidden, c.q_dim(), format[1]);
+  l.post_attention_norm = DeviceBuffer<uint16_t>(size_t(hidden));
+  l.gate_up_proj = allocate_matrix(2 * inter, hidden, format[2]);
+  l.down_proj = allocate_matrix(hidden, inter, format[3]);
+  return l;
+}
+
 // Buffers of the config's shape in the given formats, after checking they fit in free GPU memory.
 Qwen3CudaWeights allocate_weights(const ModelConfig& c, const Qwen3Formats& formats) {
   const int64_t hidden = c.hidden_size, inter = c.intermediate_size, qkv = c.q_dim() + 2 * c.kv_dim();
@@ -62,17 +77,7 @@ Qwen3CudaWeights allocate_weights(const ModelConfig& c, const Qwen3Formats& form
 
   Qwen3CudaWeights w;
   w.embed_tokens = allocate_matrix(c.vocab_size, hidden, formats.embed);
-  for (const auto& format : formats.layers) {
-    Qwen3CudaLayerWeights& l = w.layers.emplace_back();
-    l.input_norm = DeviceBuffer<uint16_t>(size_t(hidden));
-    l.qkv_proj = allocate_matrix(qkv, hidden, format[0]);
-    l.q_norm = DeviceBuffer<uint16_t>(size_t(c.head_dim));
-    l.k_norm = DeviceBuffer<uint16_t>(size_t(c.head_dim));
-    l.o_proj = allocate_matrix(hidden, c.q_dim(), format[1]);
-    l.post_attention_norm = DeviceBuffer<uint16_t>(size_t(hidden));
-    l.gate_up_proj = allocate_matrix(2 * inter, hidden, format[2]);
-    l.down_proj = allocate_matrix(hidden, inter, format[3]);
-  }
+  for (const auto& format : formats.layers) w.layers.push_back(allocate_layer(c, format));
   w.final_norm = DeviceBuffer<uint16_t>(size_t(hidden));
   if (!c.tie_word_embeddings) w.untied_lm_head = allocate_matrix(c.vocab_size, hidden, formats.lm_head);
   return w;
@@ -90,6 +95,11 @@ MatrixFormat format_of(std::initializer_list<const WeightMatrix*> parts) {
       (first.group_size != 32 && first.group_size != 64 && first.group_size != 128))
     return {};
   return {first.bits, first.group_size};
+}
+
+std::array<MatrixFormat, 4> layer_formats(const Qwen3LayerWeights& l) {
+  return {format_of({&l.q_proj, &l.k_proj, &l.v_proj}), format_of({&l.o_proj}), format_of({&l.gate_proj, &l.up_proj}),
+          format_of({&l.down_proj})};
 }
 
 // Host weights to the GPU. bf16 rows go straight from the mapped file; packed MLX rows are reordered
@@ -179,6 +189,17 @@ class WeightUploader {
   ThreadPool pool_;
 };
 
+void upload_layer(WeightUploader& upload, const Qwen3LayerWeights& from, Qwen3CudaLayerWeights& to) {
+  upload.vector(from.input_norm, to.input_norm);
+  upload.matrix({&from.q_proj, &from.k_proj, &from.v_proj}, to.qkv_proj);
+  upload.vector(from.q_norm, to.q_norm);
+  upload.vector(from.k_norm, to.k_norm);
+  upload.matrix({&from.o_proj}, to.o_proj);
+  upload.vector(from.post_attention_norm, to.post_attention_norm);
+  upload.matrix({&from.gate_proj, &from.up_proj}, to.gate_up_proj, /*is_interleaved=*/true);
+  upload.matrix({&from.down_proj}, to.down_proj);
+}
+
 void fill_ones(DeviceBuffer<uint16_t>& gain) {
   gain.copy_from_host(std::vector<uint16_t>(gain.size(), f32_to_bf16(1.0f)));
 }
@@ -189,27 +210,37 @@ Qwen3CudaWeights upload_qwen3_weights(const Qwen3Weights& weights, const ModelCo
   Qwen3Formats formats;
   formats.embed = format_of({&weights.embed_tokens});
   if (!c.tie_word_embeddings) formats.lm_head = format_of({&weights.lm_head});
-  for (const Qwen3LayerWeights& l : weights.layers)
-    formats.layers.push_back({format_of({&l.q_proj, &l.k_proj, &l.v_proj}), format_of({&l.o_proj}),
-                              format_of({&l.gate_proj, &l.up_proj}), format_of({&l.down_proj})});
+  for (const Qwen3LayerWeights& l : weights.layers) formats.layers.push_back(layer_formats(l));
   Qwen3CudaWeights w = allocate_weights(c, formats);
   WeightUploader upload;
   upload.matrix({&weights.embed_tokens}, w.embed_tokens);
-  for (size_t i = 0; i < w.layers.size(); ++i) {
-    const Qwen3LayerWeights& from = weights.layers[i];
-    Qwen3CudaLayerWeights& to = w.layers[i];
-    upload.vector(from.input_norm, to.input_norm);
-    upload.matrix({&from.q_proj, &from.k_proj, &from.v_proj}, to.qkv_proj);
-    upload.vector(from.q_norm, to.q_norm);
-    upload.vector(from.k_norm, to.k_norm);
-    upload.matrix({&from.o_proj}, to.o_proj);
-    upload.vector(from.post_attention_norm, to.post_attention_norm);
-    upload.matrix({&from.gate_proj, &from.up_proj}, to.gate_up_proj, /*is_interleaved=*/true);
-    upload.matrix({&from.down_proj}, to.down_proj);
-  }
+  for (size_t i = 0; i < w.layers.size(); ++i) upload_layer(upload, weights.layers[i], w.layers[i]);
   upload.vector(weights.final_norm, w.final_norm);
   if (!c.tie_word_embeddings) upload.matrix({&weights.lm_head}, w.untied_lm_head);
   return w;
+}
+
+std::vector<Qwen3CudaLayerWeights> upload_qwen3_layers(const std::vector<Qwen3LayerWeights>& layers,
+                                                       const ModelConfig& shape) {
+  WeightUploader upload;
+  std::vector<Qwen3CudaLayerWeights> out;
+  for (const Qwen3LayerWeights& from : layers) {
+    out.push_back(allocate_layer(shape, layer_formats(from)));
+    upload_layer(upload, from, out.back());
+  }
+  return out;
+}
+
+CudaMatrix upload_matrix(const WeightMatrix& weights) {
+  CudaMatrix m = allocate_matrix(weights.n_rows, weights.n_cols, format_of({&weights}));
+  WeightUploader().matrix({&weights}, m);
+  return m;
+}
+
+DeviceBuffer<uint16_t> upload_vector(const WeightVector& weights) {
+  DeviceBuffer<uint16_t> v(size_t(weights.n));
+  WeightUploader().vector(weights, v);
+  return v;
 }
 
 Qwen3CudaWeights synthetic_qwen3_cuda_weights(const ModelConfig& c) {

@@ -53,6 +53,14 @@ struct Qwen3CudaWeights {
 // rounded to bf16, which agrees with the packed form's single rounding to within one bf16 step.
 Qwen3CudaWeights upload_qwen3_weights(const Qwen3Weights& weights, const ModelConfig& config);
 
+// Decoder layers of `shape` (hidden, intermediate and head sizes) on the GPU, as the model's are: a
+// block drafter's layers.
+std::vector<Qwen3CudaLayerWeights> upload_qwen3_layers(const std::vector<Qwen3LayerWeights>& layers,
+                                                       const ModelConfig& shape);
+// One matrix (bf16, or packed MLX) and one gain vector (bf16), as upload_qwen3_weights stores them.
+CudaMatrix upload_matrix(const WeightMatrix& weights);
+DeviceBuffer<uint16_t> upload_vector(const WeightVector& weights);
+
 // Weights of the config's shape made on the GPU: bf16 matrices uniform in +-0.02 from a hash of
 // their index, or (config.quantization.bits 4 or 8) random packed words with random scales and
 // biases that spread the entries over about the same range; norm gains 1.
