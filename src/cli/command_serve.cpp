@@ -85,7 +85,7 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
   options.model_dir = flags.model_dir;
   options.synthetic = flags.synthetic;
   options.drafter_dir =
-      flags.synthetic.empty() ? resolve_drafter_dir(flags.model_dir, flags.drafter_dir) : "";
+      flags.synthetic.empty() ? resolve_drafter_dir(flags.model_dir, flags.drafter_dir, flags.device) : "";
   require(options.drafter_dir.empty() || std::filesystem::is_directory(options.drafter_dir),
           "--drafter " + options.drafter_dir + " is not a directory (give a DFlash drafter directory)");
   options.model_id = flags.synthetic.empty() ? model_id_of(flags.model_dir) : flags.synthetic;

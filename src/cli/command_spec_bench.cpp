@@ -104,7 +104,7 @@ void run_spec_bench(const SpecBenchFlags& flags) {
   auto tokenizer = load_tokenizer_if_present(flags.model_dir);
   if (!tokenizer) fail(flags.model_dir + " has no tokenizer.json; spec-bench needs one");
   std::shared_ptr<DFlashDrafter> drafter;
-  const std::string drafter_dir = resolve_drafter_dir(flags.model_dir, flags.drafter_dir);
+  const std::string drafter_dir = resolve_drafter_dir(flags.model_dir, flags.drafter_dir, flags.device);
   if (!drafter_dir.empty()) drafter = load_drafter(drafter_dir, *model, flags.n_threads);
   std::ostringstream report;
   report << "# Speculative rounds on the " << (flags.device == "cuda" ? "GPU" : "CPU") << ": " << flags.model_dir

@@ -19,8 +19,9 @@ void register_spec_eval_command(CLI::App& app);
 std::string default_model_dir();
 // The block drafter trained for the default model.
 std::string default_drafter_dir();
-// The --drafter flag: "auto" (the default drafter when running the default model, else none),
-// "none", or a directory. The drafter runs on the target's device.
-std::string resolve_drafter_dir(const std::string& model_dir, const std::string& drafter_flag);
+// The --drafter flag: "auto" (the default drafter when running the default model on the CPU, else
+// none), "none", or a directory. The drafter runs on the target's device.
+std::string resolve_drafter_dir(const std::string& model_dir, const std::string& drafter_flag,
+                                const std::string& device);
 
 }  // namespace tf::cli

@@ -30,9 +30,14 @@ std::string default_drafter_dir() {
 #endif
 }
 
-std::string resolve_drafter_dir(const std::string& model_dir, const std::string& drafter_flag) {
+std::string resolve_drafter_dir(const std::string& model_dir, const std::string& drafter_flag,
+                                const std::string& device) {
   if (drafter_flag == "none" || drafter_flag.empty()) return "";
   if (drafter_flag != "auto") return drafter_flag;
+  // Beside the embedded target on a GPU, a round of that small model costs about what the drafter's
+  // block does, so long copy alone is faster (h200-spec-eval-tensorfold-code-mlx4-gated.md): there
+  // "auto" means none, and --drafter DIR runs the drafter on the GPU.
+  if (device != "cpu") return "";
   // The embedded drafter was trained on the embedded target's taps; it means nothing to another model.
   namespace fs = std::filesystem;
   std::error_code ignored;
