@@ -147,10 +147,12 @@ if [ "$MODE" = sanitize ]; then
   sanitize memcheck gpu_test_cuda_model_invariance '*GraphReplay*:*Chunking*/0:*Picks*/3'
   sanitize memcheck gpu_test_cuda_model_parity "" 90
   sanitize memcheck gpu_test_cuda_speculation '*DraftedEqualsUndrafted*/1:*ConcurrentEqualsSoloSampled*' 150
+  sanitize memcheck gpu_test_cuda_drafter "" 120
   # racecheck (shared-memory hazards): every kernel test, and one parity case of the model.
   sanitize racecheck gpu_test_elementwise_kernels ""
   sanitize racecheck gpu_test_linear "" 90
   sanitize racecheck gpu_test_attention "" 150
+  sanitize racecheck gpu_test_cuda_drafter '*MatchesTheCpuDrafter*' 150
   sanitize racecheck gpu_test_cuda_model_parity '*LogitsMatchTheCpuModel/0'
   sanitize racecheck gpu_test_sampling "" 150
 fi
