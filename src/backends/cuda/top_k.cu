@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "backends/cuda/block_argmax.cuh"
 #include "backends/cuda/cuda_check.cuh"
 
 namespace tf::cuda {
@@ -12,11 +13,6 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
-
-// True when (value, id) beats (best_value, best_id): larger value, or equal value and lower id.
-__device__ __forceinline__ bool beats(float value, int id, float best_value, int best_id) {
-  return value > best_value || (value == best_value && id < best_id);
-}
 
 __global__ void top_k_softmax_kernel(const float* __restrict__ logits, int n_vocab, int k, int32_t* __restrict__ ids,
                                      float* __restrict__ probabilities) {
@@ -40,25 +36,8 @@ __global__ void top_k_softmax_kernel(const float* __restrict__ logits, int n_voc
         best_id = id;
       }
     }
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const float other_value = __shfl_xor_sync(0xffffffffu, best_value, offset);
-      const int other_id = __shfl_xor_sync(0xffffffffu, best_id, offset);
-      if (beats(other_value, other_id, best_value, best_id)) {
-        best_value = other_value;
-        best_id = other_id;
-      }
-    }
-    if (lane == 0) {
-      warp_values[warp] = best_value;
-      warp_ids[warp] = best_id;
-    }
-    __syncthreads();
+    block_argmax<kThreads>(&best_value, &best_id, warp_values, warp_ids);
     if (threadIdx.x == 0) {
-      for (int w = 1; w < kWarps; ++w)
-        if (beats(warp_values[w], warp_ids[w], best_value, best_id)) {
-          best_value = warp_values[w];
-          best_id = warp_ids[w];
-        }
       chosen[pick] = best_id;
       chosen_values[pick] = best_value;
     }
