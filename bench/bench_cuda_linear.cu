@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/affine_layout.h"
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/device_buffer.cuh"
-#include "backends/cuda/linear.cuh"
-#include "backends/cuda/affine_layout.h"
 #include "backends/cuda/fill_random.cuh"
+#include "backends/cuda/linear.cuh"
 #include "backends/cuda/linear_configs.cuh"
 #include "core/dtype.h"
 

@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/kernels/attention.h"
+#include "backends/cpu/kernels/simd.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/simd.h"
 
 namespace tf::cpu {
 namespace {

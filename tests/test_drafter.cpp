@@ -10,11 +10,13 @@
 #include <fstream>
 #include <random>
 
-#include "engine/kv_cache.h"
+#include "backends/backends.h"
+#include "backends/cpu/cpu_dflash_drafter.h"
+#include "backends/cpu/qwen3_cpu_model.h"
 #include "loader/safetensors.h"
 #include "models/dflash_drafter.h"
 #include "models/model.h"
-#include "models/qwen3.h"
+#include "runtime/kv_cache.h"
 #include "speculation/drafter_proposer.h"
 #include "support/expect_error.h"
 #include "support/fixtures.h"
@@ -51,7 +53,7 @@ const Qwen3Weights& target_weights(const Model& model) {
 std::vector<float> prefill_taps(Model& model, const std::vector<int32_t>& ids,
                                 std::vector<float>* logits, const std::vector<size_t>& chunk_starts = {0}) {
   const ModelConfig& c = model.config();
-  KvCache kv(c.n_layers, c.kv_dim(), kv_blocks_for(int64_t(ids.size())));
+  KvCache kv = make_kv_cache(model, kv_blocks_for(int64_t(ids.size())));
   int32_t lane = kv.lane_open();
   kv.lane_reserve(lane, int64_t(ids.size()));
   logits->assign(ids.size() * size_t(c.vocab_size), 0.0f);

@@ -6,6 +6,7 @@
 #include <random>
 #include <thread>
 
+#include "backends/backends.h"
 #include "engine/engine.h"
 #include "models/model.h"
 #include "support/engine_runner.h"

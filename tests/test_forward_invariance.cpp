@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "backends/backends.h"
 #include "models/model.h"
 #include "support/fixtures.h"
 #include "support/forward_runs.h"

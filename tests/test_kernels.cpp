@@ -6,14 +6,15 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/kernels/activation.h"
+#include "backends/cpu/kernels/linear.h"
+#include "backends/cpu/kernels/norm.h"
+#include "backends/cpu/kernels/rope.h"
+#include "backends/cpu/kernels/simd.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/activation.h"
-#include "kernels/cpu/linear.h"
-#include "kernels/cpu/norm.h"
-#include "kernels/cpu/rope.h"
-#include "kernels/cpu/simd.h"
+#include "models/rope_frequencies.h"
 
 namespace tf::cpu {
 namespace {

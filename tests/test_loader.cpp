@@ -10,7 +10,7 @@
 #include <functional>
 #include <random>
 
-#include "support/expect_error.h"
+#include "backends/backends.h"
 #include "core/error.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
@@ -18,6 +18,7 @@
 #include "models/model.h"
 #include "models/qwen3_weights.h"
 #include "models/synthetic.h"
+#include "support/expect_error.h"
 #include <nlohmann/json.hpp>
 
 namespace {
@@ -154,7 +155,7 @@ TEST(Loader, RejectsDevicesThisBuildLacks) {
 #if !TF_HAVE_CUDA
   options.device = "cuda";
   tf::test::expect_error_naming([&] { tf::load_model(dir, options); }, {"no CUDA backend", "-DTF_CUDA=ON"});
-  tf::test::expect_error_naming([] { tf::make_synthetic_model("qwen3-0.6b", 0, "cuda", 1); }, {"no CUDA backend"});
+  tf::test::expect_error_naming([] { tf::make_synthetic_model("qwen3-0.6b", 0, {.device = "cuda"}); }, {"no CUDA backend"});
 #endif
 }
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backends/backends.h"
 #include "models/dflash_drafter.h"
 #include "models/model.h"
 #include "support/engine_runner.h"

@@ -9,12 +9,12 @@
 #include <functional>
 #include <random>
 
-#include "support/expect_error.h"
 #include "core/error.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
 #include "loader/quantize.h"
 #include "models/qwen3_weights.h"
+#include "support/expect_error.h"
 #include <nlohmann/json.hpp>
 
 namespace {

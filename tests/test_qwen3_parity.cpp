@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "backends/backends.h"
 #include "models/model.h"
 #include "support/fixtures.h"
 #include "support/forward_runs.h"

@@ -6,9 +6,10 @@
 #include <cstring>
 #include <random>
 
-#include "engine/kv_cache.h"
+#include "backends/backends.h"
+#include "backends/cpu/qwen3_cpu_model.h"
 #include "models/dflash_drafter.h"
-#include "models/qwen3.h"
+#include "runtime/kv_cache.h"
 #include "support/engine_runner.h"
 #include "support/equalities.h"
 #include "support/fixtures.h"
@@ -199,7 +200,7 @@ TEST(SpeculationTest, TreeMaskIsolatesSiblings) {
   const int64_t vocab = c.vocab_size;
   std::mt19937 rng(5);
   for (int trial = 0; trial < 20; ++trial) {
-    KvCache kv(c.n_layers, c.kv_dim(), 64);
+    KvCache kv = make_kv_cache(*model, 64);
     int32_t lane = kv.lane_open();
     kv.lane_reserve(lane, 200);
     int32_t scratch = kv.lane_open();

@@ -13,7 +13,7 @@ ARCH="-gencode=arch=compute_90a,code=sm_90a"
 NVCC_FLAGS="-std=c++20 -O3 $ARCH -Isrc -Itests/gpu -Xcompiler -ffp-contract=off"
 CXX_FLAGS="-std=c++20 -O2 -ffp-contract=off -fno-fast-math -Wno-psabi -Isrc"
 # The CPU twins and what they need; none of it uses an external library.
-CPU_SOURCES="src/kernels/cpu/*.cpp src/core/dtype.cpp src/core/thread_pool.cpp src/sampling/sampler.cpp src/backends/cuda/affine_layout.cpp"
+CPU_SOURCES="src/backends/cpu/kernels/*.cpp src/models/rope_frequencies.cpp src/core/dtype.cpp src/core/thread_pool.cpp src/sampling/sampler.cpp src/backends/cuda/affine_layout.cpp"
 KERNEL_SOURCES="src/backends/cuda/*.cu"
 JOBS=$(nproc)
 

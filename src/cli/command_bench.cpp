@@ -7,14 +7,15 @@
 #include <random>
 #include <sstream>
 
+#include "backends/backends.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/receipt.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "engine/kv_cache.h"
 #include "models/model.h"
 #include "models/synthetic.h"
+#include "runtime/kv_cache.h"
 #include "sampling/sampler.h"
 #if TF_HAVE_CUDA
 #include "backends/cuda/device_info.h"
@@ -82,7 +83,7 @@ void run_bench(const BenchFlags& flags, const std::string& command_line) {
   if (flags.model_dir.empty() == flags.synthetic.empty()) fail("give exactly one of --model and --synthetic");
   std::shared_ptr<Model> model = flags.synthetic.empty()
                                      ? load_model_for_cli(flags.model_dir, flags.device, flags.n_threads)
-                                     : make_synthetic_model(flags.synthetic, flags.bits, flags.device, flags.n_threads);
+                                     : make_synthetic_model(flags.synthetic, flags.bits, {.device = flags.device, .n_threads = flags.n_threads});
   const ModelConfig& config = model->config();
   const int64_t n_vocab = config.vocab_size;
   const int64_t max_verify_rows =
@@ -108,7 +109,7 @@ void run_bench(const BenchFlags& flags, const std::string& command_line) {
   std::vector<int32_t> tokens(size_t(std::max<int64_t>(1, max_verify_rows)));
   // One cache for every repetition: a backend that captures a forward per shape and cache (CUDA
   // graphs) captures in the warm-up and replays in the timed runs, as a server does.
-  KvCache kv(*model, kv_blocks_for(n_positions));
+  KvCache kv = make_kv_cache(*model, kv_blocks_for(n_positions));
   for (int rep = 0; rep <= flags.repeats; ++rep) {  // repetition 0 warms up and is discarded
     int32_t lane = kv.lane_open();
     kv.lane_reserve(lane, n_positions);

@@ -6,8 +6,8 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
-#include "engine/kv_cache.h"
 #include "models/model.h"
+#include "runtime/kv_cache.h"
 #include "sampling/sampler.h"
 
 namespace tf::cli {
@@ -31,7 +31,7 @@ void run_eval(const EvalFlags& flags) {
          std::to_string(config.max_position_embeddings));
   for (int32_t id : ids)
     if (id >= config.vocab_size) fail("token id " + std::to_string(id) + " is outside the vocabulary");
-  KvCache kv(*model, kv_blocks_for(int64_t(ids.size())));
+  KvCache kv = make_kv_cache(*model, kv_blocks_for(int64_t(ids.size())));
   int32_t lane = kv.lane_open();
   kv.lane_reserve(lane, int64_t(ids.size()));
   Batch batch;

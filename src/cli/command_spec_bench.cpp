@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "backends/backends.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/receipt.h"

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "backends/backends.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/receipt.h"

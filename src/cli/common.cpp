@@ -1,3 +1,5 @@
+
+
 #include "cli/common.h"
 
 #include <unistd.h>
@@ -6,6 +8,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "backends/backends.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "models/model.h"

@@ -34,5 +34,4 @@ std::shared_ptr<const Tokenizer> load_tokenizer_if_present(const std::string& mo
 // The synthetic shapes' names, comma-separated, for --synthetic help texts.
 std::string synthetic_names_text();
 
-
 }  // namespace tf::cli

@@ -1,3 +1,5 @@
+
+
 #include "cli/receipt.h"
 
 #include <algorithm>

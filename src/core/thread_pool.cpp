@@ -1,3 +1,5 @@
+
+
 #include "core/thread_pool.h"
 
 #include <algorithm>

@@ -9,11 +9,11 @@
 
 #include "core/error.h"
 #include "core/sha256.h"
-#include "engine/batch.h"
-#include "engine/kv_cache.h"
 #include "engine/lane.h"
 #include "engine/stop_matcher.h"
 #include "models/model.h"
+#include "runtime/batch.h"
+#include "runtime/kv_cache.h"
 #include "speculation/drafter_proposer.h"
 #include "speculation/long_copy.h"
 #include "speculation/ngram.h"
@@ -111,7 +111,7 @@ struct Engine::Impl {
         tokenizer(std::move(t)),
         drafter(std::move(d)),
         eos_ids(model->config().eos_token_ids),
-        kv(*model, int64_t(opts.n_parallel) * kv_blocks_for(opts.n_ctx) + kv_blocks_for(opts.max_rows_per_round)) {
+        kv(make_kv_cache(*model, int64_t(opts.n_parallel) * kv_blocks_for(opts.n_ctx) + kv_blocks_for(opts.max_rows_per_round))) {
     scratch_lane = kv.lane_open();
     kv.lane_reserve(scratch_lane, opts.max_rows_per_round);
     if (drafter) {
@@ -433,6 +433,8 @@ void Engine::Impl::round() {
     std::lock_guard<std::mutex> lock(mutex);
     stats.rounds += 1;
     stats.rows += int64_t(batch.rows.size());
+    stats.rounds_with_several_lanes += placed.size() >= 2;
+    stats.most_lanes_in_a_round = std::max(stats.most_lanes_in_a_round, int64_t(placed.size()));
   }
   for (const LaneRows& p : placed) {
     if (p.is_decode) {
@@ -464,6 +466,7 @@ void Engine::Impl::accept(Lane& lane, const LaneRows& placed, const Batch& batch
   int64_t n_accepted = 0;
   std::vector<int64_t> committed_rows = {placed.first_row};
   std::vector<uint8_t> accepted_sources;
+  int64_t n_sibling_accepts = 0;
   for (;;) {
     int64_t row = placed.first_row + 1 + node;
     const float* row_logits = nullptr;
@@ -474,7 +477,10 @@ void Engine::Impl::accept(Lane& lane, const LaneRows& placed, const Batch& batch
     if (child >= 0) {
       const BatchRow& child_row = batch.rows[size_t(placed.first_row + 1 + child)];
       int32_t home = kv.slot(lane.kv_lane, child_row.pos);
-      if (child_row.kv_slot != home) kv.copy_slot(child_row.kv_slot, home);
+      if (child_row.kv_slot != home) {
+        kv.copy_slot(child_row.kv_slot, home);
+        ++n_sibling_accepts;
+      }
       lane.timings.draft_accepted_n += 1;
       accepted_sources.push_back(tree.sources[size_t(child)]);
       committed_rows.push_back(placed.first_row + 1 + child);
@@ -503,6 +509,7 @@ void Engine::Impl::accept(Lane& lane, const LaneRows& placed, const Batch& batch
   std::lock_guard<std::mutex> lock(mutex);
   stats.drafted_tokens += tree.size();
   stats.accepted_tokens += n_accepted;
+  stats.sibling_accepts += n_sibling_accepts;
   for (uint8_t source : tree.sources) stats.drafted_by_proposer[source % kProposerKinds] += 1;
   for (uint8_t source : accepted_sources) stats.accepted_by_proposer[source % kProposerKinds] += 1;
   for (int64_t d = 0; d < std::min<int64_t>(max_depth, kMaxTrackedDepth); ++d) {

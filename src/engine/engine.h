@@ -54,6 +54,9 @@ struct EngineStats {
   int64_t generated_tokens = 0;
   int64_t rounds = 0;
   int64_t rows = 0;  // summed over rounds: rows / rounds = rows per round
+  int64_t rounds_with_several_lanes = 0;  // rounds whose forward carried rows of two or more lanes
+  int64_t most_lanes_in_a_round = 0;      // the most lanes one forward has carried
+  int64_t sibling_accepts = 0;            // accepted draft rows off the main chain (K/V moved from scratch)
   int64_t drafted_tokens = 0;
   int64_t accepted_tokens = 0;
   // Acceptance per depth: rounds whose tree reached depth d+1, and rounds that accepted it.

@@ -1,3 +1,5 @@
+
+
 #include "loader/config_fields.h"
 
 #include "core/error.h"

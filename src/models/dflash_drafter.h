@@ -15,10 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "core/thread_pool.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
-#include "models/model.h"
 #include "models/qwen3_weights.h"
 
 namespace tf {
@@ -131,56 +129,6 @@ class DFlashDrafter {
  private:
   std::vector<float> row_logits_;  // block_top's scratch
 };
-
-// The drafter on the CPU, in f32 over the checkpoint's mapped weights.
-class CpuDFlashDrafter final : public DFlashDrafter {
- public:
-  // Loads DIR/config.json and DIR/model.safetensors. The embedding and LM head are the target's:
-  // `target_weights` must outlive the drafter. Throws tf::Error naming the file and the field or
-  // tensor.
-  CpuDFlashDrafter(const std::string& drafter_dir, const ModelConfig& target_config,
-                   const Qwen3Weights& target_weights, int n_threads);
-
-  void append_context(DrafterContext& context, const float* taps, int64_t n_tokens) override;
-  void run_block(DrafterContext& context, int32_t last_token, int64_t position) override;
-  void block_logits(int64_t row, float* logits) override;
-
- private:
-  struct ContextStorage : DrafterContext::Storage {
-    std::vector<std::vector<float>> keys;    // [n_layers][entries + scratch][kv_dim]
-    std::vector<std::vector<float>> values;  // [n_layers][entries + scratch][kv_dim]
-  };
-  ContextStorage& ensure_room(DrafterContext& context, int64_t n_slots) const;
-  // Rotated, normed K and V of `rows` inputs of layer `layer`, written to slots first_slot...
-  void write_kv(ContextStorage& storage, int64_t layer, const float* inputs, int64_t n_rows,
-                int64_t first_slot, const int32_t* positions);
-
-  std::shared_ptr<Checkpoint> checkpoint_;
-  DFlashWeights weights_;
-  ThreadPool pool_;
-  std::vector<float> inverse_frequencies_;
-
-  // Scratch, resized per call.
-  std::vector<float> features_;  // [n_rows][hidden]  context features c_t, or block hidden
-  std::vector<float> normed_;    // [n_rows][hidden]
-  std::vector<float> q_;         // [n_rows][q_dim]
-  std::vector<float> k_;         // [n_rows][kv_dim]
-  std::vector<float> attn_out_;  // [n_rows][q_dim]
-  std::vector<float> proj_;      // [n_rows][hidden]
-  std::vector<float> gate_;      // [n_rows][intermediate]
-  std::vector<float> up_;        // [n_rows][intermediate]
-  std::vector<int32_t> key_slots_;
-  std::vector<float> block_normed_;  // [B-1][hidden] the last run_block's predicting rows
-};
-
-// Loads a drafter for a loaded target, on the target's backend (Model::load_drafter); tf::Error
-// naming the directory when it cannot.
-std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, const Model& target,
-                                            int n_threads);
-// The CPU drafter beside a target whose checkpoint weights are on the host (it shares the target's
-// embedding and LM head); tf::Error naming the directory otherwise.
-std::shared_ptr<DFlashDrafter> load_cpu_drafter(const std::string& drafter_dir, const Model& target,
-                                                int n_threads);
 
 // The k highest logits' token ids, best first; ties go to the lower id (as the sampler's argmax).
 std::vector<int32_t> top_k_tokens(const float* logits, int64_t n_vocab, int64_t k);

@@ -1,25 +1,11 @@
+// The Model interface's shared part: forward_and_pick for backends that choose tokens on the host.
 #include "models/model.h"
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "models/dflash_drafter.h"
-#include "models/qwen3.h"
-#if TF_HAVE_CUDA
-#include "backends/cuda/qwen3_cuda_model.h"
-#endif
 
 namespace tf {
-
-void require_device_in_build(const std::string& device) {
-  if (device != "cpu" && device != "cuda") fail("unknown device '" + device + "' (use cpu or cuda)");
-#if !TF_HAVE_CUDA
-  if (device == "cuda")
-    fail("device 'cuda' is not available: this build has no CUDA backend (configure with -DTF_CUDA=ON, or use "
-         "--device cpu)");
-#endif
-}
-
 namespace {
 
 // The token a pick with sampling set chooses from its row's logits, on the host.
@@ -47,22 +33,6 @@ void Model::forward_and_pick(const Batch& batch, KvCache& kv, const std::vector<
       std::copy_n(row, n_vocab, logits + n_unpicked++ * n_vocab);
     }
   }
-}
-
-std::shared_ptr<DFlashDrafter> Model::load_drafter(const std::string& drafter_dir, int n_threads) const {
-  return load_cpu_drafter(drafter_dir, *this, n_threads);
-}
-
-std::shared_ptr<Model> load_model(const std::string& model_dir, const ModelLoadOptions& options) {
-  require_device_in_build(options.device);
-  ModelConfig config = ModelConfig::load(model_dir);
-  auto checkpoint = std::make_shared<Checkpoint>(Checkpoint::open(model_dir, options.progress));
-  Qwen3Weights weights = bind_qwen3_weights(*checkpoint, config);
-#if TF_HAVE_CUDA
-  // The GPU keeps its own copy of the weights; the mapped checkpoint stays for a CPU-side drafter.
-  if (options.device == "cuda") return cuda::make_qwen3_cuda_model(config, weights, checkpoint);
-#endif
-  return std::make_shared<Qwen3CpuModel>(config, weights, checkpoint, options.n_threads);
 }
 
 }  // namespace tf

@@ -6,17 +6,16 @@
 #include <vector>
 
 #include "core/error.h"
-#include "engine/batch.h"
-#include "engine/kv_storage.h"
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
+#include "runtime/batch.h"
+#include "runtime/kv_cache.h"
+#include "runtime/kv_storage.h"
 #include "sampling/sampler.h"
 
 namespace tf {
 
-class KvCache;
 class DFlashDrafter;
-struct Qwen3Weights;
 
 // Who chooses the token after a logit row. With `sampling` set (greedy or seeded, penalties off) the
 // model chooses it next to the logits (on a GPU they then never leave it): on the CPU the token
@@ -56,33 +55,22 @@ class Model {
   virtual void set_tap_layers(std::vector<int> layers) {
     if (!layers.empty()) fail("this backend cannot return hidden-state taps for a drafter");
   }
-  // Host-side views of the checkpoint's weights, which a block drafter on the CPU shares (embedding
-  // and LM head); nullptr when there are none (weights generated on a device).
-  virtual const Qwen3Weights* host_weights() const { return nullptr; }
   // [n_rows of the last forward][n_tap_layers * hidden], layers in the order given.
   virtual const std::vector<float>& taps() const {
     static const std::vector<float> none;
     return none;
   }
-  // The block drafter in drafter_dir, on this model's backend and sharing its embedding and LM head:
-  // by default on the CPU (load_cpu_drafter).
-  virtual std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, int n_threads) const;
+  // The block drafter in drafter_dir, on this model's backend and sharing its embedding and LM head.
+  // Throws tf::Error naming the directory and the field or tensor.
+  virtual std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, int n_threads) const = 0;
 
  private:
   std::vector<float> all_logits_;  // forward_and_pick's default: every logit row of a forward
 };
 
-struct ModelLoadOptions {
-  std::string device = "cpu";  // "cpu" or "cuda"
-  int n_threads = 0;           // CPU worker threads; 0 = one per core
-  LoadProgress progress;
-};
-
-// Fails unless `device` is "cpu", or "cuda" in a build with the CUDA backend.
-void require_device_in_build(const std::string& device);
-
-// Loads config.json and the weights of a model directory for the chosen backend; a device this
-// build lacks is an error that says so.
-std::shared_ptr<Model> load_model(const std::string& model_dir, const ModelLoadOptions& options);
+// A KV cache of n_blocks blocks in the model's own storage (Model::make_kv_storage).
+inline KvCache make_kv_cache(const Model& model, int64_t n_blocks) {
+  return KvCache(model.make_kv_storage(n_blocks * kKvBlockSize), n_blocks);
+}
 
 }  // namespace tf

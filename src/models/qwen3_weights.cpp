@@ -22,7 +22,6 @@ void check_dtype_and_alignment(const Checkpoint& checkpoint, const TensorView& t
          " is not aligned to its element size");
 }
 
-
 }  // namespace
 
 WeightVector bind_vector(const Checkpoint& checkpoint, const std::string& name, int64_t n) {

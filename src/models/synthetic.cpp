@@ -1,12 +1,10 @@
+
+
 #include "models/synthetic.h"
 
 #include <cstring>
 
 #include "core/error.h"
-#include "models/qwen3.h"
-#if TF_HAVE_CUDA
-#include "backends/cuda/qwen3_cuda_model.h"
-#endif
 
 namespace tf {
 namespace {
@@ -119,15 +117,8 @@ ModelConfig synthetic_config(const std::string& name) {
   return c;
 }
 
-std::shared_ptr<Model> make_synthetic_model(const std::string& name, int bits, const std::string& device,
-                                            int n_threads) {
-  if (bits != 0 && bits != 4 && bits != 8) fail("synthetic weights take --bits 0, 4 or 8");
-  ModelConfig c = synthetic_config(name);
-  require_device_in_build(device);
-  if (bits) c.quantization = QuantizationConfig{64, bits};
-#if TF_HAVE_CUDA
-  if (device == "cuda") return cuda::make_synthetic_qwen3_cuda_model(c);
-#endif
+SyntheticWeights make_synthetic_weights(const ModelConfig& c) {
+  const int bits = c.quantization.bits;
   auto storage = std::make_shared<SyntheticStorage>();
   Qwen3Weights w;
   w.embed_tokens = storage->matrix(c.vocab_size, c.hidden_size, bits);
@@ -148,7 +139,7 @@ std::shared_ptr<Model> make_synthetic_model(const std::string& name, int bits, c
   }
   w.final_norm = storage->ones(c.hidden_size);
   w.lm_head = c.tie_word_embeddings ? w.embed_tokens : storage->matrix(c.vocab_size, c.hidden_size, bits);
-  return std::make_shared<Qwen3CpuModel>(c, w, storage, n_threads);
+  return {w, storage};
 }
 
 }  // namespace tf

@@ -5,7 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "models/model.h"
+#include "loader/model_config.h"
+#include "models/qwen3_weights.h"
 
 namespace tf {
 
@@ -15,9 +16,12 @@ namespace tf {
 ModelConfig synthetic_config(const std::string& name);
 std::vector<std::string> synthetic_model_names();
 
-// Random weights of the named shape on a device, bf16 or (bits 4/8) MLX-quantized in groups of 64;
-// on "cuda" they are generated on the GPU.
-std::shared_ptr<Model> make_synthetic_model(const std::string& name, int bits, const std::string& device,
-                                            int n_threads);
+// Random weights of a config's shape (bf16, or MLX-quantized in groups of 64 when its
+// `quantization` says so) in host memory; `storage` owns what the views point into.
+struct SyntheticWeights {
+  Qwen3Weights weights;
+  std::shared_ptr<const void> storage;
+};
+SyntheticWeights make_synthetic_weights(const ModelConfig& config);
 
 }  // namespace tf

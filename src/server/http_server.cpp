@@ -13,6 +13,7 @@
 
 #include <httplib.h>
 
+#include "backends/backends.h"
 #include "core/error.h"
 #include "models/dflash_drafter.h"
 #include "models/synthetic.h"
@@ -239,7 +240,7 @@ struct HttpServer::Impl {
         auto tokenizer = Tokenizer::from_file(options.model_dir + "/tokenizer.json");
         auto model = options.synthetic.empty()
                          ? load_model(options.model_dir, options.load)
-                         : make_synthetic_model(options.synthetic, 0, options.load.device, options.load.n_threads);
+                         : make_synthetic_model(options.synthetic, 0, options.load);
         if (tokenizer->n_tokens() > model->config().vocab_size)
           fail("the tokenizer in " + options.model_dir + " has " + std::to_string(tokenizer->n_tokens()) +
                " tokens, more than the model's vocabulary of " + std::to_string(model->config().vocab_size));

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "backends/backends.h"
 #include "engine/engine.h"
 #include "models/model.h"
 

@@ -31,6 +31,13 @@ std::string prometheus_text(const EngineStats& stats) {
   append_metric(out, "rows_total", "counter", "Rows carried by all rounds.", double(stats.rows));
   append_metric(out, "rows_per_round", "gauge", "Mean rows per round since start.",
                 rows_per_round);
+  append_metric(out, "rounds_with_several_lanes_total", "counter",
+                "Rounds whose forward carried rows of two or more lanes.", double(stats.rounds_with_several_lanes));
+  append_metric(out, "most_lanes_in_a_round", "gauge", "The most lanes one forward has carried.",
+                double(stats.most_lanes_in_a_round));
+  append_metric(out, "sibling_accepts_total", "counter",
+                "Accepted draft rows off their tree's main chain (K/V moved from scratch slots).",
+                double(stats.sibling_accepts));
   append_metric(out, "queue_depth", "gauge", "Requests waiting for a lane.",
                 double(stats.queue_depth));
   append_metric(out, "lanes_live", "gauge", "Lanes generating now.", double(stats.lanes_live));

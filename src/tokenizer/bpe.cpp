@@ -6,8 +6,8 @@
 #include <queue>
 
 #include "core/error.h"
-#include "tokenizer/file_error.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/file_error.h"
 
 namespace tf {
 namespace {

@@ -1,6 +1,7 @@
 // PCRE2-backed Split steps (UTF + UCP so \p{L}, \s and (?i) are Unicode-aware, JIT when the
 // library has it) and validation of the ByteLevel step.
 #define PCRE2_CODE_UNIT_WIDTH 8
+
 #include "tokenizer/pre_tokenizer.h"
 
 #include <pcre2.h>

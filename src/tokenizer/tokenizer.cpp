@@ -8,10 +8,10 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "tokenizer/file_error.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/file_error.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/utf8.h"
 

@@ -10,11 +10,11 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/kernels/attention.h"
 #include "backends/cuda/attention.cuh"
 #include "backends/cuda/device_buffer.cuh"
 #include "core/thread_pool.h"
 #include "gpu_test.h"
-#include "kernels/cpu/attention.h"
 
 using namespace tf;
 using namespace tf::gpu_test;
@@ -30,7 +30,6 @@ struct Problem {
   std::vector<uint16_t> queries;              // [n_rows][n_heads * head_dim]
   std::vector<std::vector<int32_t>> visible;  // per row: logical keys in order
 };
-
 
 enum class Splits { parallel, in_order };  // with scratch, or without (one block per row)
 enum class Groups { none, chains };         // every row alone, or runs of prefix rows share blocks

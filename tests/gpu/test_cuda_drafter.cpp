@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <random>
 
+#include "backends/backends.h"
 #include "gpu_test.h"
 #include "models/dflash_drafter.h"
 #include "models/model.h"

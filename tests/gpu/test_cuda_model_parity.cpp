@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "backends/backends.h"
 #include "gpu_test.h"
 #include "models/model.h"
 #include "support/fixtures.h"

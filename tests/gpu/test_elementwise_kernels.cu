@@ -5,6 +5,10 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/kernels/activation.h"
+#include "backends/cpu/kernels/linear.h"
+#include "backends/cpu/kernels/norm.h"
+#include "backends/cpu/kernels/rope.h"
 #include "backends/cuda/activation.cuh"
 #include "backends/cuda/add.cuh"
 #include "backends/cuda/argmax.cuh"
@@ -17,10 +21,7 @@
 #include "backends/cuda/scatter_rows.cuh"
 #include "core/tensor.h"
 #include "gpu_test.h"
-#include "kernels/cpu/activation.h"
-#include "kernels/cpu/linear.h"
-#include "kernels/cpu/norm.h"
-#include "kernels/cpu/rope.h"
+#include "models/rope_frequencies.h"
 #include "sampling/sampler.h"
 
 using namespace tf;
@@ -70,7 +71,7 @@ void test_rms_norm(std::mt19937& rng) {
 
 void test_rope(std::mt19937& rng) {
   const int64_t n_rows = 9, n_heads = 4, head_dim = 128;
-  const std::vector<float> inverse_frequencies = cpu::rope_inverse_frequencies(head_dim, 1000000.0);
+  const std::vector<float> inverse_frequencies = rope_inverse_frequencies(head_dim, 1000000.0);
   std::vector<uint16_t> x = random_bf16(size_t(n_rows * n_heads * head_dim), rng);
   std::vector<int32_t> positions = {0, 1, 2, 17, 100, 4095, 32767, 40000, 131071};
   auto x_device = to_device(x);
@@ -178,7 +179,7 @@ void test_qk_norm_rope_to_cache(std::mt19937& rng) {
     auto k_gain = to_device(random_bf16(size_t(c.head_dim), rng, 1.0f));
     auto positions_device = to_device(positions);
     auto slots_device = to_device(slots);
-    auto frequencies = to_device(cpu::rope_inverse_frequencies(c.head_dim, 1000000.0));
+    auto frequencies = to_device(rope_inverse_frequencies(c.head_dim, 1000000.0));
 
     DeviceBuffer<uint16_t> q(size_t(n_rows * q_dim)), k(size_t(n_rows * kv_dim));
     DeviceBuffer<uint16_t> k_cache(size_t(n_slots * kv_dim)), v_cache(size_t(n_slots * kv_dim));

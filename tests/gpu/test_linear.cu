@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/kernels/linear.h"
 #include "backends/cuda/activation.cuh"
 #include "backends/cuda/affine_layout.h"
 #include "backends/cuda/device_buffer.cuh"
@@ -16,7 +17,6 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "gpu_test.h"
-#include "kernels/cpu/linear.h"
 
 using namespace tf;
 using namespace tf::gpu_test;
@@ -179,7 +179,6 @@ void test_configs_bitwise(int64_t n_out, int64_t n_in, std::mt19937& rng) {
   for (size_t i = 0; i < bad.size() && i < 12; ++i) what += (i == 0 ? "; differ: " : ", ") + bad[i];
   check(bad.empty(), what);
 }
-
 
 // bf16(scale * q + bias) rounded once to nearest even, as the GPU's bf16x2 fma computes it: the
 // sum is exact in double for these magnitudes, then rounded straight to 8 significant bits.

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/backends.h"
 #include "models/dflash_drafter.h"
 #include "support/engine_runner.h"
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "backends/backends.h"
 #include "models/model.h"
 
 namespace tf::test {

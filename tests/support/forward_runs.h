@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/kv_cache.h"
 #include "models/model.h"
+#include "runtime/kv_cache.h"
 
 namespace tf::test {
 
@@ -24,7 +24,7 @@ inline std::vector<int32_t> random_ids(std::mt19937& rng, int64_t n, int64_t voc
 // Logits of every position of `ids`, prefilled in one forward.
 inline std::vector<float> prefill_logits(Model& model, const std::vector<int32_t>& ids) {
   const ModelConfig& c = model.config();
-  KvCache kv(model, kv_blocks_for(int64_t(ids.size())));
+  KvCache kv = make_kv_cache(model, kv_blocks_for(int64_t(ids.size())));
   int32_t lane = kv.lane_open();
   kv.lane_reserve(lane, int64_t(ids.size()));
   Batch batch;
@@ -40,7 +40,7 @@ inline std::vector<float> prefill_logits(Model& model, const std::vector<int32_t
 inline std::vector<float> chunked_logits(Model& model, const std::vector<int32_t>& ids,
                                          const std::vector<int64_t>& chunks, int noise, std::mt19937& rng) {
   const int64_t n_vocab = model.config().vocab_size;
-  KvCache kv(model, 128);
+  KvCache kv = make_kv_cache(model, 128);
   int32_t lane = kv.lane_open();
   kv.lane_reserve(lane, int64_t(ids.size()));
   std::vector<int32_t> other_lanes;
@@ -99,7 +99,7 @@ inline std::vector<float> chain_logits(Model& model, const std::vector<int32_t>&
                                        const std::vector<int32_t>& chain, int n_siblings, std::mt19937& rng) {
   const int64_t vocab = model.config().vocab_size;
   const int32_t n_prompt = int32_t(prompt.size()), n_chain = int32_t(chain.size());
-  KvCache kv(model, 64);
+  KvCache kv = make_kv_cache(model, 64);
   int32_t lane = kv.lane_open();
   kv.lane_reserve(lane, n_prompt + n_chain);
   int32_t scratch = kv.lane_open();
@@ -156,7 +156,7 @@ inline void expect_picks_match_logits(Model& model, const std::vector<int32_t>& 
   std::vector<LogitRowPick> picks;
   for (int64_t i = 0; i < n; ++i) picks.push_back({kinds[i % 4], i + 1});
 
-  KvCache kv(model, kv_blocks_for(n));
+  KvCache kv = make_kv_cache(model, kv_blocks_for(n));
   const int32_t lane = kv.lane_open();
   kv.lane_reserve(lane, n);
   Batch batch;

@@ -1,3 +1,5 @@
+
+
 #include "backends/cuda/affine_layout.h"
 
 #include "backends/cuda/linear_weights.h"

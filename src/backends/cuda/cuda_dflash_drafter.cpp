@@ -15,9 +15,9 @@
 #include "backends/cuda/top_k.cuh"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "kernels/cpu/rope.h"
 #include "loader/checkpoint.h"
 #include "loader/config_fields.h"
+#include "models/rope_frequencies.h"
 
 namespace tf::cuda {
 namespace {
@@ -51,7 +51,7 @@ CudaDFlashDrafter::CudaDFlashDrafter(const std::string& drafter_dir, const Model
   final_norm_ = upload_vector(weights.final_norm);
   layers_ = upload_qwen3_layers(weights.layers, layer_shape(config_));
   inverse_frequencies_ = DeviceBuffer<float>(size_t(config_.head_dim / 2));
-  inverse_frequencies_.copy_from_host(cpu::rope_inverse_frequencies(config_.head_dim, config_.rope_theta));
+  inverse_frequencies_.copy_from_host(rope_inverse_frequencies(config_.head_dim, config_.rope_theta));
   logits_ = DeviceBuffer<float>(size_t(n_block_logits() * config_.vocab_size));
   const size_t n_guesses = size_t(n_block_logits() * kTopGuesses);
   top_ids_ = DeviceBuffer<int32_t>(n_guesses);

@@ -1,3 +1,5 @@
+
+
 #include "backends/cuda/cuda_kv_storage.h"
 
 #include <string>

@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "backends/cuda/device_buffer.cuh"
-#include "engine/kv_storage.h"
+#include "runtime/kv_storage.h"
 
 namespace tf::cuda {
 

@@ -1,3 +1,5 @@
+
+
 #include "backends/cuda/device_info.h"
 
 #include <algorithm>

@@ -3,12 +3,11 @@
 // wait_for_prior_kernel() before it reads anything an earlier kernel wrote and before it writes
 // anything. Launched plainly the wait returns at once, so results never change.
 // Overlap is opt-in per thread (OverlappedLaunchScope): the model asks for it on the forwards where
-// it measured faster; TF_CUDA_PDL=0 turns it off everywhere.
+// it measured faster, unless its options turn overlap off (serve --cuda-overlap off).
 #pragma once
 #include <cuda_runtime.h>
 
 #include "backends/cuda/cuda_check.cuh"
-#include "backends/cuda/env_switch.h"
 
 namespace tf::cuda {
 
@@ -17,17 +16,12 @@ __device__ __forceinline__ void wait_for_prior_kernel() { asm volatile("griddepc
 // Lets the next overlapped kernel be scheduled once every block of this one has called it.
 __device__ __forceinline__ void let_next_kernel_start() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
-inline bool overlapped_launches_enabled() {
-  static const bool enabled = is_switched_on("TF_CUDA_PDL");
-  return enabled;
-}
-
 inline bool& overlap_requested_on_this_thread() {
   thread_local bool requested = false;
   return requested;
 }
 
-// Launches through launch_overlapped overlap while this lives (and TF_CUDA_PDL is not 0).
+// Launches through launch_overlapped on this thread overlap while this lives.
 class OverlappedLaunchScope {
  public:
   explicit OverlappedLaunchScope(bool overlap) : previous_(overlap_requested_on_this_thread()) {
@@ -53,7 +47,7 @@ void launch_overlapped(const char* kernel_name, void (*kernel)(KernelParams...),
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = overlapped_launches_enabled() && overlap_requested_on_this_thread() ? 1 : 0;
+  config.numAttrs = overlap_requested_on_this_thread() ? 1 : 0;
   const cudaError_t status = cudaLaunchKernelEx(&config, kernel, static_cast<KernelParams>(args)...);
   if (status != cudaSuccess) fail_cuda(status, kernel_name, __FILE__, __LINE__);
 }

@@ -1,3 +1,5 @@
+
+
 #include "backends/cuda/qwen3_cuda_model.h"
 
 #include <cmath>
@@ -10,12 +12,11 @@
 #include "backends/cuda/cuda_kv_storage.h"
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/embedding.cuh"
-#include "backends/cuda/env_switch.h"
 #include "backends/cuda/fused_norms.cuh"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/overlapped_launch.cuh"
 #include "backends/cuda/rms_norm.cuh"
-#include "kernels/cpu/rope.h"
+#include "models/rope_frequencies.h"
 
 namespace tf::cuda {
 namespace {
@@ -35,15 +36,10 @@ constexpr int64_t kMaxOverlappedRows = 8;
 
 }  // namespace
 
-Qwen3CudaModel::Qwen3CudaModel(ModelConfig config, Qwen3CudaWeights weights)
-    : config_(std::move(config)), weights_(std::move(weights)), use_graphs_(is_switched_on("TF_CUDA_GRAPHS")) {
+Qwen3CudaModel::Qwen3CudaModel(ModelConfig config, Qwen3CudaWeights weights, CudaModelOptions options)
+    : config_(std::move(config)), weights_(std::move(weights)), options_(options) {
   inverse_frequencies_ = DeviceBuffer<float>(size_t(config_.head_dim / 2));
-  inverse_frequencies_.copy_from_host(cpu::rope_inverse_frequencies(config_.head_dim, config_.rope_theta));
-}
-
-void Qwen3CudaModel::keep_host_weights(std::shared_ptr<Checkpoint> checkpoint, const Qwen3Weights& weights) {
-  host_checkpoint_ = std::move(checkpoint);
-  host_weights_ = weights;
+  inverse_frequencies_.copy_from_host(rope_inverse_frequencies(config_.head_dim, config_.rope_theta));
 }
 
 std::shared_ptr<DFlashDrafter> Qwen3CudaModel::load_drafter(const std::string& drafter_dir, int) const {
@@ -252,9 +248,9 @@ int64_t Qwen3CudaModel::enqueue_forward(const Batch& batch, KvCache& kv) {
   CudaKvStorage& storage = kv.storage_as<CudaKvStorage>();
   const int64_t n_logit_rows = upload_rows(batch, kv);
   cudaStream_t stream = stream_.get();
-  const OverlappedLaunchScope overlap(n_rows <= kMaxOverlappedRows);  // a captured graph keeps the choice
+  const OverlappedLaunchScope overlap(options_.use_overlapped_launches && n_rows <= kMaxOverlappedRows);  // a captured graph keeps the choice
 
-  if (use_graphs_ && n_rows <= kMaxGraphRows) {
+  if (options_.use_graphs && n_rows <= kMaxGraphRows) {
     const GraphKey key{n_rows, n_logit_rows, storage.keys(0), storage.values(0), storage.n_slots()};
     auto graph = graphs_.find(key);
     if (graph == graphs_.end()) {
@@ -337,16 +333,14 @@ void Qwen3CudaModel::forward_and_pick(const Batch& batch, KvCache& kv, const std
 }
 
 std::shared_ptr<Model> make_qwen3_cuda_model(const ModelConfig& config, const Qwen3Weights& weights,
-                                             std::shared_ptr<Checkpoint> checkpoint) {
+                                             CudaModelOptions options) {
   require_hopper_gpu();
-  auto model = std::make_shared<Qwen3CudaModel>(config, upload_qwen3_weights(weights, config));
-  model->keep_host_weights(std::move(checkpoint), weights);
-  return model;
+  return std::make_shared<Qwen3CudaModel>(config, upload_qwen3_weights(weights, config), options);
 }
 
-std::shared_ptr<Model> make_synthetic_qwen3_cuda_model(const ModelConfig& config) {
+std::shared_ptr<Model> make_synthetic_qwen3_cuda_model(const ModelConfig& config, CudaModelOptions options) {
   require_hopper_gpu();
-  return std::make_shared<Qwen3CudaModel>(config, synthetic_qwen3_cuda_weights(config));
+  return std::make_shared<Qwen3CudaModel>(config, synthetic_qwen3_cuda_weights(config), options);
 }
 
 }  // namespace tf::cuda

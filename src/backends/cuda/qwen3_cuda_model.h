@@ -11,16 +11,22 @@
 #include "backends/cuda/qwen3_cuda_weights.h"
 #include "backends/cuda/sample.cuh"
 #include "backends/cuda/stream_graph.h"
-#include "engine/kv_cache.h"
 #include "models/model.h"
+#include "runtime/kv_cache.h"
 
 namespace tf::cuda {
 
 class CudaKvStorage;
 
+// Launch choices that never change results, only speed: off only to measure what each is worth.
+struct CudaModelOptions {
+  bool use_graphs = true;              // replay captured graphs for small forwards
+  bool use_overlapped_launches = true;  // programmatic dependent launch where it measured faster
+};
+
 class Qwen3CudaModel : public Model {
  public:
-  Qwen3CudaModel(ModelConfig config, Qwen3CudaWeights weights);
+  Qwen3CudaModel(ModelConfig config, Qwen3CudaWeights weights, CudaModelOptions options = {});
 
   const ModelConfig& config() const override { return config_; }
   void forward(const Batch& batch, KvCache& kv, float* logits) override;
@@ -32,11 +38,8 @@ class Qwen3CudaModel : public Model {
   int64_t weight_bytes_per_step() const override;
   void set_tap_layers(std::vector<int> layers) override;
   const std::vector<float>& taps() const override { return taps_; }
-  const Qwen3Weights* host_weights() const override { return host_checkpoint_ ? &host_weights_ : nullptr; }
   // The drafter on the GPU too, sharing this model's embedding and LM head there.
   std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, int n_threads) const override;
-  // Keeps the mapped checkpoint and its bound views, so a CPU drafter can share embedding and LM head.
-  void keep_host_weights(std::shared_ptr<Checkpoint> checkpoint, const Qwen3Weights& weights);
 
  private:
   // Which captured graph replays a forward: its launch shapes and the KV cache it writes. Every
@@ -72,16 +75,14 @@ class Qwen3CudaModel : public Model {
 
   ModelConfig config_;
   Qwen3CudaWeights weights_;
-  std::shared_ptr<Checkpoint> host_checkpoint_;
-  Qwen3Weights host_weights_;
   DeviceBuffer<float> inverse_frequencies_;  // [head_dim / 2]
   std::vector<int> tap_layers_;
   std::vector<float> taps_;  // [n_rows][tap_layers_.size() * hidden]
 
   CudaStream stream_;
   // Forwards of up to kMaxGraphRows rows (decode and verify rounds, where launches dominate) are
-  // captured once per shape and replayed; TF_CUDA_GRAPHS=0 runs every forward eagerly instead.
-  bool use_graphs_ = true;
+  // captured once per shape and replayed; without use_graphs every forward runs eagerly.
+  CudaModelOptions options_;
   std::map<GraphKey, CapturedGraph> graphs_;
 
   // Row metadata: the host staging buffer and its device copy, both laid out as
@@ -119,11 +120,10 @@ class Qwen3CudaModel : public Model {
   PinnedHostBuffer<uint16_t> tap_staging_;
 };
 
-// Uploads a checkpoint's bound weights (see upload_qwen3_weights) and keeps the mapped checkpoint
-// for a CPU-side drafter.
+// Uploads a checkpoint's bound weights (see upload_qwen3_weights).
 std::shared_ptr<Model> make_qwen3_cuda_model(const ModelConfig& config, const Qwen3Weights& weights,
-                                             std::shared_ptr<Checkpoint> checkpoint);
+                                             CudaModelOptions options = {});
 // A model of the config's shape with weights generated on the GPU.
-std::shared_ptr<Model> make_synthetic_qwen3_cuda_model(const ModelConfig& config);
+std::shared_ptr<Model> make_synthetic_qwen3_cuda_model(const ModelConfig& config, CudaModelOptions options = {});
 
 }  // namespace tf::cuda

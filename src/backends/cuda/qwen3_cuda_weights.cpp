@@ -1,3 +1,5 @@
+
+
 #include "backends/cuda/qwen3_cuda_weights.h"
 
 #include <algorithm>
@@ -8,7 +10,7 @@
 #include "backends/cuda/affine_layout.h"
 #include "backends/cuda/fill_random.cuh"
 #include "core/thread_pool.h"
-#include "kernels/cpu/linear.h"
+#include "loader/dequantize.h"
 
 namespace tf::cuda {
 namespace {
@@ -174,7 +176,7 @@ class WeightUploader {
       pool_.parallel_for(n_rows, [&](int64_t begin, int64_t end) {
         std::vector<float> row(static_cast<size_t>(w.n_cols));
         for (int64_t r = begin; r < end; ++r) {
-          cpu::matrix_row_f32(w, first + r, row.data());
+          dequantize_row(w, first + r, row.data());
           uint16_t* out = staging_.data() + r * w.n_cols;
           for (int64_t i = 0; i < w.n_cols; ++i) out[i] = f32_to_bf16(row[size_t(i)]);
         }

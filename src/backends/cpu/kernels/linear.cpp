@@ -1,11 +1,11 @@
 // y = x W^T on the CPU: register tiles of rows x columns over weights decoded in registers.
-#include "kernels/cpu/linear.h"
+#include "backends/cpu/kernels/linear.h"
 
 #include <algorithm>
 #include <string>
 
+#include "backends/cpu/kernels/simd.h"
 #include "core/error.h"
-#include "kernels/cpu/simd.h"
 
 namespace tf::cpu {
 namespace {

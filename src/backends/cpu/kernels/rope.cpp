@@ -1,5 +1,5 @@
 // Rotary position embedding, rotate-half form, with angles rounded as transformers rounds them.
-#include "kernels/cpu/rope.h"
+#include "backends/cpu/kernels/rope.h"
 
 #include <cmath>
 
@@ -15,16 +15,6 @@ void rope_cos_sin(int32_t position, float inverse_frequency, float* cos_out, flo
 }
 
 }  // namespace
-
-std::vector<float> rope_inverse_frequencies(int64_t head_dim, double theta) {
-  // transformers: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all in float32.
-  std::vector<float> inverse_frequencies(size_t(head_dim / 2));
-  for (int64_t i = 0; i < head_dim / 2; ++i) {
-    const float exponent = float(2 * i) / float(head_dim);
-    inverse_frequencies[size_t(i)] = 1.0f / std::pow(float(theta), exponent);
-  }
-  return inverse_frequencies;
-}
 
 void rope_apply(float* x, int64_t n_rows, int64_t n_heads, int64_t head_dim,
                 const int32_t* positions, const std::vector<float>& inverse_frequencies) {

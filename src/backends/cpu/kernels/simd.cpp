@@ -1,5 +1,5 @@
 // Picks the SIMD level the CPU kernels dispatch to.
-#include "kernels/cpu/simd.h"
+#include "backends/cpu/kernels/simd.h"
 
 #include <atomic>
 

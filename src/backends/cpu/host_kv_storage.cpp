@@ -1,4 +1,6 @@
-#include "engine/kv_storage.h"
+
+
+#include "backends/cpu/host_kv_storage.h"
 
 #include <algorithm>
 

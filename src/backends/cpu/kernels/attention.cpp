@@ -1,12 +1,12 @@
 // Attention on the CPU: per (row, head), keys in logical order, online softmax merged per chunk.
-#include "kernels/cpu/attention.h"
+#include "backends/cpu/kernels/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/simd.h"
+#include "backends/cpu/kernels/simd.h"
 
 namespace tf::cpu {
 

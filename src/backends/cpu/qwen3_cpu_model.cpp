@@ -1,15 +1,19 @@
-#include "models/qwen3.h"
+
+
+#include "backends/cpu/qwen3_cpu_model.h"
 
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/cpu_dflash_drafter.h"
+#include "backends/cpu/kernels/activation.h"
+#include "backends/cpu/kernels/attention.h"
+#include "backends/cpu/kernels/linear.h"
+#include "backends/cpu/kernels/norm.h"
+#include "backends/cpu/kernels/rope.h"
 #include "core/error.h"
-#include "engine/kv_cache.h"
-#include "kernels/cpu/activation.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/linear.h"
-#include "kernels/cpu/norm.h"
-#include "kernels/cpu/rope.h"
+#include "models/rope_frequencies.h"
+#include "runtime/kv_cache.h"
 
 namespace tf {
 
@@ -19,7 +23,7 @@ Qwen3CpuModel::Qwen3CpuModel(ModelConfig config, Qwen3Weights weights,
       weights_(std::move(weights)),
       storage_(std::move(storage)),
       pool_(n_threads),
-      inverse_frequencies_(cpu::rope_inverse_frequencies(config_.head_dim, config_.rope_theta)) {}
+      inverse_frequencies_(rope_inverse_frequencies(config_.head_dim, config_.rope_theta)) {}
 
 static int64_t matrix_bytes(const WeightMatrix& w) {
   if (!w.is_quantized()) return w.n_rows * w.n_cols * int64_t(dtype_size(w.dtype));
@@ -43,6 +47,10 @@ void Qwen3CpuModel::set_tap_layers(std::vector<int> layers) {
            std::to_string(config_.n_layers) + " layers");
   tap_layers_ = std::move(layers);
   taps_.clear();
+}
+
+std::shared_ptr<DFlashDrafter> Qwen3CpuModel::load_drafter(const std::string& drafter_dir, int n_threads) const {
+  return std::make_shared<CpuDFlashDrafter>(drafter_dir, config_, weights_, n_threads);
 }
 
 std::unique_ptr<KvStorage> Qwen3CpuModel::make_kv_storage(int64_t n_slots) const {

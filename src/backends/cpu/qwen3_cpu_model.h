@@ -3,10 +3,11 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cpu/host_kv_storage.h"
 #include "core/thread_pool.h"
-#include "engine/kv_cache.h"
 #include "models/model.h"
 #include "models/qwen3_weights.h"
+#include "runtime/kv_cache.h"
 
 namespace tf {
 
@@ -22,9 +23,10 @@ class Qwen3CpuModel : public Model {
   int64_t weight_bytes_per_step() const override;
   void set_tap_layers(std::vector<int> layers) override;
   const std::vector<float>& taps() const override { return taps_; }
+  // The CPU drafter, sharing this model's embedding and LM head.
+  std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, int n_threads) const override;
   // The bound weights; a drafter shares the embedding and the LM head.
   const Qwen3Weights& weights() const { return weights_; }
-  const Qwen3Weights* host_weights() const override { return &weights_; }
 
  private:
   void attention_block(int64_t layer, const Batch& batch, HostKvStorage& kv);

@@ -1,17 +1,12 @@
-#include "engine/kv_cache.h"
+
+
+#include "runtime/kv_cache.h"
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "models/model.h"
 
 namespace tf {
-
-KvCache::KvCache(const Model& model, int64_t n_blocks, int64_t block_size)
-    : KvCache(model.make_kv_storage(n_blocks * block_size), n_blocks, block_size) {}
-
-KvCache::KvCache(int64_t n_layers, int64_t kv_dim, int64_t n_blocks, int64_t block_size)
-    : KvCache(std::make_unique<HostKvStorage>(n_layers, kv_dim, n_blocks * block_size), n_blocks, block_size) {}
 
 KvCache::KvCache(std::unique_ptr<KvStorage> storage, int64_t n_blocks, int64_t block_size)
     : storage_(std::move(storage)), n_blocks_(n_blocks), block_size_(block_size) {

@@ -7,12 +7,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "engine/batch.h"
-#include "engine/kv_storage.h"
+#include "runtime/batch.h"
+#include "runtime/kv_storage.h"
 
 namespace tf {
-
-class Model;
 
 constexpr int64_t kKvBlockSize = 16;
 inline int64_t kv_blocks_for(int64_t n_positions) {
@@ -21,10 +19,9 @@ inline int64_t kv_blocks_for(int64_t n_positions) {
 
 class KvCache {
  public:
-  // n_blocks blocks of storage on the model's device (Model::make_kv_storage).
-  KvCache(const Model& model, int64_t n_blocks, int64_t block_size = kKvBlockSize);
-  // Host f32 storage, the CPU backend's.
-  KvCache(int64_t n_layers, int64_t kv_dim, int64_t n_blocks, int64_t block_size = kKvBlockSize);
+  // n_blocks blocks over `storage`, which holds n_blocks * block_size slots (a backend makes it:
+  // make_kv_cache in models/model.h).
+  KvCache(std::unique_ptr<KvStorage> storage, int64_t n_blocks, int64_t block_size = kKvBlockSize);
 
   // The storage as the backend's own type; a cache made for another device is an error.
   template <class Storage>
@@ -51,8 +48,6 @@ class KvCache {
   void copy_slot(int32_t from, int32_t to) { storage_->copy_slot(from, to); }
 
  private:
-  KvCache(std::unique_ptr<KvStorage> storage, int64_t n_blocks, int64_t block_size);
-
   std::unique_ptr<KvStorage> storage_;
   int64_t n_blocks_;
   int64_t block_size_;

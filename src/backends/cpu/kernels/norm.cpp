@@ -1,9 +1,9 @@
 // RMSNorm on the CPU: the sum of squares in the fixed lane order of simd.h, then a per-element scale.
-#include "kernels/cpu/norm.h"
+#include "backends/cpu/kernels/norm.h"
 
 #include <cmath>
 
-#include "kernels/cpu/simd.h"
+#include "backends/cpu/kernels/simd.h"
 
 namespace tf::cpu {
 

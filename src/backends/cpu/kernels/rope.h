@@ -1,12 +1,9 @@
-// Rotary position embedding (the rotate-half form Qwen uses), angles from one function.
+// Rotary position embedding (the rotate-half form Qwen uses), angles from models/rope_frequencies.h.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 namespace tf::cpu {
-
-// The inverse frequencies theta^(-2i/head_dim), i < head_dim/2, computed as transformers does.
-std::vector<float> rope_inverse_frequencies(int64_t head_dim, double theta);
 
 // Rotates x: [n_rows][n_heads][head_dim] in place; row r is at logical position positions[r].
 void rope_apply(float* x, int64_t n_rows, int64_t n_heads, int64_t head_dim,

@@ -1,5 +1,5 @@
 // SwiGLU on the CPU, with silu written as PyTorch computes it.
-#include "kernels/cpu/activation.h"
+#include "backends/cpu/kernels/activation.h"
 
 #include <cmath>
 

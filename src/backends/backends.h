@@ -1,0 +1,36 @@
+// The one place that names every backend: a model directory (or a synthetic shape) becomes a Model
+// on the device asked for. Everything above it sees only the Model interface.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "loader/checkpoint.h"
+#include "models/model.h"
+
+namespace tf {
+
+struct ModelLoadOptions {
+  std::string device = "cpu";  // "cpu" or "cuda"
+  int n_threads = 0;           // CPU worker threads; 0 = one per core
+  // CUDA: replay captured graphs for small forwards, and overlap kernel launches (programmatic
+  // dependent launch); off only to measure what each is worth.
+  bool use_cuda_graphs = true;
+  bool use_overlapped_launches = true;
+  LoadProgress progress;
+};
+
+// Fails unless `device` is "cpu", or "cuda" in a build with the CUDA backend.
+void require_device_in_build(const std::string& device);
+
+// Loads config.json and the weights of a model directory for the chosen backend; a device this
+// build lacks is an error that says so.
+std::shared_ptr<Model> load_model(const std::string& model_dir, const ModelLoadOptions& options);
+
+// Random weights of a known shape (models/synthetic.h) on a device, bf16 or (bits 4/8)
+// MLX-quantized in groups of 64; on "cuda" they are generated on the GPU.
+std::shared_ptr<Model> make_synthetic_model(const std::string& name, int bits, const ModelLoadOptions& options);
+
+// The block drafter in drafter_dir beside a loaded target, on the target's backend.
+std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, const Model& target, int n_threads);
+
+}  // namespace tf
