@@ -70,7 +70,7 @@ TEST(ModelZooTest, FourBitCopyAgreesOnAPlainPrompt) {
   GenerationRequest r;
   r.prompt = zoo().tokenizer->encode("import os\nimport sys\n\n\ndef main():\n");
   r.max_tokens = 4;
-  r.use_draft = false;
+  r.draft.proposers = kNoProposers;
   EngineOptions options;
   auto full = run_requests(zoo().target, {r}, options, true, zoo().tokenizer);
   auto four = run_requests(quantized, {r}, options, true, zoo().tokenizer);
@@ -98,7 +98,7 @@ TEST(ModelZooTest, TrainedDrafterKeepsTheThreeEqualities) {
   options.n_ctx = 2048;
   auto drafted_together = run_requests(zoo().target, requests, options, true, zoo().tokenizer, zoo().drafter);
   auto drafted_alone = run_requests(zoo().target, requests, options, false, zoo().tokenizer, zoo().drafter);
-  for (auto& r : requests) r.use_draft = false;
+  for (auto& r : requests) r.draft.proposers = kNoProposers;
   auto plain = run_requests(zoo().target, requests, options, false, zoo().tokenizer, zoo().drafter);
   for (size_t i = 0; i < requests.size(); ++i) {
     EXPECT_EQ(drafted_together[i].tokens, plain[i].tokens) << "request " << i;

@@ -101,7 +101,7 @@ TEST(Sampler, GreedyIgnoresSamplingKnobs) {
     params.top_p = 0.1f;
     params.seed = 99;
     for (int position = 0; position < 20; ++position) {
-      EXPECT_EQ(sampler.sample(logits.data(), 4, params, position, {}), 1);
+      EXPECT_EQ(sampler.sample(logits.data(), 4, params, position), 1);
     }
   }
 }
@@ -133,7 +133,7 @@ TEST(Sampler, PenaltiesMatchPrePenalizedLogits) {
   Sampler sampler;
   for (int position = 0; position < 500; ++position) {
     EXPECT_EQ(sampler.sample(logits.data(), 4, params, position, counts),
-              sampler.sample(penalized.data(), 4, plain, position, {}));
+              sampler.sample(penalized.data(), 4, plain, position));
   }
   // A large presence penalty removes the token entirely.
   params.presence_penalty = 100.0f;
@@ -145,8 +145,8 @@ TEST(Sampler, TemperatureDividesLogits) {
   const std::vector<float> halved = {1.0f, 0.0f, -0.5f};
   Sampler sampler;
   for (int position = 0; position < 500; ++position) {
-    EXPECT_EQ(sampler.sample(logits.data(), 3, sampled(2.0f), position, {}),
-              sampler.sample(halved.data(), 3, sampled(1.0f), position, {}));
+    EXPECT_EQ(sampler.sample(logits.data(), 3, sampled(2.0f), position),
+              sampler.sample(halved.data(), 3, sampled(1.0f), position));
   }
   // Two tokens: p0 = 1 / (1 + exp(-2 / T)).
   const std::vector<float> pair = {2.0f, 0.0f};
@@ -250,7 +250,7 @@ TEST(Sampler, DeterministicAndPositionDependent) {
     const int32_t token = first.sample(logits.data(), 5000, params, position, counts);
     // Scratch reuse must not leak between calls: a differently used sampler agrees.
     SamplingParams other = sampled(0.7f, 5);
-    second.sample(logits.data(), 5000, other, position, {});
+    second.sample(logits.data(), 5000, other, position);
     EXPECT_EQ(second.sample(logits.data(), 5000, params, position, counts), token);
     stream.push_back(token);
   }
@@ -352,7 +352,7 @@ TEST(Sampler, MatchesFullSortReferenceAtVocabScale) {
     params.min_p = c.min_p;
     const ReferenceDistribution reference = reference_distribution(logits, params);
     for (int64_t position = 0; position < 40; ++position) {
-      EXPECT_EQ(sampler.sample(logits.data(), n_vocab, params, position, {}),
+      EXPECT_EQ(sampler.sample(logits.data(), n_vocab, params, position),
                 reference_draw(reference, params, position))
           << "T=" << c.temperature << " top_k=" << c.top_k << " top_p=" << c.top_p
           << " min_p=" << c.min_p << " position " << position;

@@ -58,9 +58,9 @@ TEST(SpeculationTest, ReplayAtFullAcceptanceEqualsPlainDecoding) {
 void replay_plain_replies(std::vector<GenerationRequest>& requests, const std::vector<Reply>& plain,
                           int64_t depth) {
   for (size_t i = 0; i < requests.size(); ++i) {
-    requests[i].replay = plain[i].tokens;
-    requests[i].replay_depth = depth;
-    requests[i].proposers = proposer_bit(ProposerKind::replay);
+    requests[i].draft.replay = plain[i].tokens;
+    requests[i].draft.replay_depth = depth;
+    requests[i].draft.proposers = proposer_bit(ProposerKind::replay);
   }
 }
 
@@ -188,7 +188,7 @@ TEST(SpeculationTest, AlwaysWrongDraftsStillGiveCorrectTokens) {
   options.n_ctx = 160;
   auto plain = run_requests(model, without_drafts(requests), options, true);
   for (size_t i = 0; i < requests.size(); ++i)
-    for (int32_t t : plain[i].tokens) requests[i].replay.push_back((t + 1 + int32_t(rng() % 7)) % int32_t(vocab));
+    for (int32_t t : plain[i].tokens) requests[i].draft.replay.push_back((t + 1 + int32_t(rng() % 7)) % int32_t(vocab));
   auto wrong = run_requests(model, requests, random_windows(rng, LanePolicy::always_lone), true);
   expect_same_tokens(plain, wrong, "wrong drafts");
 }
@@ -265,7 +265,7 @@ TEST(SpeculationTest, BudgetsEosAndStopsLandOnTheSameToken) {
   for (size_t i = 0; i < requests.size(); ++i) {
     const std::string& text = plain[i].text;
     if (text.size() > 6) requests[i].stop = {text.substr(text.size() / 2, 2)};
-    if (i % 3 == 0) requests[i].replay = plain[i].tokens;
+    if (i % 3 == 0) requests[i].draft.replay = plain[i].tokens;
   }
   auto plain_stopped = run_requests(model, without_drafts(requests), options, true, tokenizer);
   for (LanePolicy policy : {LanePolicy::automatic, LanePolicy::always_lone}) {

@@ -80,8 +80,8 @@ WaveResult run_wave(std::shared_ptr<Model> model, std::shared_ptr<const Tokenize
   request.prompt = bench_case.prompt;
   request.max_tokens = max_tokens;
   request.ignore_eos = true;
-  request.use_draft = mode != DraftMode::off;
-  if (mode == DraftMode::replay_self) request.replay = own_reply;
+  if (mode == DraftMode::off) request.draft.proposers = kNoProposers;
+  if (mode == DraftMode::replay_self) request.draft.replay = own_reply;
   std::vector<Reply> replies = run_to_completion(engine, std::vector<GenerationRequest>(size_t(n_streams), request));
   WaveResult wave{0, 0, 0, 0, {}};
   int64_t tokens = 0, rounds = 0;

@@ -118,8 +118,7 @@ ModeResult run_cases(std::shared_ptr<Model> model, std::shared_ptr<const Tokeniz
     GenerationRequest request;
     request.prompt = c.prompt;
     request.max_tokens = c.max_tokens;
-    request.use_draft = use_draft;
-    request.proposers = proposers;
+    request.draft.proposers = use_draft ? proposers : kNoProposers;
     requests.push_back(std::move(request));
   }
   auto start = std::chrono::steady_clock::now();

@@ -80,7 +80,7 @@ struct SubmitResult {
 class Engine {
  public:
   // With a drafter, the model keeps taps of the drafter's target layers, and drafted requests get
-  // the block drafter among their proposers.
+  // the block drafter among their proposers (speculation/speculation.h makes each lane's set).
   Engine(const EngineOptions& options, std::shared_ptr<Model> model,
          std::shared_ptr<const Tokenizer> tokenizer, std::shared_ptr<DFlashDrafter> drafter = nullptr);
   ~Engine();  // stops the thread; pending requests finish with `cancelled`

@@ -1,7 +1,6 @@
-// One live stream on the engine thread: its tokens, its KV lane, its proposers, and the state that
-// turns tokens into text.
+// One live stream on the engine thread: its tokens, its KV lane, its speculation, and the state
+// that turns tokens into text.
 #pragma once
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -10,9 +9,8 @@
 #include "engine/request.h"
 #include "engine/stop_matcher.h"
 #include "sampling/sampler.h"
-#include "speculation/drafter_proposer.h"
-#include "speculation/proposer.h"
-#include "speculation/proposer_gate.h"
+#include "speculation/draft_tree.h"
+#include "speculation/speculation.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tf {
@@ -28,17 +26,13 @@ struct Lane {
   int64_t n_prompt = 0;
   int64_t n_cached = 0;         // positions whose K/V are committed in the cache
   std::vector<int32_t> completion;
-  TokenCounts counts;
+  TokenCounts counts;           // of the completion's tokens, for penalties
   std::unique_ptr<StreamDecoder> decoder;
   std::unique_ptr<StopMatcher> stop_matcher;
-  std::vector<std::unique_ptr<Proposer>> proposers;  // asked in order; earlier ones fill first
-  DrafterProposer* drafter = nullptr;                // among `proposers`; fed taps after commits
-  std::array<ProposerGate, kProposerKinds> gates;    // by ProposerKind; used for the gated kinds
-  std::array<double, kProposerKinds> use_seconds{};  // this round's cost of each gated use; -1: no use
-  DraftTree tree;                                    // this round's drafts below the root
-  int64_t tree_depth = 0;                            // deepest node of this round's tree
-  int64_t window = 0;                                // rows this round's tree could use, root included
-  int64_t earned_window = 0;                         // window earned by full acceptance; 0: the shared one
+  std::unique_ptr<LaneSpeculation> speculation;
+  DraftTree tree;             // this round's drafts below the root
+  int64_t window = 0;         // rows this round's tree could use, root included
+  int64_t earned_window = 0;  // window earned by full acceptance; 0: the shared one
   ReplyTimings timings;
   Clock::time_point admitted;
   Clock::time_point first_token;
@@ -46,6 +40,9 @@ struct Lane {
 
   bool is_prefilling() const { return n_cached + 1 < int64_t(tokens.size()); }
   int64_t budget_left() const { return request.max_tokens - int64_t(completion.size()); }
+  bool has_penalties() const {
+    return request.sampling.presence_penalty != 0.0f || request.sampling.frequency_penalty != 0.0f;
+  }
   LaneHistory history() const { return {tokens, n_prompt}; }
 };
 

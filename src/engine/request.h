@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "sampling/sampler.h"
-#include "speculation/proposer.h"
+#include "speculation/speculation.h"
 
 namespace tf {
 
@@ -16,13 +16,10 @@ struct GenerationRequest {
   SamplingParams sampling;        // seed already chosen (the server draws one when absent)
   std::vector<std::string> stop;  // stop strings; text from a stop string on is never sent
   bool ignore_eos = false;
-  bool use_draft = true;          // the "draft" extension: false turns speculation off
   int32_t n_top_logprobs = -1;    // -1: no logprobs; 0..20: logprob of each token plus the n best
-  // Benchmarks and tests: a reply to propose as drafts (the replay proposer), to force any
-  // acceptance length. Tokens still come from the target alone.
-  std::vector<int32_t> replay;
-  int64_t replay_depth = 0;  // replay tokens drafted a round (a forced acceptance length); 0: the window
-  ProposerSet proposers = kAllProposers;  // benchmarks: which proposers may draft for this request
+  // Which proposers draft ("draft": false is none) and the replay benchmark. Tokens always come
+  // from the target alone: this changes speed, never the reply.
+  DraftRequest draft;
 };
 
 enum class FinishReason { stop, length, cancelled, error };

@@ -17,16 +17,15 @@ namespace tf {
 
 class DFlashDrafter;
 
-// Who chooses the token after a logit row. With `sampling` set (greedy or seeded, penalties off) the
-// model chooses it next to the logits (on a GPU they then never leave it): on the CPU the token
-// Sampler::sample gives for those logits, parameters and position; on the GPU greedy is the same
-// argmax, and a seeded draw comes from the same distribution and random number with the GPU's own
-// fixed sum order (cuda/sample.cuh). Either way it depends on the row, parameters and position
-// alone. Without, the caller wants the row's logits (penalties need the reply so far; logprobs
-// need the distribution).
+// How the token after one logit row is chosen: by the backend's one sampler (Sampler::sample on the
+// host, its kernel twin on a GPU) from the row's logits, the request's parameters, the position and
+// the penalty history. The token depends on these alone: never on the row's neighbours, and never on
+// whether the caller also wants the row's logits.
 struct LogitRowPick {
-  const SamplingParams* sampling = nullptr;
-  int64_t position = 0;  // the index the chosen token will have in its sequence
+  const SamplingParams* sampling = nullptr;  // required
+  int64_t position = 0;                      // the index the chosen token will have in its sequence
+  PenaltyHistory penalties;                  // read only when the parameters have penalties
+  bool wants_logits = false;                 // also hand back the row's raw logits (logprobs)
 };
 
 class Model {
@@ -37,8 +36,8 @@ class Model {
   // wants_logits, writes n_vocab logits to `logits` in row order (logits rows are packed).
   virtual void forward(const Batch& batch, KvCache& kv, float* logits) = 0;
   // forward(), then for logit row i (rows with wants_logits, in order; picks has one per row):
-  // tokens[i] = the chosen token when picks[i].sampling is set, else -1 and the row's logits go to
-  // `logits`, packed in row order (only the rows without a pick take space there).
+  // tokens[i] = the token picks[i] chooses; rows whose pick wants_logits also get their raw logits in
+  // `logits`, packed in row order (only those rows take space there).
   virtual void forward_and_pick(const Batch& batch, KvCache& kv, const std::vector<LogitRowPick>& picks,
                                 int32_t* tokens, float* logits);
   // Keys and values of n_slots positions in every layer, in this backend's memory and type; a
@@ -66,6 +65,7 @@ class Model {
 
  private:
   std::vector<float> all_logits_;  // forward_and_pick's default: every logit row of a forward
+  Sampler sampler_;
 };
 
 // A KV cache of n_blocks blocks in the model's own storage (Model::make_kv_storage).

@@ -82,11 +82,29 @@ int32_t argmax(const float* logits, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
+void penalty_counts(const PenaltyHistory& history, std::vector<std::pair<int32_t, int32_t>>* out) {
+  out->clear();
+  if (history.counts) out->assign(history.counts->begin(), history.counts->end());
+  for (int64_t i = 0; i < history.n_path; ++i) out->push_back({history.path[i], 1});
+  std::sort(out->begin(), out->end());
+  // Sum the counts of equal tokens: the list holds each token once.
+  size_t n_unique = 0;
+  for (size_t i = 0; i < out->size(); ++i) {
+    if (n_unique > 0 && (*out)[n_unique - 1].first == (*out)[i].first) {
+      (*out)[n_unique - 1].second += (*out)[i].second;
+    } else {
+      (*out)[n_unique++] = (*out)[i];
+    }
+  }
+  out->resize(n_unique);
+}
+
 int32_t Sampler::sample(const float* logits, int64_t n_vocab, const SamplingParams& params,
-                        int64_t position, const TokenCounts& counts) {
+                        int64_t position, const PenaltyHistory& history) {
   if (n_vocab <= 0) fail("sampler: empty logits");
-  const bool has_penalties =
-      (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) && !counts.empty();
+  const bool has_penalty_params = params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
+  if (has_penalty_params) penalty_counts(history, &penalties_);
+  const bool has_penalties = has_penalty_params && !penalties_.empty();
   if (params.is_greedy() && !has_penalties) return argmax(logits, n_vocab);
 
   const auto n = static_cast<size_t>(n_vocab);
@@ -96,8 +114,8 @@ int32_t Sampler::sample(const float* logits, int64_t n_vocab, const SamplingPara
     if (std::isnan(values[id])) values[id] = kNegativeInfinity;
   }
   if (has_penalties) {
-    // Each token is touched once, so the map's iteration order cannot matter.
-    for (const auto& [token, count] : counts) {
+    // Each token is touched once, so the order cannot matter.
+    for (const auto& [token, count] : penalties_) {
       if (token < 0 || token >= n_vocab) continue;
       const float presence = count > 0 ? params.presence_penalty : 0.0f;
       values[token] -= presence + params.frequency_penalty * static_cast<float>(count);

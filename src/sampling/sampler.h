@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "sampling/philox.h"
@@ -26,17 +27,36 @@ struct SamplingParams {
 // as OpenAI does).
 using TokenCounts = std::unordered_map<int32_t, int32_t>;
 
+// The reply before a logit row, as penalties see it: the tokens generated before this round, then
+// the draft tokens on the path from the round's root down to the row (if the row is chosen, they
+// were accepted before it). Every backend applies penalties from penalty_counts() of it.
+struct PenaltyHistory {
+  const TokenCounts* counts = nullptr;  // null: nothing generated yet
+  const int32_t* path = nullptr;        // [n_path] root's child first
+  int64_t n_path = 0;
+};
+
+// (token, count) of every token the history holds, ascending by token, so the order in which
+// penalties are applied is fixed by the history alone.
+void penalty_counts(const PenaltyHistory& history, std::vector<std::pair<int32_t, int32_t>>* out);
+
 struct TokenLogprob {
   int32_t token;
   float logprob;
 };
 
+// The one function that decides a token on the host: every caller that turns a logit row into a
+// token goes through it (the CUDA backend's kernels are its twin on the GPU).
 class Sampler {
  public:
   // Picks the token at sequence position `position` (the index the token will have).
   // Reuses internal scratch buffers; one Sampler per thread.
   int32_t sample(const float* logits, int64_t n_vocab, const SamplingParams& params,
-                 int64_t position, const TokenCounts& counts);
+                 int64_t position, const PenaltyHistory& history = {});
+  int32_t sample(const float* logits, int64_t n_vocab, const SamplingParams& params,
+                 int64_t position, const TokenCounts& counts) {
+    return sample(logits, n_vocab, params, position, PenaltyHistory{&counts});
+  }
 
   // log-softmax of the raw logits (before processing) for `token` and the n best, best first,
   // ties by id.
@@ -46,6 +66,7 @@ class Sampler {
  private:
   std::vector<float> processed_;
   std::vector<int32_t> order_;
+  std::vector<std::pair<int32_t, int32_t>> penalties_;
 };
 
 // argmax with ties broken toward the lower id.

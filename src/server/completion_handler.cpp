@@ -65,12 +65,12 @@ GenerationRequest to_generation_request(const CompletionRequest& request,
   generation.prompt = std::move(prompt);
   generation.sampling = request.sampling;
   generation.stop = request.stop;
-  generation.use_draft = request.use_draft;
   generation.n_top_logprobs = request.n_top_logprobs;
+  if (!request.use_draft) generation.draft.proposers = kNoProposers;
   if (!request.replay.empty()) {  // a forced acceptance: the replay drafts alone
-    generation.replay = request.replay;
-    generation.replay_depth = request.replay_accept;
-    generation.proposers = proposer_bit(ProposerKind::replay);
+    generation.draft.replay = request.replay;
+    generation.draft.replay_depth = request.replay_accept;
+    generation.draft.proposers = proposer_bit(ProposerKind::replay);
   }
   return generation;
 }

@@ -1,31 +1,27 @@
-// The draft tree's bookkeeping: depth, chain insertion with prefix sharing, and proposer names.
-#include <cassert>
+// The draft tree's bookkeeping: chain insertion with prefix sharing, depths and the main chain.
+#include "speculation/draft_tree.h"
 
-#include "speculation/proposer.h"
+#include <algorithm>
+#include <cassert>
 
 namespace tf {
 
-int32_t DraftTree::depth(int32_t node) const {
-  int32_t depth = 0;
-  for (; node >= 0; node = parents[size_t(node)]) ++depth;
-  return depth;
+int32_t DraftTree::child_with_token(int32_t parent, int32_t token) const {
+  // Children come after their parent, so the search starts just past it.
+  for (int64_t node = parent + 1; node < size(); ++node)
+    if (parents[size_t(node)] == parent && tokens[size_t(node)] == token) return int32_t(node);
+  return -1;
 }
 
 int64_t DraftTree::add_chain(int32_t parent, const std::vector<int32_t>& chain, int64_t max_nodes,
                              uint8_t source) {
   assert(parent >= -1 && parent < size());
+  if (has_child_.empty()) has_child_.push_back(0);
   int64_t n_added = 0;
   bool is_following_existing = true;  // a freshly added node has no children to follow
   for (int32_t token : chain) {
     if (is_following_existing) {
-      // Children come after their parent, so the search starts just past it.
-      int32_t existing_child = -1;
-      for (int64_t node = parent + 1; node < size(); ++node) {
-        if (parents[size_t(node)] == parent && tokens[size_t(node)] == token) {
-          existing_child = int32_t(node);
-          break;
-        }
-      }
+      const int32_t existing_child = child_with_token(parent, token);
       if (existing_child >= 0) {
         parent = existing_child;
         continue;
@@ -33,9 +29,15 @@ int64_t DraftTree::add_chain(int32_t parent, const std::vector<int32_t>& chain, 
       is_following_existing = false;
     }
     if (size() >= max_nodes) break;
+    const bool parent_is_main = parent < 0 || is_main[size_t(parent)];
     tokens.push_back(token);
     parents.push_back(parent);
     sources.push_back(source);
+    depths.push_back(depth(parent) + 1);
+    is_main.push_back(parent_is_main && !has_child_[size_t(parent + 1)]);
+    has_child_[size_t(parent + 1)] = 1;
+    has_child_.push_back(0);
+    max_depth_ = std::max(max_depth_, depths.back());
     parent = int32_t(size() - 1);
     ++n_added;
   }
@@ -46,16 +48,10 @@ void DraftTree::clear() {
   tokens.clear();
   parents.clear();
   sources.clear();
-}
-
-const char* proposer_kind_name(ProposerKind kind) {
-  switch (kind) {
-    case ProposerKind::long_copy: return "long_copy";
-    case ProposerKind::ngram: return "ngram";
-    case ProposerKind::replay: return "replay";
-    case ProposerKind::drafter: return "drafter";
-  }
-  return "unknown";
+  depths.clear();
+  is_main.clear();
+  has_child_.clear();
+  max_depth_ = 0;
 }
 
 }  // namespace tf

@@ -1,15 +1,12 @@
 // Drafter proposer: the DFlash block drafter's greedy block as a chain, and the top-k of its
 // first position as root siblings, each cut where the drafter's own confidence runs out.
 //
-// How the engine feeds it (the taps protocol):
-//   1. At startup, model.set_tap_layers(drafter.config().target_layer_ids) so every forward keeps
-//      the taps of every row (Model::taps(), [n_rows][tap_width]).
-//   2. After each round's commit, for each lane, call observe_taps(first_position, taps, n) with
-//      the taps of the rows whose K/V became the lane's history this round (prefill chunk rows,
-//      the tree root and the accepted draft rows), in position order, first_position being the
-//      position of the first of them. Rows may be handed over one call per row (each entry
-//      depends on its own row alone). Entries at positions >= first_position are replaced, so a
-//      lane rolled back needs no separate call.
+// How it is fed (the taps protocol):
+//   1. At startup the model keeps the taps of the drafter's target layers for every row
+//      (Speculation::tap_layers, Model::set_tap_layers).
+//   2. After each round's commit the engine hands every proposer that wants_taps() the taps of the
+//      rows whose K/V became the lane's history this round (Proposer::observe_taps). Rows may be
+//      handed over one call per row (each entry depends on its own row alone).
 //   3. The lane's last token (the target's own next token) has no taps yet: it is the block's
 //      first token, and its taps arrive next round, when it has been forwarded as the root.
 // When the context does not cover every position before the root (a prefix restored from a cache
@@ -40,13 +37,14 @@ class DrafterProposer final : public Proposer {
   DrafterProposer(std::shared_ptr<DFlashDrafter> drafter, DrafterProposerOptions options = {});
 
   ProposerKind kind() const override { return ProposerKind::drafter; }
+  bool is_gated() const override { return true; }  // a forward of its whole block per use
   // Tokens alone teach the drafter nothing; it learns through observe_taps.
   void observe(const LaneHistory& history) override;
+  bool wants_taps() const override { return true; }
+  // taps: [n_tokens][drafter tap_width]; taps that start past the context's end are ignored (the
+  // gap cannot be filled).
+  void observe_taps(int64_t first_position, const float* taps, int64_t n_tokens) override;
   void propose(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) override;
-
-  // taps: [n_tokens][drafter tap_width] of the committed tokens at first_position ...; taps that
-  // start past the context's end are ignored (the gap cannot be filled).
-  void observe_taps(int64_t first_position, const float* taps, int64_t n_tokens);
   int64_t n_context() const { return context_.size(); }
 
  private:

@@ -21,6 +21,7 @@ class NgramProposer final : public Proposer {
   explicit NgramProposer(NgramOptions options = {});
 
   ProposerKind kind() const override { return ProposerKind::ngram; }
+  bool is_gated() const override { return true; }  // many short guesses, a verified row each
   void observe(const LaneHistory& history) override;
   void propose(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) override;
 

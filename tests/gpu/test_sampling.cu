@@ -53,7 +53,7 @@ SamplingParams cpu_params(const GpuSamplingRow& row) {
 }
 
 int32_t cpu_sample(Sampler& sampler, const float* logits, int64_t n_vocab, const GpuSamplingRow& row) {
-  return sampler.sample(logits, n_vocab, cpu_params(row), int64_t(row.position), {});
+  return sampler.sample(logits, n_vocab, cpu_params(row), int64_t(row.position));
 }
 
 // A row shaped like a language model's: a broad tail, a few tokens well above it, and in half the

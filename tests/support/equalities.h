@@ -15,7 +15,7 @@ namespace tf::test {
 constexpr int kEqualityPrompts = 50;
 
 inline std::vector<GenerationRequest> without_drafts(std::vector<GenerationRequest> requests) {
-  for (auto& r : requests) r.use_draft = false;
+  for (auto& r : requests) r.draft.proposers = kNoProposers;
   return requests;
 }
 
@@ -100,7 +100,7 @@ inline void expect_replay_equals_plain(std::shared_ptr<Model> model, uint32_t se
     EngineOptions options;
     options.n_ctx = 160;
     auto plain = run_requests(model, without_drafts(requests), options, true);
-    for (size_t i = 0; i < requests.size(); ++i) requests[i].replay = plain[i].tokens;
+    for (size_t i = 0; i < requests.size(); ++i) requests[i].draft.replay = plain[i].tokens;
     auto replayed = run_requests(model, requests, random_windows(rng, LanePolicy::automatic), true);
     expect_same_tokens(plain, replayed, "replay");
     for (size_t i = 0; i < requests.size(); ++i) {

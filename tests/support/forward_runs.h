@@ -138,13 +138,13 @@ inline std::vector<float> chain_logits(Model& model, const std::vector<int32_t>&
 }
 
 // forward_and_pick against forward on the same rows: a prefill of `ids` where every row asks for
-// logits, with greedy, sampled and unpicked rows mixed (cycling). Each picked token must be the one
-// Sampler::sample takes from the row's logits, and each unpicked row's logits must come back
-// bitwise, packed in row order.
+// logits, with greedy, sampled and penalized rows mixed (cycling; penalized rows see a reply so far
+// and a draft path of their own). Each picked token must be the one Sampler::sample takes from the
+// row's logits, and the rows that want their logits must get them back bitwise, packed in row order.
 inline void expect_picks_match_logits(Model& model, const std::vector<int32_t>& ids) {
   const int64_t n_vocab = model.config().vocab_size, n = int64_t(ids.size());
   const std::vector<float> logits = prefill_logits(model, ids);
-  SamplingParams greedy, sampled, sharp;
+  SamplingParams greedy, sampled, sharp, penalized_greedy, penalized_sampled;
   sampled.temperature = 0.9f;
   sampled.top_p = 0.95f;
   sampled.seed = 17;
@@ -152,9 +152,24 @@ inline void expect_picks_match_logits(Model& model, const std::vector<int32_t>& 
   sharp.top_k = 5;
   sharp.min_p = 0.05f;
   sharp.seed = 3;
-  const SamplingParams* kinds[] = {&greedy, &sampled, nullptr, &sharp};
+  penalized_greedy.presence_penalty = 1.5f;
+  penalized_greedy.frequency_penalty = 0.75f;
+  penalized_sampled = sampled;
+  penalized_sampled.presence_penalty = -0.5f;
+  penalized_sampled.frequency_penalty = 2.0f;
+  const SamplingParams* kinds[] = {&greedy, &sampled, &penalized_greedy, &sharp, &penalized_sampled};
+  // The reply so far and each row's draft path: the row's own best tokens, so a penalty moves them.
+  TokenCounts counts;
+  std::vector<int32_t> paths;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t best = argmax(logits.data() + i * n_vocab, n_vocab);
+    counts[best] += int32_t(1 + i % 3);
+    paths.push_back(best);
+    paths.push_back(ids[size_t(i)]);
+  }
   std::vector<LogitRowPick> picks;
-  for (int64_t i = 0; i < n; ++i) picks.push_back({kinds[i % 4], i + 1});
+  for (int64_t i = 0; i < n; ++i)
+    picks.push_back({kinds[i % 5], i + 1, PenaltyHistory{&counts, paths.data() + 2 * i, 1 + i % 2}, i % 3 == 0});
 
   KvCache kv = make_kv_cache(model, kv_blocks_for(n));
   const int32_t lane = kv.lane_open();
@@ -162,20 +177,19 @@ inline void expect_picks_match_logits(Model& model, const std::vector<int32_t>& 
   Batch batch;
   for (int64_t i = 0; i < n; ++i) batch.rows.push_back({ids[size_t(i)], int32_t(i), lane, int32_t(i) - 1, kv.slot(lane, i), true});
   std::vector<int32_t> tokens(size_t(n), -2);
-  std::vector<float> unpicked(size_t((n + 3) / 4 * n_vocab), NAN);
-  model.forward_and_pick(batch, kv, picks, tokens.data(), unpicked.data());
+  std::vector<float> copied(size_t((n + 2) / 3 * n_vocab), NAN);
+  model.forward_and_pick(batch, kv, picks, tokens.data(), copied.data());
 
   Sampler sampler;
-  int64_t n_unpicked = 0;
+  int64_t n_copied = 0;
   for (int64_t i = 0; i < n; ++i) {
     const float* row = logits.data() + i * n_vocab;
-    if (picks[size_t(i)].sampling == nullptr) {
-      EXPECT_EQ(tokens[size_t(i)], -1) << "row " << i;
-      EXPECT_EQ(std::memcmp(unpicked.data() + n_unpicked++ * n_vocab, row, size_t(n_vocab) * sizeof(float)), 0)
-          << "unpicked row " << i << " logits";
-    } else {
-      EXPECT_EQ(tokens[size_t(i)], sampler.sample(row, n_vocab, *picks[size_t(i)].sampling, i + 1, {})) << "row " << i;
-    }
+    const LogitRowPick& pick = picks[size_t(i)];
+    EXPECT_EQ(tokens[size_t(i)], sampler.sample(row, n_vocab, *pick.sampling, pick.position, pick.penalties))
+        << "row " << i;
+    if (pick.wants_logits)
+      EXPECT_EQ(std::memcmp(copied.data() + n_copied++ * n_vocab, row, size_t(n_vocab) * sizeof(float)), 0)
+          << "row " << i << " logits";
   }
 }
 

@@ -15,6 +15,7 @@
 #include "backends/cuda/fused_norms.cuh"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/overlapped_launch.cuh"
+#include "backends/cuda/penalties.cuh"
 #include "backends/cuda/rms_norm.cuh"
 #include "models/rope_frequencies.h"
 
@@ -287,24 +288,42 @@ void Qwen3CudaModel::forward(const Batch& batch, KvCache& kv, float* logits) {
   finish_forward(n_rows);
 }
 
+// Every token is chosen here, on the GPU: penalties applied to the logits in place, then the argmax
+// (greedy rows) or the seeded draw (sampled rows). Rows that want their logits (logprobs) get the raw
+// ones copied out before the penalties, so asking for logprobs never changes a token.
 void Qwen3CudaModel::forward_and_pick(const Batch& batch, KvCache& kv, const std::vector<LogitRowPick>& picks,
                                       int32_t* tokens, float* logits) {
   const int64_t n_rows = int64_t(batch.rows.size());
   if (n_rows == 0) return;
-  if (int64_t(picks.size()) != batch.n_logit_rows()) fail("forward_and_pick: one pick per logit row");
+  if (int64_t(picks.size()) != batch.n_logit_rows()) fail_internal("forward_and_pick takes one pick per logit row");
   const int64_t n_logit_rows = enqueue_forward(batch, kv);
   const int64_t n_vocab = config_.vocab_size;
   const size_t row_bytes = size_t(n_vocab) * sizeof(float);
   cudaStream_t stream = stream_.get();
-  // Sampled picks are drawn on the GPU over the argmax ids; greedy rows keep their argmax (their
-  // temperature 0 leaves them alone); only the rows without a pick travel to the host.
+  // Raw logits of the rows that want them, packed; consecutive ones travel in one copy.
+  std::vector<int64_t> copied_rows;
+  for (int64_t i = 0; i < n_logit_rows; ++i)
+    if (picks[size_t(i)].wants_logits) copied_rows.push_back(i);
+  for (size_t begin = 0; begin < copied_rows.size();) {
+    size_t end = begin + 1;
+    while (end < copied_rows.size() && copied_rows[end] == copied_rows[end - 1] + 1) ++end;
+    TF_CUDA_CHECK(cudaMemcpyAsync(logits + begin * size_t(n_vocab), logits_.data() + copied_rows[begin] * n_vocab,
+                                  (end - begin) * row_bytes, cudaMemcpyDeviceToHost, stream));
+    begin = end;
+  }
+  if (stage_penalties(picks, n_logit_rows)) {
+    apply_penalties_f32(logits_.data(), n_logit_rows, n_vocab, penalty_rows_.data(), penalty_entries_.data(), stream);
+    argmax_f32(logits_.data(), n_logit_rows, n_vocab, argmax_.data(), stream);  // greedy rows, penalized
+  }
+  // Sampled rows are drawn over the argmax ids; greedy rows keep their argmax (their temperature 0
+  // leaves them alone).
   bool has_sampled = false;
   for (int64_t i = 0; i < n_logit_rows; ++i) {
-    const SamplingParams* sampling = picks[size_t(i)].sampling;
+    const SamplingParams& sampling = *picks[size_t(i)].sampling;
     GpuSamplingRow& row = sampling_staging_.data()[i];
     row = GpuSamplingRow{0.0f, 0, 1.0f, 0.0f, 0, 0};
-    if (sampling == nullptr || sampling->is_greedy()) continue;
-    row = GpuSamplingRow{sampling->temperature, sampling->top_k, sampling->top_p, sampling->min_p, sampling->seed,
+    if (sampling.is_greedy()) continue;
+    row = GpuSamplingRow{sampling.temperature, sampling.top_k, sampling.top_p, sampling.min_p, sampling.seed,
                          uint64_t(picks[size_t(i)].position)};
     has_sampled = true;
   }
@@ -316,20 +335,37 @@ void Qwen3CudaModel::forward_and_pick(const Batch& batch, KvCache& kv, const std
   if (n_logit_rows > 0)
     TF_CUDA_CHECK(cudaMemcpyAsync(argmax_staging_.data(), argmax_.data(), size_t(n_logit_rows) * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost, stream));
-  // Rows without a pick, packed; consecutive ones travel in one copy.
-  std::vector<int64_t> host_rows;
-  for (int64_t i = 0; i < n_logit_rows; ++i)
-    if (picks[size_t(i)].sampling == nullptr) host_rows.push_back(i);
-  for (size_t begin = 0; begin < host_rows.size();) {
-    size_t end = begin + 1;
-    while (end < host_rows.size() && host_rows[end] == host_rows[end - 1] + 1) ++end;
-    TF_CUDA_CHECK(cudaMemcpyAsync(logits + begin * size_t(n_vocab), logits_.data() + host_rows[begin] * n_vocab,
-                                  (end - begin) * row_bytes, cudaMemcpyDeviceToHost, stream));
-    begin = end;
-  }
   finish_forward(n_rows);
-  for (int64_t i = 0; i < n_logit_rows; ++i)
-    tokens[i] = picks[size_t(i)].sampling != nullptr ? argmax_staging_.data()[i] : -1;
+  std::copy_n(argmax_staging_.data(), n_logit_rows, tokens);
+}
+
+// Uploads each logit row's penalties (sampling/sampler.h penalty_counts: the same entries the host
+// sampler applies); false when no row has any.
+bool Qwen3CudaModel::stage_penalties(const std::vector<LogitRowPick>& picks, int64_t n_logit_rows) {
+  std::vector<GpuPenaltyRow> rows(size_t(n_logit_rows), GpuPenaltyRow{0.0f, 0.0f, 0, 0});
+  std::vector<int2> entries;
+  bool has_penalties = false;
+  for (int64_t i = 0; i < n_logit_rows; ++i) {
+    const LogitRowPick& pick = picks[size_t(i)];
+    const SamplingParams& sampling = *pick.sampling;
+    if (sampling.presence_penalty == 0.0f && sampling.frequency_penalty == 0.0f) continue;
+    penalty_counts(pick.penalties, &penalty_scratch_);
+    rows[size_t(i)] = GpuPenaltyRow{sampling.presence_penalty, sampling.frequency_penalty, int32_t(entries.size()),
+                                    int32_t(penalty_scratch_.size())};
+    for (const auto& [token, count] : penalty_scratch_) entries.push_back(make_int2(token, count));
+    has_penalties = has_penalties || !penalty_scratch_.empty();
+  }
+  if (!has_penalties) return false;
+  if (penalty_rows_.size() < rows.size()) penalty_rows_ = DeviceBuffer<GpuPenaltyRow>(rows.size() + rows.size() / 2);
+  if (penalty_entries_.size() < entries.size())
+    penalty_entries_ = DeviceBuffer<int2>(entries.size() + entries.size() / 2);
+  // Synchronous copies from pageable memory: penalties are rare, and the buffers are reused next round.
+  TF_CUDA_CHECK(cudaMemcpyAsync(penalty_rows_.data(), rows.data(), rows.size() * sizeof(GpuPenaltyRow),
+                                cudaMemcpyHostToDevice, stream_.get()));
+  TF_CUDA_CHECK(cudaMemcpyAsync(penalty_entries_.data(), entries.data(), entries.size() * sizeof(int2),
+                                cudaMemcpyHostToDevice, stream_.get()));
+  TF_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  return true;
 }
 
 std::shared_ptr<Model> make_qwen3_cuda_model(const ModelConfig& config, const Qwen3Weights& weights,

@@ -9,6 +9,7 @@
 #include "backends/cuda/attention.cuh"
 #include "backends/cuda/device_buffer.cuh"
 #include "backends/cuda/qwen3_cuda_weights.h"
+#include "backends/cuda/penalties.cuh"
 #include "backends/cuda/sample.cuh"
 #include "backends/cuda/stream_graph.h"
 #include "models/model.h"
@@ -30,8 +31,8 @@ class Qwen3CudaModel : public Model {
 
   const ModelConfig& config() const override { return config_; }
   void forward(const Batch& batch, KvCache& kv, float* logits) override;
-  // Greedy picks are argmaxes on the GPU: only their ids cross to the host. Sampled picks and
-  // unpicked rows bring their logits over.
+  // Every pick is made on the GPU (penalties, argmax, seeded draw): only the ids cross to the host,
+  // and the raw logits of the rows that want them.
   void forward_and_pick(const Batch& batch, KvCache& kv, const std::vector<LogitRowPick>& picks, int32_t* tokens,
                         float* logits) override;
   std::unique_ptr<KvStorage> make_kv_storage(int64_t n_slots) const override;
@@ -72,6 +73,7 @@ class Qwen3CudaModel : public Model {
   // Waits for the forward's copies, then unpacks the taps.
   void finish_forward(int64_t n_rows);
   void unpack_taps(int64_t n_rows);
+  bool stage_penalties(const std::vector<LogitRowPick>& picks, int64_t n_logit_rows);
 
   ModelConfig config_;
   Qwen3CudaWeights weights_;
@@ -115,6 +117,9 @@ class Qwen3CudaModel : public Model {
   PinnedHostBuffer<int32_t> argmax_staging_;
   DeviceBuffer<GpuSamplingRow> sampling_rows_;  // [n_rows] forward_and_pick's sampled picks
   PinnedHostBuffer<GpuSamplingRow> sampling_staging_;
+  DeviceBuffer<GpuPenaltyRow> penalty_rows_;  // [logit rows] forward_and_pick's penalties
+  DeviceBuffer<int2> penalty_entries_;        // (token, count) of every penalized row
+  std::vector<std::pair<int32_t, int32_t>> penalty_scratch_;
   DeviceBuffer<float> attention_scratch_;  // partials of attention's key splits (attention_scratch_floats)
   DeviceBuffer<uint16_t> tap_rows_;  // [n_tap_layers][n_rows][hidden]
   PinnedHostBuffer<uint16_t> tap_staging_;

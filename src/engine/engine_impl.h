@@ -1,0 +1,122 @@
+// The engine thread's state, shared by the files that implement one seam each:
+//   engine.cpp     the public API, the queue and the loop: admit, round, retire
+//   admission.cpp  which queued requests become lanes, and each lane's window (the lane policy)
+//   round_rows.cpp a round's rows: each decoding lane's root and draft tree, then prompt chunks,
+//                  and who chooses each logit row's token
+//   acceptance.cpp walking each tree with the target's choices, committing K/V and taps
+//   output.cpp     turning accepted tokens into updates, finishing replies
+// Everything here runs on the engine thread, except what `mutex` guards.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/lane.h"
+#include "models/model.h"
+#include "runtime/batch.h"
+#include "runtime/kv_cache.h"
+#include "speculation/proposer_gate.h"
+#include "speculation/speculation.h"
+
+namespace tf {
+
+using EngineClock = std::chrono::steady_clock;
+
+inline double ms_between(EngineClock::time_point a, EngineClock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+struct PendingRequest {
+  uint64_t id;
+  GenerationRequest request;
+  UpdateSink sink;
+};
+
+// Where a lane's rows sit in this round's batch. A decoding lane's rows are its root (the last
+// token) followed by its draft nodes in tree order.
+struct LaneRows {
+  Lane* lane;
+  int64_t first_row;
+  int64_t n_rows;
+  bool is_decode;
+};
+
+// One round's rows and the choices the model makes for them.
+struct RoundRows {
+  Batch batch;
+  std::vector<LaneRows> placed;
+  std::vector<LogitRowPick> picks;       // [logit rows] who chooses the next token
+  std::vector<int64_t> logit_row_of;     // [batch rows] index among logit rows, or -1
+  std::vector<int64_t> host_logits_row;  // [logit rows] row in the round's logits copy, or -1
+  std::vector<int32_t> penalty_paths;    // the draft paths penalties see (LogitRowPick::penalties)
+  int64_t n_scratch = 0;                 // scratch slots given to draft rows off the main chain
+};
+
+struct Engine::Impl {
+  EngineOptions options;
+  std::shared_ptr<Model> model;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::vector<int32_t> eos_ids;
+  KvCache kv;
+  Speculation speculation;
+
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<PendingRequest> pending;
+  std::unordered_set<uint64_t> cancelled;
+  uint64_t next_id = 1;
+  bool stopping = false;
+  EngineStats stats;  // guarded by mutex
+
+  std::vector<std::unique_ptr<Lane>> lanes;  // engine thread only
+  int64_t n_waiting = 0;                     // queue depth seen at the last admission
+  int32_t scratch_lane;                      // slots for draft rows off their lane's main chain
+  RoundRows round_rows;                      // this round's
+  std::vector<int32_t> picked;               // [logit rows] the model's choice
+  std::vector<float> logits;                 // [logit rows that want them][vocab]
+  std::vector<float> committed_taps;         // [n_tokens][tap width] gathered for one lane
+  // Running average of one lane's share of a round's forward: what a round a lane saves is worth
+  // (with many lanes the round happens anyway; the lane saves its share of it).
+  double lane_round_seconds = 0.0;
+  RowCost row_cost;  // what a verified row adds to a round
+  std::thread thread;
+
+  Impl(const EngineOptions& options, std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
+       SpeculationOptions speculation_options);
+
+  // engine.cpp
+  void run();
+  bool take_cancellations();
+  void round();
+  RoundCosts round_costs() const { return {lane_round_seconds, row_cost.seconds_per_row()}; }
+  // admission.cpp
+  void admit();
+  int64_t window_for(const Lane& lane, int64_t n_decoding) const;
+  // round_rows.cpp
+  void pack_rows(RoundRows& rows);
+  void add_decode_rows(Lane& lane, int64_t max_rows, RoundRows& rows);
+  void add_prefill_rows(Lane& lane, int64_t max_rows, RoundRows& rows);
+  void add_picks(RoundRows& rows);
+  // acceptance.cpp
+  void accept(Lane& lane, const LaneRows& placed);
+  void commit_prefill(Lane& lane, const LaneRows& placed);
+  void feed_taps(Lane& lane, int64_t first_position, const std::vector<int64_t>& rows);
+  // output.cpp
+  void on_token(Lane& lane, int32_t token, const float* row_logits);
+  void finish(Lane& lane, FinishReason reason, const std::string& error = {});
+  bool send(Lane& lane, GenerationUpdate& update);
+  bool is_eos(int32_t token) const;
+  // The model's choice after logit row `logit_row`, and its raw logits when the lane asked for
+  // them (nullptr otherwise).
+  int32_t chosen(int64_t logit_row, const float** row_logits) const;
+};
+
+}  // namespace tf

@@ -1,0 +1,77 @@
+// Output: each chosen token becomes an update for the request (text held back while it might
+// begin a stop string), and a finished lane sends its final update and frees its KV.
+#include <algorithm>
+
+#include "core/sha256.h"
+#include "engine/engine_impl.h"
+
+namespace tf {
+
+bool Engine::Impl::is_eos(int32_t token) const {
+  return std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end();
+}
+
+void Engine::Impl::on_token(Lane& lane, int32_t token, const float* row_logits) {
+  auto now = EngineClock::now();
+  if (lane.completion.empty()) {
+    lane.first_token = now;
+    lane.timings.prompt_ms = ms_between(lane.admitted, now);
+  }
+  if (!lane.request.ignore_eos && is_eos(token)) {
+    finish(lane, FinishReason::stop);
+    return;
+  }
+  lane.tokens.push_back(token);
+  lane.completion.push_back(token);
+  lane.counts[token] += 1;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    stats.generated_tokens += 1;
+  }
+  GenerationUpdate update;
+  update.tokens.push_back(token);
+  if (lane.request.n_top_logprobs >= 0) {
+    int64_t n_vocab = model->config().vocab_size;
+    update.logprobs.push_back({token, Sampler::logprob_of(row_logits, n_vocab, token),
+                               Sampler::top_logprobs(row_logits, n_vocab,
+                                                     lane.request.n_top_logprobs)});
+  }
+  if (lane.decoder) update.text = lane.stop_matcher->push(lane.decoder->push(token));
+  if (lane.stop_matcher->is_stopped()) {
+    if (!send(lane, update)) return;
+    finish(lane, FinishReason::stop);
+    return;
+  }
+  if (int64_t(lane.completion.size()) >= lane.request.max_tokens) {
+    if (!send(lane, update)) return;
+    finish(lane, FinishReason::length);
+    return;
+  }
+  send(lane, update);
+}
+
+bool Engine::Impl::send(Lane& lane, GenerationUpdate& update) {
+  if (lane.sink(update)) return true;
+  finish(lane, FinishReason::cancelled);
+  return false;
+}
+
+void Engine::Impl::finish(Lane& lane, FinishReason reason, const std::string& error) {
+  if (lane.is_finished) return;
+  lane.is_finished = true;
+  GenerationUpdate update;
+  if (reason != FinishReason::cancelled && reason != FinishReason::error && lane.decoder &&
+      !lane.stop_matcher->is_stopped())
+    update.text = lane.stop_matcher->push(lane.decoder->flush()) + lane.stop_matcher->flush();
+  update.is_final = true;
+  update.finish_reason = reason;
+  update.error = error;
+  lane.timings.predicted_n = int64_t(lane.completion.size());
+  if (!lane.completion.empty()) lane.timings.predicted_ms = ms_between(lane.first_token, EngineClock::now());
+  update.timings = lane.timings;
+  update.token_sha = token_sha(lane.completion);
+  lane.sink(update);
+  kv.lane_close(lane.kv_lane);
+}
+
+}  // namespace tf

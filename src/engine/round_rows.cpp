@@ -1,0 +1,107 @@
+// Row packing: a round's batch holds every decoding lane's root and draft tree first, then prompt
+// chunks with what is left of the row budget (so a long prompt never stalls the others), and one
+// pick per logit row saying how the model chooses its token.
+#include <algorithm>
+
+#include "engine/engine_impl.h"
+
+namespace tf {
+
+void Engine::Impl::pack_rows(RoundRows& rows) {
+  rows.batch.rows.clear();
+  rows.placed.clear();
+  rows.n_scratch = 0;
+  int64_t budget = options.max_rows_per_round;
+  int64_t n_decoding = 0;
+  for (auto& lane : lanes) n_decoding += !lane->is_finished && !lane->is_prefilling();
+  for (const bool is_decode_pass : {true, false}) {
+    for (auto& lane_ptr : lanes) {
+      Lane& lane = *lane_ptr;
+      if (lane.is_finished || lane.is_prefilling() == is_decode_pass || budget == 0) continue;
+      const int64_t first = int64_t(rows.batch.rows.size());
+      if (is_decode_pass) {
+        lane.window = std::min(budget, window_for(lane, n_decoding));
+        add_decode_rows(lane, lane.window, rows);
+      } else {
+        add_prefill_rows(lane, budget, rows);
+      }
+      const int64_t n_rows = int64_t(rows.batch.rows.size()) - first;
+      rows.placed.push_back({&lane, first, n_rows, is_decode_pass});
+      budget -= n_rows;
+    }
+  }
+  add_picks(rows);
+}
+
+// The root row (the lane's last token) and its draft tree. Nodes on the main chain write K/V
+// straight to their lane's slots; the others write to scratch slots and move only if accepted.
+void Engine::Impl::add_decode_rows(Lane& lane, int64_t max_rows, RoundRows& rows) {
+  // More drafts than the budget can emit would only cost rows.
+  const int64_t max_nodes = std::min(max_rows - 1, lane.budget_left() - 1);
+  lane.speculation->draft(lane.history(), max_nodes, round_costs(), &lane.tree);
+  const DraftTree& tree = lane.tree;
+  Batch& batch = rows.batch;
+  const int64_t root_row = int64_t(batch.rows.size());
+  const int32_t root_pos = int32_t(lane.n_cached);
+  batch.rows.push_back({lane.tokens.back(), root_pos, lane.kv_lane, -1, kv.slot(lane.kv_lane, root_pos), true});
+  for (int32_t node = 0; node < tree.size(); ++node) {
+    const int32_t parent = tree.parents[size_t(node)];
+    const int32_t pos = root_pos + tree.depth(node);
+    const int32_t slot =
+        tree.is_main[size_t(node)] ? kv.slot(lane.kv_lane, pos) : kv.slot(scratch_lane, rows.n_scratch++);
+    batch.rows.push_back({tree.tokens[size_t(node)], pos, lane.kv_lane,
+                          int32_t(parent < 0 ? root_row : root_row + 1 + parent), slot, true});
+  }
+}
+
+void Engine::Impl::add_prefill_rows(Lane& lane, int64_t max_rows, RoundRows& rows) {
+  const int64_t first = int64_t(rows.batch.rows.size());
+  const int64_t n = std::min({int64_t(lane.tokens.size()) - lane.n_cached, max_rows, options.prefill_chunk});
+  for (int64_t i = 0; i < n; ++i) {
+    BatchRow row;
+    row.pos = int32_t(lane.n_cached + i);
+    row.token = lane.tokens[size_t(row.pos)];
+    row.lane = lane.kv_lane;
+    row.parent = i == 0 ? -1 : int32_t(first + i - 1);
+    row.kv_slot = kv.slot(lane.kv_lane, row.pos);
+    row.wants_logits = row.pos + 1 == int64_t(lane.tokens.size());
+    rows.batch.rows.push_back(row);
+  }
+}
+
+// Every logit row's pick: the lane's parameters, the position its token will take, and for
+// penalties the reply so far plus the row's own draft path (what it would follow if accepted).
+void Engine::Impl::add_picks(RoundRows& rows) {
+  const Batch& batch = rows.batch;
+  rows.logit_row_of.assign(batch.rows.size(), -1);
+  rows.picks.clear();
+  rows.host_logits_row.clear();
+  rows.penalty_paths.clear();
+  std::vector<std::pair<size_t, int64_t>> path_spans;  // [logit rows] offset and length in penalty_paths
+  int64_t n_copied = 0;
+  for (const LaneRows& placed : rows.placed) {
+    Lane& lane = *placed.lane;
+    for (int64_t r = placed.first_row; r < placed.first_row + placed.n_rows; ++r) {
+      const BatchRow& row = batch.rows[size_t(r)];
+      if (!row.wants_logits) continue;
+      const size_t path_begin = rows.penalty_paths.size();
+      if (placed.is_decode && lane.has_penalties()) {
+        for (int32_t node = int32_t(r - placed.first_row) - 1; node >= 0; node = lane.tree.parents[size_t(node)])
+          rows.penalty_paths.push_back(lane.tree.tokens[size_t(node)]);
+        std::reverse(rows.penalty_paths.begin() + int64_t(path_begin), rows.penalty_paths.end());
+      }
+      path_spans.push_back({path_begin, int64_t(rows.penalty_paths.size() - path_begin)});
+      rows.logit_row_of[size_t(r)] = int64_t(rows.picks.size());
+      const bool wants_logits = lane.request.n_top_logprobs >= 0;
+      rows.host_logits_row.push_back(wants_logits ? n_copied++ : -1);
+      rows.picks.push_back({&lane.request.sampling, int64_t(row.pos) + 1, PenaltyHistory{&lane.counts}, wants_logits});
+    }
+  }
+  // The paths are complete: their pointers stay valid for the round.
+  for (size_t i = 0; i < rows.picks.size(); ++i) {
+    rows.picks[i].penalties.path = rows.penalty_paths.data() + path_spans[i].first;
+    rows.picks[i].penalties.n_path = path_spans[i].second;
+  }
+}
+
+}  // namespace tf

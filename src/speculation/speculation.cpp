@@ -1,0 +1,87 @@
+// The proposer set of a lane, gating, and the hand-over of what a round committed.
+#include "speculation/speculation.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "models/dflash_drafter.h"
+#include "speculation/long_copy.h"
+#include "speculation/ngram.h"
+#include "speculation/replay.h"
+
+namespace tf {
+
+Speculation::Speculation(SpeculationOptions options) : options_(std::move(options)) {}
+
+std::vector<int> Speculation::tap_layers() const {
+  if (!options_.drafter) return {};
+  const auto& ids = options_.drafter->config().target_layer_ids;
+  return std::vector<int>(ids.begin(), ids.end());
+}
+
+std::unique_ptr<LaneSpeculation> Speculation::for_lane(const DraftRequest& request, int64_t window) {
+  auto allowed = [&](ProposerKind kind) { return (request.proposers & proposer_bit(kind)) != 0; };
+  std::vector<std::unique_ptr<Proposer>> proposers;
+  if (!request.replay.empty() && allowed(ProposerKind::replay))
+    proposers.push_back(
+        std::make_unique<ReplayProposer>(request.replay, request.replay_depth > 0 ? request.replay_depth : window));
+  if (allowed(ProposerKind::long_copy)) {
+    LongCopyOptions copy;
+    copy.min_confident_match = options_.min_confident_match;
+    proposers.push_back(std::make_unique<LongCopyProposer>(copy));
+  }
+  if (options_.drafter && allowed(ProposerKind::drafter))
+    proposers.push_back(std::make_unique<DrafterProposer>(options_.drafter, options_.drafter_tree));
+  if (allowed(ProposerKind::ngram)) proposers.push_back(std::make_unique<NgramProposer>(NgramOptions{}));
+  return std::make_unique<LaneSpeculation>(*this, std::move(proposers));
+}
+
+LaneSpeculation::LaneSpeculation(Speculation& owner, std::vector<std::unique_ptr<Proposer>> proposers)
+    : owner_(owner), proposers_(std::move(proposers)) {
+  for (size_t kind = 0; kind < gates_.size(); ++kind) gates_[kind] = owner_.gates_[kind].for_new_lane();
+}
+
+void LaneSpeculation::draft(const LaneHistory& history, int64_t max_nodes, const RoundCosts& costs,
+                            DraftTree* tree) {
+  using Clock = std::chrono::steady_clock;
+  tree->clear();
+  use_seconds_.fill(-1.0);
+  if (max_nodes <= 0) return;
+  for (auto& proposer : proposers_) {
+    proposer->observe(history);
+    if (tree->size() >= max_nodes) continue;
+    const size_t kind = size_t(proposer->kind());
+    if (!owner_.options_.gate_proposers || !proposer->is_gated()) {
+      proposer->propose(history, max_nodes, tree);
+    } else if (!gates_[kind].should_run(costs.lane_round_seconds)) {
+      gates_[kind].record_skip();
+    } else {
+      // A use costs the proposer's own time and a verified row for every node it adds.
+      const int64_t n_before = tree->size();
+      const auto start = Clock::now();
+      proposer->propose(history, max_nodes, tree);
+      use_seconds_[kind] = std::chrono::duration<double>(Clock::now() - start).count() +
+                           double(tree->size() - n_before) * costs.seconds_per_row;
+    }
+  }
+}
+
+bool LaneSpeculation::wants_taps() const {
+  return std::any_of(proposers_.begin(), proposers_.end(), [](const auto& p) { return p->wants_taps(); });
+}
+
+void LaneSpeculation::observe_taps(int64_t first_position, const float* taps, int64_t n_tokens) {
+  for (auto& proposer : proposers_)
+    if (proposer->wants_taps()) proposer->observe_taps(first_position, taps, n_tokens);
+}
+
+void LaneSpeculation::record_accepted(const std::vector<uint8_t>& accepted_sources, const RoundCosts& costs) {
+  for (size_t kind = 0; kind < size_t(kProposerKinds); ++kind) {
+    if (use_seconds_[kind] < 0.0) continue;
+    const int64_t n_accepted = std::count(accepted_sources.begin(), accepted_sources.end(), uint8_t(kind));
+    gates_[kind].record_use(use_seconds_[kind], n_accepted, costs.lane_round_seconds);
+    owner_.gates_[kind].record_use(use_seconds_[kind], n_accepted, costs.lane_round_seconds);
+  }
+}
+
+}  // namespace tf

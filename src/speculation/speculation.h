@@ -1,0 +1,86 @@
+// Speculation behind one interface: which proposers draft for a lane, whether a gated one drafts
+// this round, and what each learns once a round is committed. The engine asks for a lane's drafts
+// and reports what was accepted; it names no proposer.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "speculation/draft_tree.h"
+#include "speculation/drafter_proposer.h"
+#include "speculation/proposer.h"
+#include "speculation/proposer_gate.h"
+
+namespace tf {
+
+class DFlashDrafter;
+
+// The engine's speculation settings, fixed at start.
+struct SpeculationOptions {
+  std::shared_ptr<DFlashDrafter> drafter;  // the block drafter; null: none
+  DrafterProposerOptions drafter_tree;     // its tree shape (spec-eval can vary it)
+  int64_t min_confident_match = 24;        // long-copy match length that proposes long copy rows
+  // Let gated proposers (Proposer::is_gated) draft only while their accepted tokens pay for their
+  // time and rows (ProposerGate). The server turns it on; off, they draft every round, so
+  // acceptance does not depend on the clock (measurements and tests).
+  bool gate_proposers = false;
+};
+
+// What one request asks of speculation.
+struct DraftRequest {
+  ProposerSet proposers = kAllProposers;  // kNoProposers: speculation off
+  // Benchmarks and tests: a reply the replay proposer drafts, to force any acceptance length.
+  std::vector<int32_t> replay;
+  int64_t replay_depth = 0;  // replay tokens drafted a round; 0: the lane's window
+};
+
+// What the engine measured of its rounds: what a lane's share of a round costs (what a round a
+// lane saves is worth) and what one more verified row adds to a round.
+struct RoundCosts {
+  double lane_round_seconds = 0.0;
+  double seconds_per_row = 0.0;
+};
+
+class LaneSpeculation;
+
+// One per engine: makes each lane's proposer set and keeps every lane's gate history, so a new
+// lane's gates start from what the others have seen.
+class Speculation {
+ public:
+  explicit Speculation(SpeculationOptions options);
+
+  // Target layers whose hidden states the proposers need as taps (the drafter's); empty if none.
+  std::vector<int> tap_layers() const;
+  // The lane's proposers, asked in order (earlier ones fill the window first).
+  std::unique_ptr<LaneSpeculation> for_lane(const DraftRequest& request, int64_t window);
+
+ private:
+  friend class LaneSpeculation;
+  SpeculationOptions options_;
+  std::array<ProposerGate, kProposerKinds> gates_;  // every lane's uses, by ProposerKind
+};
+
+// One lane's proposers and gates.
+class LaneSpeculation {
+ public:
+  LaneSpeculation(Speculation& owner, std::vector<std::unique_ptr<Proposer>> proposers);
+
+  bool is_off() const { return proposers_.empty(); }
+  // Clears the tree and fills it with at most max_nodes nodes continuing history.tokens.back().
+  void draft(const LaneHistory& history, int64_t max_nodes, const RoundCosts& costs, DraftTree* tree);
+  // Whether any proposer wants the taps of committed rows (the engine gathers them only then).
+  bool wants_taps() const;
+  // taps: [n_tokens][tap width] of the rows committed this round at first_position ..., in order.
+  void observe_taps(int64_t first_position, const float* taps, int64_t n_tokens);
+  // After the round's acceptance: the proposer (ProposerKind) of every accepted node, for the gates.
+  void record_accepted(const std::vector<uint8_t>& accepted_sources, const RoundCosts& costs);
+
+ private:
+  Speculation& owner_;
+  std::vector<std::unique_ptr<Proposer>> proposers_;
+  std::array<ProposerGate, kProposerKinds> gates_;  // by ProposerKind; used for the gated kinds
+  std::array<double, kProposerKinds> use_seconds_{};  // this round's cost of each gated use; -1: no use
+};
+
+}  // namespace tf
