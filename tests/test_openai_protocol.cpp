@@ -1,6 +1,7 @@
 // OpenAI request parsing and validation, and reply/chunk JSON, without a server or a model.
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "server/openai_protocol.h"
 #include "server/sse.h"
 #include "tokenizer/tokenizer.h"
@@ -175,6 +176,43 @@ TEST(OpenAiProtocol, RangesAreChecked) {
   EXPECT_EQ(chat_error({{"top_logprobs", 2}}).param, "top_logprobs");  // without logprobs
   EXPECT_EQ(chat_error({{"stop", {"a", "b", "c", "d", "e"}}}).param, "stop");
   EXPECT_EQ(chat_error({{"stop", ""}}).param, "stop");
+}
+
+// Bodies parsed from text, as the server sees them: nlohmann types non-negative numbers there as
+// unsigned, which once skipped the minimum check ("max_tokens": 0 passed).
+TEST(OpenAiProtocol, IntegerRangesHoldForParsedBodies) {
+  ProtocolLimits limits = test_limits();
+  limits.allow_bench_extensions = true;
+  auto param_of_error = [&](const std::string& field, const std::string& value) {
+    const json parsed_value = json::parse(value);
+    const bool is_replay = field.rfind("replay.", 0) == 0;
+    const json extra = is_replay ? json{{"replay", {{"token_ids", {1}}, {field.substr(7), parsed_value}}}}
+                                 : json{{field, parsed_value}};
+    return error_of([&] { parse_chat_request(chat_body(extra), limits); }).param;
+  };
+  const std::vector<std::pair<std::string, std::vector<std::string>>> bad_values = {
+      {"max_tokens", {"0", "-1", "1001", "18446744073709551615", "1.5", "2.0"}},
+      {"max_completion_tokens", {"0", "-3", "1001", "1e3"}},
+      {"n", {"0", "-1", "2", "1.0"}},
+      {"top_k", {"-1", "2147483648", "18446744073709551615", "0.5"}},
+      {"seed", {"9223372036854775808", "18446744073709551615", "1.25", "-9223372036854775809"}},
+      {"replay.accept", {"0", "-1", "1025", "2.5"}},
+  };
+  for (const auto& [field, values] : bad_values)
+    for (const std::string& value : values) EXPECT_EQ(param_of_error(field, value), field) << field << " = " << value;
+
+  const ApiError zero = error_of([&] { parse_chat_request(chat_body(json::parse(R"({"max_tokens": 0})")), limits); });
+  EXPECT_EQ(zero.status, 400);
+  EXPECT_NE(std::string(zero.what()).find("below minimum value. Expected a value >= 1, but got 0"), std::string::npos)
+      << zero.what();
+
+  auto parsed = [&](const char* text) { return parse_chat_request(chat_body(json::parse(text)), limits); };
+  EXPECT_EQ(parsed(R"({"max_tokens": 1000})").max_tokens, 1000);
+  EXPECT_EQ(parsed(R"({"max_completion_tokens": 1})").max_tokens, 1);
+  EXPECT_EQ(parsed(R"({"n": 1, "top_k": 0})").sampling.top_k, 0);
+  EXPECT_EQ(parsed(R"({"seed": 9223372036854775807})").sampling.seed, uint64_t(INT64_MAX));
+  EXPECT_EQ(parsed(R"({"seed": -1})").sampling.seed, ~uint64_t(0));
+  EXPECT_EQ(parsed(R"({"replay": {"token_ids": [1], "accept": 1024}})").replay_accept, 1024);
 }
 
 // "replay" forces acceptance lengths in benchmarks: refused unless the server allows the extension,
@@ -368,4 +406,24 @@ TEST(OpenAiProtocol, LogprobsForBothEndpoints) {
 
 TEST(OpenAiProtocol, DumpReplacesInvalidUtf8) {
   EXPECT_EQ(dump_json(json("a\xe4")), "\"a\xef\xbf\xbd\"");
+}
+
+// An exception that escapes a handler: the request's fault keeps its words and a 4xx; a bug or a
+// machine failure answers 500 without a word of its text.
+TEST(OpenAiProtocol, InternalErrorsAnswer500WithoutTheirText) {
+  const ApiError user = api_error_for(tf::Error("the prompt names a missing file"));
+  EXPECT_EQ(user.status, 400);
+  EXPECT_EQ(user.type, "invalid_request_error");
+  EXPECT_STREQ(user.what(), "the prompt names a missing file");
+
+  for (const ApiError& ours : {api_error_for(tf::InternalError("batch row 3 has an invalid parent")),
+                               api_error_for(std::runtime_error("cudaMalloc at 0x7f00"))}) {
+    EXPECT_EQ(ours.status, 500);
+    EXPECT_EQ(ours.type, "server_error");
+    EXPECT_EQ(std::string(ours.what()).find("parent"), std::string::npos);
+    EXPECT_EQ(std::string(ours.what()).find("0x7f00"), std::string::npos);
+  }
+  const ApiError passed = api_error_for(ApiError(404, "no such model", "invalid_request_error", "model"));
+  EXPECT_EQ(passed.status, 404);
+  EXPECT_EQ(passed.param, "model");
 }

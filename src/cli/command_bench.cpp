@@ -10,6 +10,7 @@
 #include "backends/backends.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/engine_flags.h"
 #include "cli/receipt.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -36,6 +37,7 @@ struct BenchFlags {
   int n_threads = 0;
   std::string device = "cpu";
   std::vector<int64_t> verify_rows;
+  CudaLaunchFlags cuda;
   std::string receipt;
 };
 
@@ -81,9 +83,12 @@ DeviceCeiling measure_ceiling(const BenchFlags& flags) {
 
 void run_bench(const BenchFlags& flags, const std::string& command_line) {
   if (flags.model_dir.empty() == flags.synthetic.empty()) fail("give exactly one of --model and --synthetic");
-  std::shared_ptr<Model> model = flags.synthetic.empty()
-                                     ? load_model_for_cli(flags.model_dir, flags.device, flags.n_threads)
-                                     : make_synthetic_model(flags.synthetic, flags.bits, {.device = flags.device, .n_threads = flags.n_threads});
+  ModelLoadOptions load;
+  load.device = flags.device;
+  load.n_threads = flags.n_threads;
+  flags.cuda.apply_to(load);
+  std::shared_ptr<Model> model = flags.synthetic.empty() ? load_model_for_cli(flags.model_dir, load)
+                                                         : make_synthetic_model(flags.synthetic, flags.bits, load);
   const ModelConfig& config = model->config();
   const int64_t n_vocab = config.vocab_size;
   const int64_t max_verify_rows =
@@ -203,6 +208,7 @@ void register_bench_command(CLI::App& app) {
                   "Also time verify rounds of these many draft rows of one lane, e.g. 1 16 64")
       ->check(CLI::Range(int64_t(1), int64_t(4096)));
   add_device_option(*cmd, flags->device);
+  add_cuda_launch_flags(*cmd, flags->cuda);
   cmd->add_option("--receipt", flags->receipt, "Also write the receipt to this file");
   cmd->callback([flags] {
     std::string verify_rows;
@@ -210,7 +216,8 @@ void register_bench_command(CLI::App& app) {
     run_bench(*flags, "tensorfold bench --device " + flags->device + std::string(flags->synthetic.empty() ? " --model " + flags->model_dir : " --synthetic " + flags->synthetic) +
                           " --bits " + std::to_string(flags->bits) + " --prompt-len " + std::to_string(flags->prompt_len) +
                           " --decode " + std::to_string(flags->n_decode) + " --repeats " + std::to_string(flags->repeats) +
-                          " --threads " + std::to_string(flags->n_threads) +
+                          " --threads " + std::to_string(flags->n_threads) + " --cuda-graphs " + flags->cuda.graphs +
+                          " --cuda-pdl " + flags->cuda.pdl +
                           (verify_rows.empty() ? std::string() : " --verify-rows" + verify_rows));
   });
 }

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/serving_stack.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
@@ -24,7 +25,10 @@ struct EvalFlags {
 
 void run_eval(const EvalFlags& flags) {
   std::vector<int32_t> ids = parse_id_list(flags.prompt_ids, "--prompt-ids");
-  auto model = load_model_for_cli(flags.model_dir, flags.device, flags.n_threads);
+  ModelLoadOptions load;
+  load.device = flags.device;
+  load.n_threads = flags.n_threads;
+  auto model = load_model_for_cli(flags.model_dir, load);
   const ModelConfig& config = model->config();
   if (int64_t(ids.size()) > config.max_position_embeddings)
     fail("the prompt has " + std::to_string(ids.size()) + " tokens; the model's limit is " +

@@ -1,22 +1,26 @@
-// `tensorfold generate`: one reply from the command line, through the same engine as the server.
+// `tensorfold generate`: one reply from the command line, through the same serving stack as the
+// server (drafter, gating and stop strings included), so it runs what `serve` ships.
 #include <cstdio>
 #include <future>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
+#include "app/serving_stack.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/engine_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "models/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tf::cli {
 namespace {
 
+constexpr size_t max_stop_strings = 4;  // as the server allows
+
 struct GenerateFlags {
-  std::string model_dir = default_model_dir();
+  EngineFlags engine;
   std::string prompt;
   std::string prompt_ids;
   int64_t n_tokens = 32;
@@ -25,41 +29,55 @@ struct GenerateFlags {
   float top_p = 1.0f;
   float min_p = 0.0f;
   uint64_t seed = 0;
+  std::vector<std::string> stop;
   bool ignore_eos = false;
   bool json = false;
-  int n_threads = 0;
-  std::string device = "cpu";
 };
 
+std::vector<int32_t> prompt_tokens(const GenerateFlags& flags, const ServingStack& stack) {
+  if (!flags.prompt_ids.empty()) return parse_id_list(flags.prompt_ids, "--prompt-ids");
+  if (!stack.tokenizer()) fail("--prompt needs " + flags.engine.model_dir + "/tokenizer.json; use --prompt-ids");
+  if (!is_valid_utf8(flags.prompt)) fail("--prompt is not valid UTF-8");
+  return stack.tokenizer()->encode(flags.prompt);
+}
+
 void run_generate(const GenerateFlags& flags) {
-  if (flags.prompt.empty() == flags.prompt_ids.empty())
-    fail("give exactly one of --prompt and --prompt-ids");
-  auto model = load_model_for_cli(flags.model_dir, flags.device, flags.n_threads);
-  auto tokenizer = load_tokenizer_if_present(flags.model_dir);
+  if (flags.prompt.empty() == flags.prompt_ids.empty()) fail("give exactly one of --prompt and --prompt-ids");
+  if (flags.stop.size() > max_stop_strings)
+    fail("--stop takes at most " + std::to_string(max_stop_strings) + " strings; got " + std::to_string(flags.stop.size()));
+  for (const std::string& stop : flags.stop)
+    if (stop.empty() || !is_valid_utf8(stop)) fail("--stop strings must be non-empty UTF-8 text");
+
+  EngineOptions engine_options;
+  engine_options.n_parallel = 1;
+  engine_options.gate_proposers = true;  // as the server drafts
+  ServingOptions options = serving_options(flags.engine, engine_options);
+  engine_options = *options.engine;
+  options.engine.reset();  // the context is sized to the prompt, known only after tokenizing
+  options.needs_tokenizer = false;
+  options.load.progress = stderr_progress("loading " + flags.engine.model_dir);
+  auto stack = ServingStack::load(options);
+
   GenerationRequest request;
-  if (!flags.prompt_ids.empty()) {
-    request.prompt = parse_id_list(flags.prompt_ids, "--prompt-ids");
-  } else {
-    if (!tokenizer) fail("--prompt needs " + flags.model_dir + "/tokenizer.json; use --prompt-ids");
-    if (!is_valid_utf8(flags.prompt)) fail("--prompt is not valid UTF-8");
-    request.prompt = tokenizer->encode(flags.prompt);
-  }
+  request.prompt = prompt_tokens(flags, *stack);
   request.max_tokens = flags.n_tokens;
+  request.stop = flags.stop;
   request.ignore_eos = flags.ignore_eos;
   request.sampling.temperature = flags.temperature;
   request.sampling.top_k = flags.top_k;
   request.sampling.top_p = flags.top_p;
   request.sampling.min_p = flags.min_p;
   request.sampling.seed = flags.seed;
+  engine_options.n_ctx = int64_t(request.prompt.size()) + request.max_tokens;
+  if (engine_options.n_ctx > stack->facts().context_length)
+    fail("the prompt (" + std::to_string(request.prompt.size()) + " tokens) plus -n " + std::to_string(flags.n_tokens) +
+         " exceeds the model's context of " + std::to_string(stack->facts().context_length) + " tokens");
+  auto engine = stack->make_engine(engine_options);
 
-  EngineOptions options;
-  options.n_parallel = 1;
-  options.n_ctx = int64_t(request.prompt.size()) + request.max_tokens;
-  Engine engine(options, model, tokenizer);
   std::vector<int32_t> ids;
   std::string text;
   std::promise<GenerationUpdate> final_update;
-  SubmitResult submitted = engine.submit(request, [&](const GenerationUpdate& update) {
+  SubmitResult submitted = engine->submit(request, [&](const GenerationUpdate& update) {
     ids.insert(ids.end(), update.tokens.begin(), update.tokens.end());
     text += update.text;
     if (!flags.json && !update.text.empty()) {
@@ -86,24 +104,23 @@ void run_generate(const GenerateFlags& flags) {
 void register_generate_command(CLI::App& app) {
   auto flags = std::make_shared<GenerateFlags>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate a reply to a prompt (greedy with --temp 0)");
-  cmd->add_option("--model", flags->model_dir, "Model directory")->envname("TF_MODEL")->capture_default_str();
+  add_engine_flags(*cmd, flags->engine);
   cmd->add_option("--prompt", flags->prompt, "Prompt text (tokenized as is, no chat template)");
   cmd->add_option("--prompt-ids", flags->prompt_ids, "Prompt as comma-separated token ids");
   cmd->add_option("-n,--n-tokens", flags->n_tokens, "Most tokens to generate")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))->capture_default_str();
-  cmd->add_option("--temp", flags->temperature, "Sampling temperature; 0 is greedy")
-      ->check(CLI::Range(0.0f, 100.0f))->capture_default_str();
+  cmd->add_option("--temp", flags->temperature, "Sampling temperature, 0 to 2 as on the server; 0 is greedy")
+      ->check(CLI::Range(0.0f, 2.0f))->capture_default_str();
   cmd->add_option("--top-k", flags->top_k, "Keep the k most likely tokens; 0 is off")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--top-p", flags->top_p, "Nucleus sampling mass")->check(CLI::Range(0.0f, 1.0f))->capture_default_str();
   cmd->add_option("--min-p", flags->min_p, "Drop tokens below min-p times the best")
       ->check(CLI::Range(0.0f, 1.0f))->capture_default_str();
   cmd->add_option("--seed", flags->seed, "Seed of the sampler")->capture_default_str();
+  cmd->add_option("--stop", flags->stop,
+                  "Stop before this text (up to 4, repeat the flag); the text from it on is not printed");
   cmd->add_flag("--ignore-eos", flags->ignore_eos, "Keep going past end-of-sequence tokens");
   cmd->add_flag("--json", flags->json, "Print {\"ids\": [...], \"text\": \"...\"}");
-  cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")
-      ->envname("TF_THREADS")->check(CLI::NonNegativeNumber)->capture_default_str();
-  add_device_option(*cmd, flags->device);
   cmd->callback([flags] { run_generate(*flags); });
 }
 

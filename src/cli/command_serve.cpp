@@ -5,15 +5,14 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <thread>
 
+#include "app/serving_stack.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/engine_flags.h"
 #include "core/error.h"
-#include "loader/model_config.h"
-#include "models/synthetic.h"
 #include "server/http_server.h"
 
 namespace tf::cli {
@@ -24,17 +23,13 @@ constexpr int32_t max_http_threads = 1024;
 
 // The flags as given; validated_options() turns them into server options.
 struct ServeFlags {
-  std::string model_dir;
-  std::string synthetic;
-  std::string drafter_dir = "auto";
+  EngineFlags engine;
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;
   int32_t n_parallel = EngineOptions{}.n_parallel;
   int64_t n_ctx = EngineOptions{}.n_ctx;
   int32_t max_queue = EngineOptions{}.max_queue;
-  int n_threads = 0;
-  std::string device = "cpu";
   int64_t max_body_bytes = 8 << 20;
   int64_t max_tokens_limit = 131072;
   bool bench_extensions = false;
@@ -44,13 +39,8 @@ void require(bool is_ok, const std::string& message) {
   if (!is_ok) fail(message);
 }
 
-std::string model_id_of(const std::string& model_dir) {
-  std::filesystem::path path(model_dir);
-  if (!path.has_filename()) path = path.parent_path();  // "models/x/" names x
-  return path.filename().string();
-}
-
-// Every flag is checked here, once, with a message that says what to change.
+// Every flag is checked here (the shared ones in serving_options), once, with a message that says
+// what to change.
 server::ServerOptions validated_options(const ServeFlags& flags) {
   require(flags.port >= 0 && flags.port <= 65535,
           "--port must be between 0 and 65535 (0 picks a free port); got " +
@@ -61,34 +51,27 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
               std::to_string(flags.n_parallel) + ".");
   require(flags.max_queue >= 1, "--max-queue must be at least 1; got " +
                                     std::to_string(flags.max_queue) + ".");
-  require(flags.n_threads >= 0, "--threads must be 0 (one per core) or more; got " +
-                                    std::to_string(flags.n_threads) + ".");
   require(flags.max_body_bytes >= 1024, "--max-body-bytes must be at least 1024; got " +
                                             std::to_string(flags.max_body_bytes) + ".");
   require(flags.max_tokens_limit >= 1, "--max-tokens-limit must be at least 1; got " +
                                            std::to_string(flags.max_tokens_limit) + ".");
-  require(std::filesystem::is_directory(flags.model_dir),
-          "--model " + flags.model_dir + " is not a directory (give a Hugging Face model "
-          "directory with config.json, tokenizer.json and *.safetensors).");
+  EngineOptions engine;
+  engine.n_parallel = flags.n_parallel;
+  engine.n_ctx = flags.n_ctx;
+  engine.max_queue = flags.max_queue;
+  engine.gate_proposers = true;  // drafting that does not pay for itself only costs the client time
   // A synthetic model speaks through the --model directory's tokenizer and drafts without a drafter.
-  const ModelConfig config = flags.synthetic.empty() ? ModelConfig::load(flags.model_dir) : synthetic_config(flags.synthetic);
-  require(flags.synthetic.empty() || flags.drafter_dir == "auto" || flags.drafter_dir == "none",
-          "--synthetic takes no --drafter (its weights are random: a drafter trained for another model "
-          "would only cost time).");
-  require(flags.n_ctx >= 16 && flags.n_ctx <= config.max_position_embeddings,
-          "--ctx must be between 16 and the model's context of " +
-              std::to_string(config.max_position_embeddings) +
-              " (max_position_embeddings in " + flags.model_dir + "/config.json); got " +
-              std::to_string(flags.n_ctx) + ".");
+  const ServingOptions stack_options = serving_options(flags.engine, engine);
+  const ModelFacts facts = read_model_facts(stack_options);
+  require(flags.n_ctx >= 16 && flags.n_ctx <= facts.context_length,
+          "--ctx must be between 16 and the model's context of " + std::to_string(facts.context_length) +
+              " (max_position_embeddings in " +
+              (flags.engine.synthetic.empty() ? flags.engine.model_dir + "/config.json"
+                                              : "the synthetic shape " + flags.engine.synthetic) +
+              "); got " + std::to_string(flags.n_ctx) + ".");
 
   server::ServerOptions options;
-  options.model_dir = flags.model_dir;
-  options.synthetic = flags.synthetic;
-  options.drafter_dir =
-      flags.synthetic.empty() ? resolve_drafter_dir(flags.model_dir, flags.drafter_dir, flags.device) : "";
-  require(options.drafter_dir.empty() || std::filesystem::is_directory(options.drafter_dir),
-          "--drafter " + options.drafter_dir + " is not a directory (give a DFlash drafter directory)");
-  options.model_id = flags.synthetic.empty() ? model_id_of(flags.model_dir) : flags.synthetic;
+  options.load_stack = [stack_options] { return ServingStack::load(stack_options); };
   options.host = flags.host;
   options.port = flags.port;
   options.api_key = flags.api_key;
@@ -98,13 +81,6 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
   // Each live or queued request may hold a connection; a few more serve /health and /metrics.
   options.n_http_threads =
       std::min<int64_t>(max_http_threads, int64_t(flags.n_parallel) + flags.max_queue + 4);
-  options.engine.n_parallel = flags.n_parallel;
-  options.engine.n_ctx = flags.n_ctx;
-  options.engine.max_queue = flags.max_queue;
-  options.engine.lane_policy = lane_policy_from_env();
-  options.engine.gate_proposers = true;  // drafting that does not pay for itself only costs the client time
-  options.load.device = flags.device;
-  options.load.n_threads = flags.n_threads;
   return options;
 }
 
@@ -150,18 +126,12 @@ void run_serve(const ServeFlags& flags) {
 
 void register_serve_command(CLI::App& app) {
   auto flags = std::make_shared<ServeFlags>();
-  flags->model_dir = default_model_dir();
   CLI::App* command = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API");
-  command->add_option("--model", flags->model_dir, "Model directory (Hugging Face layout)")
-      ->envname("TF_MODEL")->capture_default_str();
-  command->add_option("--synthetic", flags->synthetic,
+  add_engine_flags(*command, flags->engine);
+  command->add_option("--synthetic", flags->engine.synthetic,
                       "Serve random weights of a known shape (benchmarks: " + synthetic_names_text() +
                           "), speaking through --model's tokenizer")
       ->envname("TF_SYNTHETIC");
-  command->add_option("--drafter", flags->drafter_dir,
-                      "DFlash block drafter directory for the model; 'auto' takes the embedded drafter when "
-                      "serving the embedded model, 'none' turns the drafter off")
-      ->envname("TF_DRAFTER")->capture_default_str();
   command->add_option("--host", flags->host, "Address to listen on")
       ->envname("TF_HOST")->capture_default_str();
   command->add_option("--port", flags->port, "Port to listen on (0: any free port)")
@@ -176,9 +146,6 @@ void register_serve_command(CLI::App& app) {
   command->add_option("--max-queue", flags->max_queue,
                       "Most requests waiting for a lane; more answer 503 with Retry-After")
       ->envname("TF_MAX_QUEUE")->capture_default_str();
-  command->add_option("--threads", flags->n_threads, "CPU worker threads (0: one per core)")
-      ->envname("TF_THREADS")->capture_default_str();
-  add_device_option(*command, flags->device);
   command->add_option("--max-body-bytes", flags->max_body_bytes,
                       "Largest request body; larger ones answer 413")
       ->envname("TF_MAX_BODY_BYTES")->capture_default_str();

@@ -5,15 +5,14 @@
 #include <fstream>
 #include <sstream>
 
-#include "backends/backends.h"
+#include "app/serving_stack.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/engine_flags.h"
 #include "cli/receipt.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/reply_collector.h"
-#include "models/dflash_drafter.h"
-#include "models/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,14 +20,11 @@ namespace tf::cli {
 namespace {
 
 struct SpecBenchFlags {
-  std::string model_dir = default_model_dir();
-  std::string drafter_dir = "auto";
+  EngineFlags engine;
   std::string rename_file = std::string(TF_SOURCE_DIR_FOR_BENCH) + "/bench/inputs/rename_source.cpp.txt";
   std::vector<int> streams = {1, 4};
   int waves = 3;
   int64_t max_tokens = 256;
-  int n_threads = 0;
-  std::string device = "cpu";
   std::string receipt;
 };
 
@@ -67,22 +63,18 @@ struct WaveResult {
   std::vector<std::vector<int32_t>> replies;
 };
 
-WaveResult run_wave(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
-                    std::shared_ptr<DFlashDrafter> drafter,
-                    const BenchCase& bench_case, int n_streams, int64_t max_tokens, DraftMode mode,
-                    const std::vector<int32_t>& own_reply) {
-  EngineOptions options;
+WaveResult run_wave(const ServingStack& stack, EngineOptions options, const BenchCase& bench_case, int n_streams,
+                    int64_t max_tokens, DraftMode mode, const std::vector<int32_t>& own_reply) {
   options.n_parallel = n_streams;
   options.n_ctx = int64_t(bench_case.prompt.size()) + max_tokens + 1;
-  options.lane_policy = lane_policy_from_env();
-  Engine engine(options, model, tokenizer, drafter);
+  std::shared_ptr<Engine> engine = stack.make_engine(options);
   GenerationRequest request;
   request.prompt = bench_case.prompt;
   request.max_tokens = max_tokens;
   request.ignore_eos = true;
   if (mode == DraftMode::off) request.draft.proposers = kNoProposers;
   if (mode == DraftMode::replay_self) request.draft.replay = own_reply;
-  std::vector<Reply> replies = run_to_completion(engine, std::vector<GenerationRequest>(size_t(n_streams), request));
+  std::vector<Reply> replies = run_to_completion(*engine, std::vector<GenerationRequest>(size_t(n_streams), request));
   WaveResult wave{0, 0, 0, 0, {}};
   int64_t tokens = 0, rounds = 0;
   double decode_seconds = 0;
@@ -101,26 +93,27 @@ WaveResult run_wave(std::shared_ptr<Model> model, std::shared_ptr<const Tokenize
 }
 
 void run_spec_bench(const SpecBenchFlags& flags) {
-  auto model = load_model_for_cli(flags.model_dir, flags.device, flags.n_threads);
-  auto tokenizer = load_tokenizer_if_present(flags.model_dir);
-  if (!tokenizer) fail(flags.model_dir + " has no tokenizer.json; spec-bench needs one");
-  std::shared_ptr<DFlashDrafter> drafter;
-  const std::string drafter_dir = resolve_drafter_dir(flags.model_dir, flags.drafter_dir, flags.device);
-  if (!drafter_dir.empty()) drafter = load_drafter(drafter_dir, *model, flags.n_threads);
+  ServingOptions options = serving_options(flags.engine, EngineOptions{});
+  const EngineOptions engine_options = *options.engine;
+  options.engine.reset();  // one engine per wave, sized to its streams and case
+  options.load.progress = stderr_progress("loading " + flags.engine.model_dir);
+  auto stack = ServingStack::load(options);
+  const Tokenizer& tokenizer = *stack->tokenizer();
+  const std::string& drafter_dir = stack->facts().drafter_dir;
+  const std::string& device = flags.engine.device;
   std::ostringstream report;
-  report << "# Speculative rounds on the " << (flags.device == "cuda" ? "GPU" : "CPU") << ": " << flags.model_dir
+  report << "# Speculative rounds on the " << (device == "cuda" ? "GPU" : "CPU") << ": " << flags.engine.model_dir
          << "\n\n"
-         << "- command: `tensorfold spec-bench --device " << flags.device << " --model " << flags.model_dir
+         << "- command: `tensorfold spec-bench --device " << device << " --model " << flags.engine.model_dir
          << " --drafter " << (drafter_dir.empty() ? "none" : drafter_dir) << " --waves " << flags.waves
-         << " --max-tokens " << flags.max_tokens << "`\n"
+         << " --max-tokens " << flags.max_tokens << " --lanes " << flags.engine.lanes << "`\n"
          << "- commit: " << receipt_commit() << "\n- machine: " << receipt_machine() << "\n"
-         << "- TF_LANES: " << (std::getenv("TF_LANES") ? std::getenv("TF_LANES") : "unset") << "\n"
          << "- decode tok/s per wave = completion tokens of all streams / the slowest stream's decode time;"
             " medians and ranges over " << flags.waves << " waves (plus one warm-up wave, discarded)\n"
          << "- every drafted reply was checked token for token against its `draft: false` reply\n\n"
          << "| Streams | Case | prompt tokens | Drafts | tok/s | range | tokens per round | accepted / drafted | vs draft off |\n"
          << "|---|---|---|---|---|---|---|---|---|\n";
-  for (const BenchCase& bench_case : make_cases(*tokenizer, flags.rename_file)) {
+  for (const BenchCase& bench_case : make_cases(tokenizer, flags.rename_file)) {
     for (int n_streams : flags.streams) {
       std::vector<int32_t> own_reply;
       double off_median = 0;
@@ -128,7 +121,7 @@ void run_spec_bench(const SpecBenchFlags& flags) {
         std::vector<double> rates, per_round;
         int64_t drafted = 0, accepted = 0;
         for (int wave = 0; wave <= flags.waves; ++wave) {
-          WaveResult r = run_wave(model, tokenizer, drafter, bench_case, n_streams, flags.max_tokens, mode, own_reply);
+          WaveResult r = run_wave(*stack, engine_options, bench_case, n_streams, flags.max_tokens, mode, own_reply);
           if (mode == DraftMode::off && own_reply.empty()) own_reply = r.replies[0];
           for (const auto& reply : r.replies)
             if (reply != own_reply) fail("a drafted reply differs from the draft-off reply: exactness is broken");
@@ -159,17 +152,13 @@ void run_spec_bench(const SpecBenchFlags& flags) {
 void register_spec_bench_command(CLI::App& app) {
   auto flags = std::make_shared<SpecBenchFlags>();
   CLI::App* cmd = app.add_subcommand("spec-bench", "Measure speculative rounds against draft off (prints a receipt)");
-  cmd->add_option("--model", flags->model_dir, "Model directory")->envname("TF_MODEL")->capture_default_str();
-  cmd->add_option("--drafter", flags->drafter_dir, "DFlash block drafter directory, 'auto' or 'none' (joins the proposers)")
-      ->capture_default_str();
+  add_engine_flags(*cmd, flags->engine);
   cmd->add_option("--rename-file", flags->rename_file, "Source file of the whole-file rename case")->capture_default_str();
   cmd->add_option("--streams", flags->streams, "Simultaneous streams, e.g. 1 4")->capture_default_str();
   cmd->add_option("--waves", flags->waves, "Timed waves per row")->check(CLI::Range(1, 100))->capture_default_str();
   cmd->add_option("--max-tokens", flags->max_tokens, "Completion tokens per stream")
       ->check(CLI::Range(int64_t(2), int64_t(100000)))->capture_default_str();
-  cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")->envname("TF_THREADS");
   cmd->add_option("--receipt", flags->receipt, "Also write the receipt to this file");
-  add_device_option(*cmd, flags->device);
   cmd->callback([flags] { run_spec_bench(*flags); });
 }
 

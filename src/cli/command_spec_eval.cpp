@@ -9,15 +9,14 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "backends/backends.h"
+#include "app/serving_stack.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/engine_flags.h"
 #include "cli/receipt.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/reply_collector.h"
-#include "models/dflash_drafter.h"
-#include "models/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,8 +24,7 @@ namespace tf::cli {
 namespace {
 
 struct SpecEvalFlags {
-  std::string model_dir = default_model_dir();
-  std::string drafter_dir = "auto";
+  EngineFlags engine;
   std::string cases_file = std::string(TF_SOURCE_DIR_FOR_BENCH) + "/bench/inputs/heldout-eval.jsonl";
   std::vector<std::string> kinds = {"code", "prose", "rename"};
   std::vector<std::string> modes = {"long-copy", "drafter", "both", "all"};
@@ -34,13 +32,8 @@ struct SpecEvalFlags {
   int per_kind = 12;
   int64_t code_tokens = 128;
   int64_t prose_tokens = 96;
-  int n_threads = 0;
   bool gate_proposers = false;
   DrafterProposerOptions drafter_tree;
-  int64_t lone_window = EngineOptions{}.lone_window;
-  int64_t most_lone_window = EngineOptions{}.most_lone_window;
-  int64_t min_confident_match = EngineOptions{}.min_confident_match;
-  std::string device = "cpu";
   std::string receipt;
 };
 
@@ -98,21 +91,13 @@ struct ModeResult {
 };
 
 // Every case submitted at once to an engine of n_streams lanes (the rest queue), greedy.
-ModeResult run_cases(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
-                     std::shared_ptr<DFlashDrafter> drafter, const std::vector<EvalCase>& cases, int n_streams,
-                     bool use_draft, ProposerSet proposers, const SpecEvalFlags& flags) {
-  EngineOptions options;
-  options.gate_proposers = flags.gate_proposers;
-  options.drafter_tree = flags.drafter_tree;
-  options.lone_window = flags.lone_window;
-  options.most_lone_window = flags.most_lone_window;
-  options.min_confident_match = flags.min_confident_match;
+ModeResult run_cases(const ServingStack& stack, EngineOptions options, const std::vector<EvalCase>& cases,
+                     int n_streams, bool use_draft, ProposerSet proposers) {
   options.n_parallel = n_streams;
   options.max_queue = int32_t(cases.size());
-  options.lane_policy = lane_policy_from_env();
   options.n_ctx = 0;
   for (const auto& c : cases) options.n_ctx = std::max(options.n_ctx, int64_t(c.prompt.size()) + c.max_tokens + 1);
-  Engine engine(options, model, tokenizer, drafter);
+  std::shared_ptr<Engine> engine = stack.make_engine(options);
   std::vector<GenerationRequest> requests;
   for (const auto& c : cases) {
     GenerationRequest request;
@@ -123,7 +108,7 @@ ModeResult run_cases(std::shared_ptr<Model> model, std::shared_ptr<const Tokeniz
   }
   auto start = std::chrono::steady_clock::now();
   ModeResult out;
-  out.replies = run_to_completion(engine, requests);
+  out.replies = run_to_completion(*engine, requests);
   out.seconds = seconds_since(start);
   return out;
 }
@@ -142,23 +127,28 @@ std::string trimmed(std::string text) {
 }
 
 void run_spec_eval(const SpecEvalFlags& flags) {
-  auto model = load_model_for_cli(flags.model_dir, flags.device, flags.n_threads);
-  auto tokenizer = load_tokenizer_if_present(flags.model_dir);
-  if (!tokenizer) fail(flags.model_dir + " has no tokenizer.json; spec-eval needs one");
-  std::shared_ptr<DFlashDrafter> drafter;
-  const std::string drafter_dir = resolve_drafter_dir(flags.model_dir, flags.drafter_dir, flags.device);
-  if (!drafter_dir.empty()) drafter = load_drafter(drafter_dir, *model, flags.n_threads);
-  auto cases = read_cases(flags, *tokenizer);
+  EngineOptions base;
+  base.gate_proposers = flags.gate_proposers;
+  base.drafter_tree = flags.drafter_tree;
+  ServingOptions options = serving_options(flags.engine, base);
+  const EngineOptions engine_options = *options.engine;
+  options.engine.reset();  // one engine per run, sized to its streams and cases
+  options.load.progress = stderr_progress("loading " + flags.engine.model_dir);
+  auto stack = ServingStack::load(options);
+  const std::string& drafter_dir = stack->facts().drafter_dir;
+  auto cases = read_cases(flags, *stack->tokenizer());
+  const EngineFlags& knobs = flags.engine;
 
   std::ostringstream report;
-  report << "# Proposers on held-out cases: " << flags.model_dir << "\n\n"
-         << "- command: `tensorfold spec-eval --device " << flags.device << " --model " << flags.model_dir << " --drafter "
+  report << "# Proposers on held-out cases: " << knobs.model_dir << "\n\n"
+         << "- command: `tensorfold spec-eval --device " << knobs.device << " --model " << knobs.model_dir << " --drafter "
          << (drafter_dir.empty() ? "none" : drafter_dir) << " --per-kind " << flags.per_kind << " --kinds"
          << joined(flags.kinds) << " --modes" << joined(flags.modes) << " --streams" << joined(flags.streams)
          << (flags.gate_proposers ? " --gate-proposers" : "") << " --drafter-min-path-probability "
          << flags.drafter_tree.min_path_probability << " --drafter-root-candidates "
-         << flags.drafter_tree.n_root_candidates << " --lone-window " << flags.lone_window
-         << " --most-lone-window " << flags.most_lone_window << " --min-confident-match " << flags.min_confident_match << "`\n"
+         << flags.drafter_tree.n_root_candidates << " --lone-window " << knobs.lone_window
+         << " --most-lone-window " << knobs.most_lone_window << " --min-confident-match " << knobs.min_confident_match
+         << " --lanes " << knobs.lanes << "`\n"
          << "- cases: " << flags.cases_file << "\n- commit: " << receipt_commit() << "\n- machine: " << receipt_machine()
          << "\n- greedy; all cases of a kind submitted at once to an engine of N lanes; tok/s = completion tokens"
             " / wall time from the first submit to the last reply (prefill included)\n"
@@ -171,7 +161,7 @@ void run_spec_eval(const SpecEvalFlags& flags) {
     const auto& list = cases[kind];
     if (list.empty()) continue;
     for (int n_streams : flags.streams) {
-      ModeResult off = run_cases(model, tokenizer, drafter, list, n_streams, false, 0, flags);
+      ModeResult off = run_cases(*stack, engine_options, list, n_streams, false, 0);
       auto row = [&](const std::string& mode, const ModeResult& r) {
         int64_t tokens = 0, rounds = 0, drafted = 0, accepted = 0;
         for (size_t i = 0; i < r.replies.size(); ++i) {
@@ -193,8 +183,8 @@ void run_spec_eval(const SpecEvalFlags& flags) {
       };
       row("draft off", off);
       for (const std::string& mode : flags.modes) {
-        if (mode != "long-copy" && mode != "ngram" && !drafter) continue;
-        row(mode, run_cases(model, tokenizer, drafter, list, n_streams, true, proposers_of_mode(mode), flags));
+        if (mode != "long-copy" && mode != "ngram" && drafter_dir.empty()) continue;
+        row(mode, run_cases(*stack, engine_options, list, n_streams, true, proposers_of_mode(mode)));
       }
       if (kind == "rename" && n_streams == flags.streams.front()) {
         int exact = 0, modulo_trailing = 0;
@@ -219,9 +209,7 @@ void run_spec_eval(const SpecEvalFlags& flags) {
 void register_spec_eval_command(CLI::App& app) {
   auto flags = std::make_shared<SpecEvalFlags>();
   CLI::App* cmd = app.add_subcommand("spec-eval", "Acceptance of each proposer on held-out cases (prints a receipt)");
-  cmd->add_option("--model", flags->model_dir, "Model directory")->envname("TF_MODEL")->capture_default_str();
-  cmd->add_option("--drafter", flags->drafter_dir, "DFlash block drafter directory, 'auto' or 'none'")
-      ->capture_default_str();
+  add_engine_flags(*cmd, flags->engine);
   cmd->add_option("--cases", flags->cases_file, "Held-out cases (JSON lines: kind, prompt, answer)")
       ->capture_default_str();
   cmd->add_option("--kinds", flags->kinds, "Case kinds to run")->capture_default_str();
@@ -230,7 +218,6 @@ void register_spec_eval_command(CLI::App& app) {
   cmd->add_option("--per-kind", flags->per_kind, "Cases of each kind")->check(CLI::Range(1, 1000))->capture_default_str();
   cmd->add_option("--code-tokens", flags->code_tokens, "Completion tokens for a code case")->capture_default_str();
   cmd->add_option("--prose-tokens", flags->prose_tokens, "Completion tokens for a prose case")->capture_default_str();
-  cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")->envname("TF_THREADS");
   cmd->add_flag("--gate-proposers", flags->gate_proposers,
                 "Let the drafter and n-gram draft only while they pay, as the server does (acceptance then depends on timing)");
   cmd->add_option("--drafter-min-path-probability", flags->drafter_tree.min_path_probability,
@@ -239,17 +226,7 @@ void register_spec_eval_command(CLI::App& app) {
   cmd->add_option("--drafter-root-candidates", flags->drafter_tree.n_root_candidates,
                   "Top-k of the drafter's first position: the chain's head plus k-1 siblings")
       ->check(CLI::Range(int64_t(1), int64_t(64)))->capture_default_str();
-  cmd->add_option("--lone-window", flags->lone_window,
-                  "Most rows (root + drafts) of a lone greedy stream's round, so the most tokens one round emits")
-      ->check(CLI::Range(int64_t(2), int64_t(1024)))->capture_default_str();
-  cmd->add_option("--most-lone-window", flags->most_lone_window,
-                  "Most rows the lone stream earns by having its whole window accepted (doubling per round)")
-      ->check(CLI::Range(int64_t(2), int64_t(1024)))->capture_default_str();
-  cmd->add_option("--min-confident-match", flags->min_confident_match,
-                  "Long-copy match length from which the copy is proposed in full")
-      ->check(CLI::Range(int64_t(1), int64_t(4096)))->capture_default_str();
   cmd->add_option("--receipt", flags->receipt, "Also write the receipt to this file");
-  add_device_option(*cmd, flags->device);
   cmd->callback([flags] { run_spec_eval(*flags); });
 }
 

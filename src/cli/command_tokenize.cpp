@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/serving_stack.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"

@@ -15,13 +15,4 @@ void register_serve_command(CLI::App& app);
 void register_spec_bench_command(CLI::App& app);
 void register_spec_eval_command(CLI::App& app);
 
-// The model used when --model is not given: the embedded default under the source tree.
-std::string default_model_dir();
-// The block drafter trained for the default model.
-std::string default_drafter_dir();
-// The --drafter flag: "auto" (the default drafter when running the default model on the CPU, else
-// none), "none", or a directory. The drafter runs on the target's device.
-std::string resolve_drafter_dir(const std::string& model_dir, const std::string& drafter_flag,
-                                const std::string& device);
-
 }  // namespace tf::cli

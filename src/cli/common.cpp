@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <sstream>
 
 #include "backends/backends.h"
@@ -13,40 +12,8 @@
 #include "core/error.h"
 #include "models/model.h"
 #include "models/synthetic.h"
-#include "tokenizer/tokenizer.h"
 
 namespace tf::cli {
-
-std::string default_model_dir() {
-#ifdef TF_DEFAULT_MODEL_DIR
-  return TF_DEFAULT_MODEL_DIR;
-#else
-  return "models/tensorfold-code-target";
-#endif
-}
-
-std::string default_drafter_dir() {
-#ifdef TF_DEFAULT_DRAFTER_DIR
-  return TF_DEFAULT_DRAFTER_DIR;
-#else
-  return "models/tensorfold-code-drafter";
-#endif
-}
-
-std::string resolve_drafter_dir(const std::string& model_dir, const std::string& drafter_flag,
-                                const std::string& device) {
-  if (drafter_flag == "none" || drafter_flag.empty()) return "";
-  if (drafter_flag != "auto") return drafter_flag;
-  // Beside the embedded target on a GPU, a round of that small model costs about what the drafter's
-  // block does, so long copy alone is faster (h200-spec-eval-tensorfold-code-mlx4-gated.md): there
-  // "auto" means none, and --drafter DIR runs the drafter on the GPU.
-  if (device != "cpu") return "";
-  // The embedded drafter was trained on the embedded target's taps; it means nothing to another model.
-  namespace fs = std::filesystem;
-  std::error_code ignored;
-  bool is_default_model = fs::equivalent(model_dir, default_model_dir(), ignored);
-  return is_default_model && fs::is_directory(default_drafter_dir()) ? default_drafter_dir() : "";
-}
 
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag) {
   std::vector<int32_t> ids;
@@ -90,18 +57,9 @@ void add_device_option(CLI::App& command, std::string& device) {
       ->envname("TF_DEVICE")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
 }
 
-std::shared_ptr<Model> load_model_for_cli(const std::string& model_dir, const std::string& device, int n_threads) {
-  ModelLoadOptions options;
-  options.device = device;
-  options.n_threads = n_threads;
+std::shared_ptr<Model> load_model_for_cli(const std::string& model_dir, ModelLoadOptions options) {
   options.progress = stderr_progress("loading " + model_dir);
   return load_model(model_dir, options);
-}
-
-std::shared_ptr<const Tokenizer> load_tokenizer_if_present(const std::string& model_dir) {
-  std::string path = (std::filesystem::path(model_dir) / "tokenizer.json").string();
-  if (!std::filesystem::exists(path)) return nullptr;
-  return Tokenizer::from_file(path);
 }
 
 std::string synthetic_names_text() {

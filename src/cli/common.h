@@ -1,10 +1,11 @@
-// Pieces shared by the subcommands: model and tokenizer loading, id lists, a progress bar.
+// Pieces shared by the subcommands: model loading for the engine-less commands, id lists, a progress bar.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "backends/backends.h"
 #include "loader/checkpoint.h"
 
 namespace CLI {
@@ -13,7 +14,6 @@ class App;
 
 namespace tf {
 class Model;
-class Tokenizer;
 }  // namespace tf
 
 namespace tf::cli {
@@ -27,9 +27,8 @@ LoadProgress stderr_progress(const std::string& label);
 // --device (TF_DEVICE): the backend the command's model runs on, cpu or cuda.
 void add_device_option(CLI::App& command, std::string& device);
 
-std::shared_ptr<Model> load_model_for_cli(const std::string& model_dir, const std::string& device, int n_threads);
-// DIR/tokenizer.json, or nullptr when the directory has none (models driven by ids only).
-std::shared_ptr<const Tokenizer> load_tokenizer_if_present(const std::string& model_dir);
+// load_model with a progress bar on stderr.
+std::shared_ptr<Model> load_model_for_cli(const std::string& model_dir, ModelLoadOptions options);
 
 // The synthetic shapes' names, comma-separated, for --synthetic help texts.
 std::string synthetic_names_text();

@@ -4,8 +4,32 @@
 #include "cli/commands.h"
 #include "core/error.h"
 
+#ifndef TF_VERSION
+#define TF_VERSION "unknown"
+#endif
+#ifndef TF_GIT_COMMIT
+#define TF_GIT_COMMIT ""
+#endif
+
+namespace {
+
+// "tensorfold 0.1.0 (commit abc1234; backends: cpu, cuda)": the commit is the one configured from.
+std::string version_text() {
+  const std::string commit = TF_GIT_COMMIT;
+#if TF_HAVE_CUDA
+  const char* backends = "cpu, cuda";
+#else
+  const char* backends = "cpu";
+#endif
+  return std::string("tensorfold ") + TF_VERSION + " (commit " + (commit.empty() ? "unknown" : commit) +
+         "; backends: " + backends + ")";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"TensorFold: exact speculative inference for Qwen models"};
+  app.set_version_flag("--version", version_text());
   app.require_subcommand(1);
   tf::cli::register_generate_command(app);
   tf::cli::register_tokenize_command(app);
@@ -22,7 +46,7 @@ int main(int argc, char** argv) {
   } catch (const tf::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // tf::InternalError, or the machine failing under us
     std::fprintf(stderr, "internal error: %s\n", e.what());
     return 2;
   }

@@ -3,22 +3,13 @@
 #include "engine/engine.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
+#include <cstdio>
 
 #include "core/error.h"
 #include "engine/engine_impl.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tf {
-
-LanePolicy lane_policy_from_env() {
-  const char* value = std::getenv("TF_LANES");
-  if (!value || !*value) return LanePolicy::automatic;
-  if (std::strcmp(value, "1") == 0) return LanePolicy::always_lanes;
-  if (std::strcmp(value, "0") == 0) return LanePolicy::always_lone;
-  fail(std::string("TF_LANES must be 0 (lone driver), 1 (lanes) or unset, not '") + value + "'");
-}
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
@@ -70,28 +61,31 @@ Engine::~Engine() {
 
 SubmitResult Engine::submit(GenerationRequest request, UpdateSink sink) {
   const ModelConfig& config = impl_->model->config();
-  if (request.prompt.empty()) return {SubmitStatus::invalid, 0, "the prompt is empty"};
+  auto invalid = [](std::string param, std::string message) {
+    return SubmitResult{SubmitStatus::invalid, 0, std::move(message), std::move(param)};
+  };
+  if (request.prompt.empty()) return invalid("prompt", "the prompt is empty");
   for (int32_t id : request.prompt)
     if (id < 0 || id >= config.vocab_size)
-      return {SubmitStatus::invalid, 0,
-              "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
-                  std::to_string(config.vocab_size - 1) + ")"};
-  if (request.draft.replay_depth < 0)
-    return {SubmitStatus::invalid, 0, "replay depth must be 0 (the window) or more"};
+      return invalid("prompt", "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                                   std::to_string(config.vocab_size - 1) + ")");
+  if (request.draft.replay_depth < 0) return invalid("replay.accept", "replay depth must be 0 (the window) or more");
   for (int32_t id : request.draft.replay)
     if (id < 0 || id >= config.vocab_size)
-      return {SubmitStatus::invalid, 0, "replay token id " + std::to_string(id) + " is outside the vocabulary"};
-  if (request.max_tokens < 1) return {SubmitStatus::invalid, 0, "max_tokens must be at least 1"};
+      return invalid("replay.token_ids", "replay token id " + std::to_string(id) + " is outside the vocabulary");
+  if (request.max_tokens < 1) return invalid("max_tokens", "max_tokens must be at least 1");
   int64_t total = int64_t(request.prompt.size()) + request.max_tokens;
+  // Past the context the prompt is at fault when it alone leaves no room for a token, else max_tokens.
   if (total > options_.n_ctx)
     return {SubmitStatus::too_long, 0,
             "This model's maximum context length is " + std::to_string(options_.n_ctx) +
                 " tokens. However, you requested " + std::to_string(total) + " tokens (" +
                 std::to_string(request.prompt.size()) + " in the prompt, " +
-                std::to_string(request.max_tokens) + " for the completion)."};
+                std::to_string(request.max_tokens) + " for the completion).",
+            int64_t(request.prompt.size()) >= options_.n_ctx ? "prompt" : "max_tokens"};
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (int64_t(impl_->pending.size()) >= options_.max_queue)
-    return {SubmitStatus::queue_full, 0, "the server is busy: the request queue is full"};
+    return {SubmitStatus::queue_full, 0, "the server is busy: the request queue is full", ""};
   uint64_t id = impl_->next_id++;
   impl_->pending.push_back({id, std::move(request), std::move(sink)});
   impl_->stats.queue_depth = int64_t(impl_->pending.size());
@@ -110,6 +104,11 @@ EngineStats Engine::stats() const {
   return impl_->stats;
 }
 
+EngineHealth Engine::health() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->health;
+}
+
 void Engine::Impl::run() {
   for (;;) {
     {
@@ -122,9 +121,20 @@ void Engine::Impl::run() {
     if (!lanes.empty()) {
       try {
         round();
+        std::lock_guard<std::mutex> lock(mutex);
+        health = EngineHealth{};
       } catch (const std::exception& e) {
-        // A failed forward ends the replies it carried, not the server.
-        for (auto& lane : lanes) finish(*lane, FinishReason::error, e.what());
+        // A failed forward ends the replies it carried, not the server; health says so until a round
+        // succeeds. Only a user-facing tf::Error's text reaches clients; a bug's goes to the log.
+        const bool is_user_facing = dynamic_cast<const Error*>(&e) != nullptr;
+        if (!is_user_facing) std::fprintf(stderr, "tensorfold: internal error in an engine round: %s\n", e.what());
+        const std::string message =
+            is_user_facing ? e.what() : "an internal error in the engine (the server log has the details)";
+        {
+          std::lock_guard<std::mutex> lock(mutex);  // before the replies end: whoever hears of it sees it
+          health = EngineHealth{false, "a round failed: " + message};
+        }
+        for (auto& lane : lanes) finish(*lane, FinishReason::error, message);
       }
     }
     lanes.erase(std::remove_if(lanes.begin(), lanes.end(), [](auto& l) { return l->is_finished; }),

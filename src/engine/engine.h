@@ -20,11 +20,9 @@ class Model;
 class Tokenizer;
 class DFlashDrafter;
 
-// Which window a lane's draft tree gets (TF_LANES): the lone driver's wide, copy-heavy tree for a
-// lone greedy stream, or the shared lanes' window.
+// Which window a lane's draft tree gets (--lanes, TF_LANES): the lone driver's wide, copy-heavy tree
+// for a lone greedy stream, or the shared lanes' window.
 enum class LanePolicy { automatic, always_lanes, always_lone };
-// TF_LANES: unset or empty = automatic, "1" = always lanes, "0" = always the lone driver.
-LanePolicy lane_policy_from_env();
 
 struct EngineOptions {
   int32_t n_parallel = 4;          // most lanes live at once
@@ -75,6 +73,16 @@ struct SubmitResult {
   SubmitStatus status;
   uint64_t request_id = 0;
   std::string message;  // for rejected requests, a sentence for the client
+  // For rejected requests, the request field at fault: "prompt" (the prompt's tokens or length),
+  // "max_tokens", "replay.token_ids", "replay.accept"; empty when no field is (a full queue).
+  std::string param;
+};
+
+// Whether the last round ran: after a round throws, every reply it carried ends with an error and
+// health turns failed; the next round that succeeds turns it ok again.
+struct EngineHealth {
+  bool is_ok = true;
+  std::string message;  // when failed: what went wrong, a sentence for the operator
 };
 
 class Engine {
@@ -91,6 +99,7 @@ class Engine {
   SubmitResult submit(GenerationRequest request, UpdateSink sink);
   void cancel(uint64_t request_id);
   EngineStats stats() const;
+  EngineHealth health() const;
   const EngineOptions& options() const { return options_; }
 
  private:

@@ -74,7 +74,8 @@ struct Engine::Impl {
   std::unordered_set<uint64_t> cancelled;
   uint64_t next_id = 1;
   bool stopping = false;
-  EngineStats stats;  // guarded by mutex
+  EngineStats stats;    // guarded by mutex
+  EngineHealth health;  // guarded by mutex
 
   std::vector<std::unique_ptr<Lane>> lanes;  // engine thread only
   int64_t n_waiting = 0;                     // queue depth seen at the last admission

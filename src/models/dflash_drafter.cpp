@@ -141,7 +141,7 @@ std::vector<DFlashDrafter::Guess> DFlashDrafter::block_top(int64_t row, int64_t 
 
 void DFlashDrafter::check_block(const DrafterContext& context, int32_t last_token, int64_t position) const {
   if (position < 0 || position > context.size())
-    fail("internal: drafter block at position " + std::to_string(position) + " but the context holds " +
+    fail_internal("drafter block at position " + std::to_string(position) + " but the context holds " +
          std::to_string(context.size()) + " entries");
   if (last_token < 0 || last_token >= config_.vocab_size)
     fail("token id " + std::to_string(last_token) + " is outside the drafter's vocabulary");

@@ -10,7 +10,7 @@ namespace tf {
 void Model::forward_and_pick(const Batch& batch, KvCache& kv, const std::vector<LogitRowPick>& picks, int32_t* tokens,
                              float* logits) {
   const int64_t n_vocab = config().vocab_size;
-  if (int64_t(picks.size()) != batch.n_logit_rows()) fail("internal: forward_and_pick takes one pick per logit row");
+  if (int64_t(picks.size()) != batch.n_logit_rows()) fail_internal("forward_and_pick takes one pick per logit row");
   all_logits_.resize(picks.size() * size_t(n_vocab));
   forward(batch, kv, all_logits_.data());
   int64_t n_copied = 0;

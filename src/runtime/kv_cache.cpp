@@ -10,7 +10,7 @@ namespace tf {
 
 KvCache::KvCache(std::unique_ptr<KvStorage> storage, int64_t n_blocks, int64_t block_size)
     : storage_(std::move(storage)), n_blocks_(n_blocks), block_size_(block_size) {
-  if (storage_->n_slots() != n_blocks * block_size) fail("internal: KV storage has the wrong number of slots");
+  if (storage_->n_slots() != n_blocks * block_size) fail_internal("KV storage has the wrong number of slots");
   // Hand out low block numbers first so a lone lane's slots are contiguous.
   for (int64_t b = n_blocks - 1; b >= 0; --b) free_blocks_.push_back(int32_t(b));
 }
@@ -60,7 +60,7 @@ int32_t KvCache::slot(int32_t lane, int64_t pos) const {
   const auto& table = block_tables_[size_t(lane)];
   int64_t block = pos / block_size_;
   if (pos < 0 || block >= int64_t(table.size()))
-    fail("internal: position " + std::to_string(pos) + " of lane " + std::to_string(lane) +
+    fail_internal("position " + std::to_string(pos) + " of lane " + std::to_string(lane) +
          " has no KV slot");
   return int32_t(table[size_t(block)] * block_size_ + pos % block_size_);
 }
@@ -72,7 +72,7 @@ void resolve_key_slots(const Batch& batch, const KvCache& kv, KeySlots& out) {
   out.n_keys.resize(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     const size_t offset = out.slots.size();
-    if (offset + size_t(rows[r].pos) + 1 > size_t(INT32_MAX)) fail("internal: too many keys in one batch");
+    if (offset + size_t(rows[r].pos) + 1 > size_t(INT32_MAX)) fail_internal("too many keys in one batch");
     out.offsets[r] = int32_t(offset);
     out.n_keys[r] = rows[r].pos + 1;
     out.slots.resize(offset + size_t(rows[r].pos) + 1, -1);
@@ -87,7 +87,7 @@ void resolve_key_slots(const Batch& batch, const KvCache& kv, KeySlots& out) {
       int64_t parent = row.parent;
       if (parent >= 0 && (parent >= chain || rows[size_t(parent)].pos != row.pos - 1 ||
                           rows[size_t(parent)].lane != row.lane))
-        fail("internal: batch row " + std::to_string(chain) + " has an invalid parent");
+        fail_internal("batch row " + std::to_string(chain) + " has an invalid parent");
       chain = parent;
     }
     int32_t lane = rows[size_t(first)].lane;

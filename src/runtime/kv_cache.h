@@ -27,7 +27,7 @@ class KvCache {
   template <class Storage>
   Storage& storage_as() {
     auto* storage = dynamic_cast<Storage*>(storage_.get());
-    if (!storage) fail("internal: the KV cache's storage is not on the model's device (make it with the model)");
+    if (!storage) fail_internal("the KV cache's storage is not on the model's device (make it with the model)");
     return *storage;
   }
   int64_t block_size() const { return block_size_; }

@@ -76,7 +76,9 @@ GenerationRequest to_generation_request(const CompletionRequest& request,
 }
 
 void throw_if_rejected(const SubmitResult& result, Endpoint endpoint) {
-  const std::string prompt_param = endpoint == Endpoint::chat ? "messages" : "prompt";
+  // The engine knows prompts, not chats: a chat's prompt is its messages.
+  const std::string param =
+      result.param == "prompt" && endpoint == Endpoint::chat ? "messages" : result.param;
   switch (result.status) {
     case SubmitStatus::accepted:
       return;
@@ -85,10 +87,10 @@ void throw_if_rejected(const SubmitResult& result, Endpoint endpoint) {
                                                  : result.message,
                      "server_error", "", "queue_full");
     case SubmitStatus::too_long:
-      throw ApiError(400, result.message, "invalid_request_error", prompt_param,
+      throw ApiError(400, result.message, "invalid_request_error", param,
                      "context_length_exceeded");
     case SubmitStatus::invalid:
-      throw ApiError(400, result.message, "invalid_request_error", prompt_param);
+      throw ApiError(400, result.message, "invalid_request_error", param);
   }
 }
 

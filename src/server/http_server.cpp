@@ -1,5 +1,5 @@
 // The OpenAI-compatible HTTP server: one route table, API key check, limits, errors as OpenAI
-// JSON, and the model loaded on a background thread while /health answers 503.
+// JSON, and the serving stack loaded on a background thread while /health answers 503.
 #include "server/http_server.h"
 
 #include <atomic>
@@ -13,10 +13,9 @@
 
 #include <httplib.h>
 
-#include "backends/backends.h"
+#include "app/serving_stack.h"
 #include "core/error.h"
-#include "models/dflash_drafter.h"
-#include "models/synthetic.h"
+#include "engine/engine.h"
 #include "server/completion_handler.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
@@ -65,6 +64,8 @@ struct HttpServer::Impl {
 
   std::atomic<LoadState> load_state{LoadState::loading};
   std::string load_error;  // written before load_state becomes failed
+  bool is_load_error_internal = false;  // a bug rather than a bad file: run() exits as the CLI says for bugs
+  std::shared_ptr<const ServingStack> stack;       // set before load_state becomes ready
   std::shared_ptr<const ServingContext> context;  // set before load_state becomes ready
   std::thread loader;
   std::atomic<bool> is_listen_started{false};
@@ -130,10 +131,11 @@ struct HttpServer::Impl {
     } catch (const ApiError& error) {
       send_error(res, error);
     } catch (const std::exception& error) {
-      std::fprintf(stderr, "tensorfold: %s %s failed: %s\n", req.method.c_str(),
-                   req.path.c_str(), error.what());
-      send_error(res, ApiError(500, std::string("Internal server error: ") + error.what(),
-                               "server_error"));
+      const ApiError answer = api_error_for(error);
+      if (answer.status >= 500)  // the client hears nothing of it: the details go to the log
+        std::fprintf(stderr, "tensorfold: %s %s failed: %s\n", req.method.c_str(),
+                     req.path.c_str(), error.what());
+      send_error(res, answer);
     } catch (...) {
       send_error(res, ApiError(500, "Internal server error.", "server_error"));
     }
@@ -186,8 +188,14 @@ struct HttpServer::Impl {
 
   void health(httplib::Response& res) const {
     switch (load_state.load()) {
-      case LoadState::ready:
-        return send_json(res, 200, {{"status", "ok"}});
+      case LoadState::ready: {
+        const EngineHealth engine_health = context->engine->health();
+        if (engine_health.is_ok) return send_json(res, 200, {{"status", "ok"}});
+        return send_json(res, 503, {{"status", "error"},
+                                    {"message", "The engine failed: " + engine_health.message +
+                                                    ". The server retries with the next request; "
+                                                    "restart it if this persists."}});
+      }
       case LoadState::loading:
         return send_json(res, 503, {{"status", "loading"}});
       case LoadState::failed:
@@ -196,7 +204,7 @@ struct HttpServer::Impl {
   }
 
   json model_card() const {
-    return {{"id", options.model_id},
+    return {{"id", context->limits.model_id},
             {"object", "model"},
             {"created", started_at},
             {"owned_by", "tensorfold"}};
@@ -207,7 +215,7 @@ struct HttpServer::Impl {
   }
 
   void show_model(const std::string& id, httplib::Response& res) const {
-    if (id != options.model_id)
+    if (id != context->limits.model_id)
       throw ApiError(404, "The model '" + id + "' does not exist.", "invalid_request_error",
                      "model", "model_not_found");
     send_json(res, 200, model_card());
@@ -234,35 +242,27 @@ struct HttpServer::Impl {
     send_json(res, 200, {{"content", context->tokenizer->decode(tokens)}});
   }
 
-  void load_model_in_background() {
+  void load_in_background() {
     loader = std::thread([this] {
       try {
-        auto tokenizer = Tokenizer::from_file(options.model_dir + "/tokenizer.json");
-        auto model = options.synthetic.empty()
-                         ? load_model(options.model_dir, options.load)
-                         : make_synthetic_model(options.synthetic, 0, options.load);
-        if (tokenizer->n_tokens() > model->config().vocab_size)
-          fail("the tokenizer in " + options.model_dir + " has " + std::to_string(tokenizer->n_tokens()) +
-               " tokens, more than the model's vocabulary of " + std::to_string(model->config().vocab_size));
+        auto loaded = options.load_stack();
         auto serving = std::make_shared<ServingContext>();
-        std::shared_ptr<DFlashDrafter> drafter;
-        if (!options.drafter_dir.empty())
-          drafter = load_drafter(options.drafter_dir, *model, options.load.n_threads);
-        serving->engine = std::make_shared<Engine>(options.engine, model, tokenizer, drafter);
-        serving->tokenizer = tokenizer;
-        serving->limits.model_id = options.model_id;
-        serving->limits.model_aliases = {options.model_dir};
+        serving->engine = loaded->engine();
+        serving->tokenizer = loaded->tokenizer();
+        serving->limits.model_id = loaded->facts().model_id;
+        serving->limits.model_aliases = {loaded->facts().model_dir};
         serving->limits.max_tokens_limit = options.max_tokens_limit;
         serving->limits.allow_bench_extensions = options.allow_bench_extensions;
-        serving->n_ctx = options.engine.n_ctx;
+        serving->n_ctx = serving->engine->options().n_ctx;
+        stack = loaded;
         context = serving;
         load_state = LoadState::ready;
-        std::fprintf(stderr, "tensorfold: model %s ready\n", options.model_id.c_str());
+        std::fprintf(stderr, "tensorfold: model %s ready\n", serving->limits.model_id.c_str());
       } catch (const std::exception& error) {
         load_error = error.what();
+        is_load_error_internal = dynamic_cast<const Error*>(&error) == nullptr;
         load_state = LoadState::failed;
-        std::fprintf(stderr, "tensorfold: loading %s failed: %s\n", options.model_dir.c_str(),
-                     error.what());
+        std::fprintf(stderr, "tensorfold: loading the model failed: %s\n", error.what());
         stop();
       }
     });
@@ -295,14 +295,17 @@ void HttpServer::run() {
   if (port <= 0)
     fail("cannot listen on " + options.host + ":" + std::to_string(options.port) +
          " (is the port in use, or the host not an address of this machine?)");
-  std::fprintf(stderr, "tensorfold: listening on http://%s:%d (model %s loading)\n",
-               options.host.c_str(), port, options.model_id.c_str());
+  std::fprintf(stderr, "tensorfold: listening on http://%s:%d (model loading)\n",
+               options.host.c_str(), port);
   impl.is_listen_started = true;
-  impl.load_model_in_background();
+  impl.load_in_background();
   impl.http.listen_after_bind();
   impl.loader.join();
-  if (impl.load_state.load() == LoadState::failed)
-    fail("could not load the model from " + options.model_dir + ": " + impl.load_error);
+  if (impl.load_state.load() == LoadState::failed) {
+    const std::string message = "could not load the model: " + impl.load_error;
+    if (impl.is_load_error_internal) fail_internal(message);
+    fail(message);
+  }
 }
 
 void HttpServer::stop() { impl_->stop(); }

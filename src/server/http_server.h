@@ -1,22 +1,22 @@
-// The OpenAI-compatible HTTP server: routes, API key, body limits, and the model loaded in the
-// background while /health answers 503.
+// The OpenAI-compatible HTTP server: routes, API key, body limits, and the serving stack loaded in
+// the background while /health answers 503.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
-#include "backends/backends.h"
-#include "engine/engine.h"
-#include "models/model.h"
+namespace tf {
+class ServingStack;
+}  // namespace tf
 
 namespace tf::server {
 
 struct ServerOptions {
-  std::string model_dir;  // the checkpoint; with `synthetic`, only its tokenizer is read
-  std::string synthetic;  // a synthetic model of this shape (models/synthetic.h) instead: benchmarks
-  std::string model_id;  // what /v1/models lists and replies name
-  std::string drafter_dir;  // a DFlash block drafter for the model; empty: none
+  // Loads the tokenizer, model, drafter and engine (app/serving_stack.h) on the loader thread;
+  // throws tf::Error when they cannot be loaded.
+  std::function<std::shared_ptr<const ServingStack>()> load_stack;
   std::string host = "127.0.0.1";
   int port = 8080;                   // 0: any free port (printed when listening)
   std::string api_key;               // empty: no authentication
@@ -24,8 +24,6 @@ struct ServerOptions {
   int64_t max_tokens_limit = 131072;
   bool allow_bench_extensions = false;  // accept "replay" (benchmarks force acceptance lengths)
   int n_http_threads = 16;           // connections served at once
-  EngineOptions engine;
-  ModelLoadOptions load;
 };
 
 class HttpServer {

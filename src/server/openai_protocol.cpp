@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/error.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -51,21 +52,20 @@ class FieldReader {
     if (!value) return std::nullopt;
     if (!value->is_number()) wrong_type(name, "a number");
     const double x = value->get<double>();
-    check_range(name, x, min, max, "decimal");
+    check_range(name, x < min, x > max, min, max, "decimal");
     return x;
   }
 
   std::optional<int64_t> integer(const std::string& name, int64_t min, int64_t max) const {
     const json* value = find(name);
     if (!value) return std::nullopt;
-    if (value->is_number_unsigned()) {
-      const uint64_t x = value->get<uint64_t>();
-      if (x > uint64_t(max)) check_range(name, double(x), double(min), double(max), "integer");
-      return int64_t(x);
-    }
     if (!value->is_number_integer()) wrong_type(name, "an integer");
-    const int64_t x = value->get<int64_t>();
-    check_range(name, double(x), double(min), double(max), "integer");
+    // nlohmann types non-negative numbers as unsigned; compare as integers, so one check covers
+    // both types and no bound rounds through a double.
+    const bool is_above_int64 =
+        value->is_number_unsigned() && value->get<uint64_t>() > uint64_t(INT64_MAX);
+    const int64_t x = is_above_int64 ? INT64_MAX : value->get<int64_t>();
+    check_range(name, x < min, is_above_int64 || x > max, double(min), double(max), "integer");
     return x;
   }
 
@@ -90,18 +90,15 @@ class FieldReader {
   }
 
  private:
-  void check_range(const std::string& name, double x, double min, double max,
+  // The one range check for decimals and integers: the bounds and the value compare in the caller's
+  // type; the message quotes the value as sent.
+  void check_range(const std::string& name, bool is_below, bool is_above, double min, double max,
                    const char* kind) const {
-    if (x < min)
-      throw invalid(param(name), "Invalid '" + param(name) + "': " + kind +
-                                     " below minimum value. Expected a value >= " +
-                                     number_text(min) + ", but got " + number_text(x) +
-                                     " instead.");
-    if (x > max)
-      throw invalid(param(name), "Invalid '" + param(name) + "': " + kind +
-                                     " above maximum value. Expected a value <= " +
-                                     number_text(max) + ", but got " + number_text(x) +
-                                     " instead.");
+    if (!is_below && !is_above) return;
+    const std::string expected = is_below ? " below minimum value. Expected a value >= " + number_text(min)
+                                          : " above maximum value. Expected a value <= " + number_text(max);
+    throw invalid(param(name), "Invalid '" + param(name) + "': " + kind + expected + ", but got " +
+                                   find(name)->dump() + " instead.");
   }
 
   const json& object_;
@@ -350,6 +347,12 @@ json error_body(const ApiError& error) {
                 {"type", error.type},
                 {"param", error.param.empty() ? json() : json(error.param)},
                 {"code", error.code.empty() ? json() : json(error.code)}}}};
+}
+
+ApiError api_error_for(const std::exception& error) {
+  if (const auto* api_error = dynamic_cast<const ApiError*>(&error)) return *api_error;
+  if (dynamic_cast<const Error*>(&error)) return ApiError(400, error.what(), "invalid_request_error");
+  return ApiError(500, "Internal server error.", "server_error");
 }
 
 json parse_body(std::string_view body) {

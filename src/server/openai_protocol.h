@@ -38,6 +38,11 @@ class ApiError : public std::runtime_error {
 // {"error": {"message", "type", "param", "code"}}
 json error_body(const ApiError& error);
 
+// What a client hears of an exception that escaped a handler: an ApiError as it is; a tf::Error is
+// the request's fault (400 with its text); anything else (tf::InternalError, the machine failing)
+// is ours: 500 with a generic text, the real one only in the server's log.
+ApiError api_error_for(const std::exception& error);
+
 // What the server allows, shared by every parse.
 struct ProtocolLimits {
   std::string model_id;                  // the served model; requests naming another get 404

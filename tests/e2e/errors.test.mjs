@@ -28,6 +28,9 @@ describe('bad input', () => {
     ['wrong type for max_tokens', chat({ max_tokens: '8' }), 'max_tokens'],
     ['wrong type for stream', chat({ stream: 'yes' }), 'stream'],
     ['negative max_tokens', chat({ max_tokens: -1 }), 'max_tokens'],
+    ['zero max_tokens', chat({ max_tokens: 0 }), 'max_tokens'],
+    ['zero max_completion_tokens', chat({ max_completion_tokens: 0 }), 'max_completion_tokens'],
+    ['zero n', chat({ n: 0 }), 'n'],
     ['absurd max_tokens', chat({ max_tokens: 1e12 }), 'max_tokens'],
     ['absurd max_completion_tokens', chat({ max_completion_tokens: 10_000_000 }),
       'max_completion_tokens'],
@@ -97,6 +100,7 @@ describe('bad input', () => {
       });
       assertApiError(reply, 400);
       assert.equal(reply.json.error.code, 'context_length_exceeded');
+      assert.equal(reply.json.error.param, 'max_tokens');
       assert.match(reply.json.error.message, /context/);
     });
 

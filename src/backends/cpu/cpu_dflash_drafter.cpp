@@ -73,7 +73,7 @@ void CpuDFlashDrafter::append_context(DrafterContext& context, const float* taps
 
 void CpuDFlashDrafter::block_logits(int64_t row, float* logits) {
   if (row < 0 || row >= n_block_logits() || block_normed_.empty())
-    fail("internal: drafter block row " + std::to_string(row) + " requested without a block");
+    fail_internal("drafter block row " + std::to_string(row) + " requested without a block");
   cpu::linear(block_normed_.data() + row * config_.hidden_size, 1, weights_.lm_head, logits, pool_);
 }
 

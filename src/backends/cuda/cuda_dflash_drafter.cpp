@@ -220,7 +220,7 @@ void CudaDFlashDrafter::run_block(DrafterContext& context, int32_t last_token, i
 
 void CudaDFlashDrafter::check_row(int64_t row) const {
   if (row < 0 || row >= n_block_logits() || !has_block_)
-    fail("internal: drafter block row " + std::to_string(row) + " requested without a block");
+    fail_internal("drafter block row " + std::to_string(row) + " requested without a block");
 }
 
 void CudaDFlashDrafter::block_logits(int64_t row, float* logits) {

@@ -1,0 +1,117 @@
+// The shared model and engine flags: their table and their checks.
+#include "cli/engine_flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include "cli/common.h"
+#include "core/error.h"
+
+namespace tf::cli {
+namespace {
+
+constexpr int64_t most_rows_per_round = 65536;
+
+void require(bool is_ok, const std::string& message) {
+  if (!is_ok) fail(message);
+}
+
+void require_in_range(int64_t value, int64_t low, int64_t high, const std::string& flag, const std::string& what) {
+  require(value >= low && value <= high, flag + " (" + what + ") must be between " + std::to_string(low) + " and " +
+                                             std::to_string(high) + "; got " + std::to_string(value) + ".");
+}
+
+bool parse_switch(const std::string& text, const std::string& flag) {
+  if (text == "on" || text == "1") return true;
+  if (text == "off" || text == "0") return false;
+  fail(flag + " must be on or off (1 or 0); got '" + text + "'.");
+}
+
+}  // namespace
+
+LanePolicy parse_lane_policy(const std::string& text) {
+  if (text == "auto" || text.empty()) return LanePolicy::automatic;
+  if (text == "1") return LanePolicy::always_lanes;
+  if (text == "0") return LanePolicy::always_lone;
+  fail("--lanes (TF_LANES) must be auto, 0 (the lone driver for a lone greedy stream) or 1 (always the "
+       "shared lanes); got '" + text + "'.");
+}
+
+void CudaLaunchFlags::apply_to(ModelLoadOptions& options) const {
+  options.use_cuda_graphs = parse_switch(graphs, "--cuda-graphs (TF_CUDA_GRAPHS)");
+  options.use_overlapped_launches = parse_switch(pdl, "--cuda-pdl (TF_CUDA_PDL)");
+}
+
+void add_cuda_launch_flags(CLI::App& command, CudaLaunchFlags& flags) {
+  command.add_option("--cuda-graphs", flags.graphs, "CUDA: replay captured graphs for small forwards (on|off)")
+      ->envname("TF_CUDA_GRAPHS")->capture_default_str();
+  command.add_option("--cuda-pdl", flags.pdl,
+                     "CUDA: overlap kernel launches with programmatic dependent launch (on|off)")
+      ->envname("TF_CUDA_PDL")->capture_default_str();
+}
+
+void add_engine_flags(CLI::App& command, EngineFlags& flags) {
+  command.add_option("--model", flags.model_dir, "Model directory (Hugging Face layout)")
+      ->envname("TF_MODEL")->capture_default_str();
+  command.add_option("--drafter", flags.drafter,
+                     "DFlash block drafter directory for the model; 'auto' takes the embedded drafter when "
+                     "running the embedded model on the CPU, 'none' turns the drafter off")
+      ->envname("TF_DRAFTER")->capture_default_str();
+  add_device_option(command, flags.device);
+  command.add_option("--threads", flags.n_threads, "CPU worker threads (0: one per core)")
+      ->envname("TF_THREADS")->capture_default_str();
+  command.add_option("--lanes", flags.lanes,
+                     "Window policy: auto (a lone greedy stream gets the lone driver's wide, copy-heavy tree), "
+                     "1 (always the shared lanes' window), 0 (always the lone driver's)")
+      ->envname("TF_LANES")->capture_default_str();
+  add_cuda_launch_flags(command, flags.cuda);
+  command.add_option("--prefill-chunk", flags.prefill_chunk, "Most prompt rows of one request per round")
+      ->envname("TF_PREFILL_CHUNK")->capture_default_str();
+  command.add_option("--max-rows-per-round", flags.max_rows_per_round,
+                     "Most rows (prompt chunks and drafts of every request) in one forward")
+      ->envname("TF_MAX_ROWS_PER_ROUND")->capture_default_str();
+  command.add_option("--lane-window", flags.lane_window,
+                     "Rows (root + drafts) a request starts with per round when sharing rounds")
+      ->envname("TF_LANE_WINDOW")->capture_default_str();
+  command.add_option("--lone-window", flags.lone_window,
+                     "Rows of a lone greedy stream's round to start with; also the most a shared request earns")
+      ->envname("TF_LONE_WINDOW")->capture_default_str();
+  command.add_option("--most-lone-window", flags.most_lone_window,
+                     "Most rows the lone stream earns by having its whole window accepted (doubling per round)")
+      ->envname("TF_MOST_LONE_WINDOW")->capture_default_str();
+  command.add_option("--min-confident-match", flags.min_confident_match,
+                     "Long-copy match length (tokens) from which the copy is proposed in full")
+      ->envname("TF_MIN_CONFIDENT_MATCH")->capture_default_str();
+}
+
+ServingOptions serving_options(const EngineFlags& flags, EngineOptions engine) {
+  require(flags.n_threads >= 0, "--threads must be 0 (one per core) or more; got " + std::to_string(flags.n_threads) + ".");
+  require_in_range(flags.prefill_chunk, 1, most_rows_per_round, "--prefill-chunk", "prompt rows per round");
+  require_in_range(flags.max_rows_per_round, 1, most_rows_per_round, "--max-rows-per-round", "rows per forward");
+  require_in_range(flags.lane_window, 1, flags.max_rows_per_round, "--lane-window",
+                   "rows per round; at most --max-rows-per-round");
+  require_in_range(flags.lone_window, std::max<int64_t>(2, flags.lane_window), 4096, "--lone-window",
+                   "rows per round; at least 2 and --lane-window");
+  require_in_range(flags.most_lone_window, flags.lone_window, 4096, "--most-lone-window",
+                   "rows per round; at least --lone-window");
+  require_in_range(flags.min_confident_match, 1, 4096, "--min-confident-match", "tokens");
+  engine.lane_policy = parse_lane_policy(flags.lanes);
+  engine.prefill_chunk = flags.prefill_chunk;
+  engine.max_rows_per_round = flags.max_rows_per_round;
+  engine.lane_window = flags.lane_window;
+  engine.lone_window = flags.lone_window;
+  engine.most_lone_window = flags.most_lone_window;
+  engine.min_confident_match = flags.min_confident_match;
+
+  ServingOptions options;
+  options.model_dir = flags.model_dir;
+  options.synthetic = flags.synthetic;
+  options.drafter = flags.drafter;
+  options.load.device = flags.device;
+  options.load.n_threads = flags.n_threads;
+  flags.cuda.apply_to(options.load);
+  options.engine = engine;
+  read_model_facts(options);  // the model and drafter directories exist, config.json reads
+  return options;
+}
+
+}  // namespace tf::cli

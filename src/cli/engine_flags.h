@@ -1,0 +1,52 @@
+// The model and engine flags that serve, generate, spec-bench and spec-eval share: one table, each
+// flag with help, a default and a TF_* environment mirror, checked in one place.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "app/serving_stack.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace tf::cli {
+
+// --cuda-graphs and --cuda-pdl (TF_CUDA_GRAPHS, TF_CUDA_PDL): on | off, or 1 | 0 as scripts set them.
+struct CudaLaunchFlags {
+  std::string graphs = "on";
+  std::string pdl = "on";
+  // Sets use_cuda_graphs and use_overlapped_launches; throws tf::Error on a value that is no switch.
+  void apply_to(ModelLoadOptions& options) const;
+};
+
+// The flags as given; serving_options() checks them and turns them into options.
+struct EngineFlags {
+  std::string model_dir = default_model_dir();
+  std::string synthetic;  // serve registers --synthetic itself; the others run real weights only
+  std::string drafter = "auto";
+  std::string device = "cpu";
+  int n_threads = 0;
+  std::string lanes = "auto";       // auto | 0 (the lone driver) | 1 (lanes)
+  CudaLaunchFlags cuda;
+  int64_t prefill_chunk = EngineOptions{}.prefill_chunk;
+  int64_t max_rows_per_round = EngineOptions{}.max_rows_per_round;
+  int64_t lane_window = EngineOptions{}.lane_window;
+  int64_t lone_window = EngineOptions{}.lone_window;
+  int64_t most_lone_window = EngineOptions{}.most_lone_window;
+  int64_t min_confident_match = EngineOptions{}.min_confident_match;
+};
+
+// Registers the shared flags on a subcommand.
+void add_engine_flags(CLI::App& command, EngineFlags& flags);
+// Only the CUDA launch switches, for commands that drive a model without an engine (bench).
+void add_cuda_launch_flags(CLI::App& command, CudaLaunchFlags& flags);
+
+// The checked flags as serving options: `engine` (the command's own lanes, context and queue) gets
+// the shared round and window settings and the lane policy. Throws tf::Error naming the flag.
+ServingOptions serving_options(const EngineFlags& flags, EngineOptions engine);
+
+// "auto" / "0" / "1" (--lanes, TF_LANES); throws tf::Error on anything else.
+LanePolicy parse_lane_policy(const std::string& text);
+
+}  // namespace tf::cli
