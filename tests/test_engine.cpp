@@ -34,15 +34,26 @@ TEST_P(ConcurrentEqualsSolo, TokensAreBitwiseEqual) {
 
 INSTANTIATE_TEST_SUITE_P(GreedyAndSampled, ConcurrentEqualsSolo, ::testing::Values(false, true));
 
+// The same prompt under two seeds: sampled (temperature 0.7), the replies differ; greedy
+// (temperature 0, the same top-k and top-p otherwise), they are the same tokens.
 TEST(EngineTest, SeedChangesSampledReplyButNotGreedy) {
   auto model = load_model(test::fixture_model("qwen3-tiny-a"), {});
   auto requests = random_requests(1, true, model->config().vocab_size, 9);
   requests.push_back(requests[0]);
   requests[1].sampling.seed += 1;
+  for (int i = 0; i < 2; ++i) {
+    requests.push_back(requests[size_t(i)]);
+    requests.back().sampling.temperature = 0.0f;
+  }
+  ASSERT_NE(requests[2].sampling.seed, requests[3].sampling.seed);
   EngineOptions options;
   options.n_ctx = 128;
   auto replies = run_all(model, requests, options, true);
-  EXPECT_NE(replies[0].tokens, replies[1].tokens);
+  for (const Reply& reply : replies) EXPECT_EQ(int64_t(reply.tokens.size()), requests[0].max_tokens);
+  EXPECT_NE(replies[0].tokens, replies[1].tokens) << "sampled: the seed must change the reply";
+  EXPECT_EQ(replies[2].tokens, replies[3].tokens) << "greedy: the seed must not change the reply";
+  EXPECT_EQ(replies[2].final_update.token_sha, replies[3].final_update.token_sha);
+  EXPECT_NE(replies[0].tokens, replies[2].tokens) << "sampling at 0.7 should differ from greedy somewhere";
 }
 
 TEST(EngineTest, AdmissionControl) {

@@ -70,7 +70,7 @@ TEST(ModelZooTest, FourBitCopyAgreesOnAPlainPrompt) {
   GenerationRequest r;
   r.prompt = zoo().tokenizer->encode("import os\nimport sys\n\n\ndef main():\n");
   r.max_tokens = 4;
-  r.draft.proposers = kNoProposers;
+  test::set_drafts_off(r);
   EngineOptions options;
   auto full = run_requests(zoo().target, {r}, options, true, zoo().tokenizer);
   auto four = run_requests(quantized, {r}, options, true, zoo().tokenizer);

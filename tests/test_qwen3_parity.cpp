@@ -1,7 +1,9 @@
 // Golden tests: logits and greedy tokens of tiny random Qwen3 checkpoints against transformers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "backends/backends.h"
 #include "models/model.h"
@@ -15,8 +17,27 @@ namespace {
 // only differences are summation orders.
 constexpr float kLogitTolerance = 1e-4f;
 
+// The greedy comparison must cover at least this many steps.
+constexpr size_t kMinGreedySteps = 8;
+
 using test::greedy_generate;
 using test::prefill_logits;
+
+// Our greedy tokens against the reference's, step by step, up to the first step whose reference
+// top-2 margin is too thin to call (past it the two may legitimately part). At least
+// kMinGreedySteps steps must be compared, so a fixture of thin margins cannot pass by comparing none.
+void expect_greedy_tokens_match(const std::vector<int32_t>& got, const std::vector<int32_t>& expected,
+                                const std::vector<float>& margins) {
+  ASSERT_GE(expected.size(), kMinGreedySteps) << "the fixture's reference has too few greedy tokens";
+  ASSERT_EQ(margins.size(), expected.size());
+  ASSERT_EQ(got.size(), expected.size());
+  size_t compared = 0;
+  for (; compared < expected.size() && margins[compared] >= 10 * kLogitTolerance; ++compared)
+    EXPECT_EQ(got[compared], expected[compared]) << "step " << compared;
+  EXPECT_GE(compared, kMinGreedySteps) << "the reference margin at step " << compared << " ("
+                                       << (compared < margins.size() ? margins[compared] : 0.0f)
+                                       << ") is too thin to compare";
+}
 
 class ParityTest : public ::testing::TestWithParam<std::string> {};
 
@@ -49,12 +70,7 @@ TEST_P(ParityTest, GreedyTokensMatchTransformers) {
   auto expected = ref["greedy_tokens"].get<std::vector<int32_t>>();
   auto margins = ref["greedy_top2_margins"].get<std::vector<float>>();
   auto got = greedy_generate(model, ref["prompt_ids"].get<std::vector<int32_t>>(), int64_t(expected.size()));
-  ASSERT_EQ(got.size(), expected.size());
-  // Compare up to the first step whose reference margin is too thin to call.
-  for (size_t i = 0; i < expected.size(); ++i) {
-    if (margins[i] < 10 * kLogitTolerance) break;
-    EXPECT_EQ(got[i], expected[i]) << "step " << i;
-  }
+  expect_greedy_tokens_match(got, expected, margins);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyQwen3, ParityTest,
@@ -73,8 +89,7 @@ TEST(ParityTest, DefaultChatModelTopLogitsMatch) {
   auto expected = ref["greedy_tokens"].get<std::vector<int32_t>>();
   auto margins = ref["greedy_top2_margins"].get<std::vector<float>>();
   auto got = greedy_generate(model, ids, int64_t(expected.size()));
-  for (size_t i = 0; i < expected.size() && margins[i] >= 10 * kLogitTolerance; ++i)
-    EXPECT_EQ(got[i], expected[i]) << "step " << i;
+  expect_greedy_tokens_match(got, expected, margins);
 }
 
 }  // namespace

@@ -116,10 +116,10 @@ TEST(ServingStack, RejectionsNameTheParameter) {
   EXPECT_EQ(param_of(request_of({1, 2}, 63)), "max_tokens");  // 2 + 63 > n_ctx 64
   EXPECT_EQ(param_of(request_of(std::vector<int32_t>(64, 1), 1)), "prompt");
   GenerationRequest replay = request_of({1, 2}, 4);
-  replay.replay = {3, outside};
+  replay.draft.replay = {3, outside};
   EXPECT_EQ(param_of(replay), "replay.token_ids");
-  replay.replay = {3};
-  replay.replay_depth = -1;
+  replay.draft.replay = {3};
+  replay.draft.replay_depth = -1;
   EXPECT_EQ(param_of(replay), "replay.accept");
 }
 

@@ -1,5 +1,6 @@
 // Concurrent equals solo: 8 different requests at once each give their solo reply (token_sha),
-// greedy and seeded-sampled; a client that leaves mid-stream frees its lane.
+// greedy and seeded-sampled, and the server's /metrics show that the solo replies ran one lane a
+// round while the concurrent ones really shared rounds; a client that leaves mid-stream frees its lane.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { metrics, modelId, openaiClient, request, startServer, waitForMetrics } from './harness.mjs';
@@ -40,12 +41,23 @@ for (const [name, sampling] of [
   test(`8 concurrent requests equal their solo replies: ${name}`, { timeout: 120_000 },
     async () => {
       const requests = topics.map((_, i) => requestFor(i, { ...sampling, seed: sampling.seed && sampling.seed + i }));
+      const beforeSolo = await metrics(server);
+      assert.equal(typeof beforeSolo.tensorfold_rounds_with_several_lanes_total, 'number', 'the metric is exported');
       const solo = [];
       for (const each of requests) solo.push(await tokenShaOf({ ...each, isStream: false }));
       for (const sha of solo) assert.match(sha, /^[0-9a-f]{64}$/);
       assert.equal(new Set(solo).size, solo.length, 'different requests give different replies');
+      const afterSolo = await metrics(server);
+      assert.equal(afterSolo.tensorfold_rounds_with_several_lanes_total,
+        beforeSolo.tensorfold_rounds_with_several_lanes_total, 'one request at a time: no round carried two lanes');
       const together = await Promise.all(requests.map(tokenShaOf));
       assert.deepEqual(together, solo);
+      const afterTogether = await metrics(server);
+      const shared = afterTogether.tensorfold_rounds_with_several_lanes_total -
+        afterSolo.tensorfold_rounds_with_several_lanes_total;
+      assert.ok(shared > 0, `8 requests at once: some rounds carried several lanes (${shared})`);
+      assert.ok(afterTogether.tensorfold_most_lanes_in_a_round >= 2,
+        `most lanes in a round: ${afterTogether.tensorfold_most_lanes_in_a_round}`);
     });
 }
 

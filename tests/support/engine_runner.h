@@ -2,11 +2,15 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <future>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "engine/engine.h"
 #include "engine/reply_collector.h"
 #include "models/model.h"
@@ -16,22 +20,97 @@ namespace tf::test {
 using ::tf::Reply;
 using ::tf::ReplyCollector;
 
+// Speculation off for one request. The one place that names the engine's control for it, so a
+// change of that control touches one line.
+inline void set_drafts_off(GenerationRequest& request) { request.draft.proposers = kNoProposers; }
+
+// What a run gives back: the replies in request order, each request's logprobs (every update's, in
+// order; empty when not requested), and the engine's counters once it is idle.
+struct EngineRun {
+  std::vector<Reply> replies;
+  std::vector<std::vector<TokenLogprobs>> logprobs;
+  EngineStats stats;  // when each request ran on its own engine: summed (the most lanes: the largest)
+};
+
+// The counters of runs on several engines as one: totals add, the most lanes is the largest.
+inline void add_stats(EngineStats& total, const EngineStats& s) {
+  total.requests += s.requests;
+  total.prompt_tokens += s.prompt_tokens;
+  total.generated_tokens += s.generated_tokens;
+  total.rounds += s.rounds;
+  total.rows += s.rows;
+  total.rounds_with_several_lanes += s.rounds_with_several_lanes;
+  total.most_lanes_in_a_round = std::max(total.most_lanes_in_a_round, s.most_lanes_in_a_round);
+  total.sibling_accepts += s.sibling_accepts;
+  total.drafted_tokens += s.drafted_tokens;
+  total.accepted_tokens += s.accepted_tokens;
+  for (int d = 0; d < kMaxTrackedDepth; ++d) {
+    total.drafted_at_depth[d] += s.drafted_at_depth[d];
+    total.accepted_at_depth[d] += s.accepted_at_depth[d];
+  }
+  for (int k = 0; k < kProposerKinds; ++k) {
+    total.drafted_by_proposer[k] += s.drafted_by_proposer[k];
+    total.accepted_by_proposer[k] += s.accepted_by_proposer[k];
+  }
+}
+
+// The engine's counters after the round that sent the last final update has ended: a round counts
+// its accepts after emitting the tokens, so a reply can be whole before its last round is counted.
+// The engine sets lanes_live at the end of each round's loop, after erasing finished lanes.
+inline EngineStats settled_stats(const Engine& engine) {
+  EngineStats stats = engine.stats();
+  for (int i = 0; i < 1000 && (stats.lanes_live != 0 || stats.queue_depth != 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    stats = engine.stats();
+  }
+  EXPECT_EQ(stats.lanes_live, 0) << "the engine did not go idle";
+  return stats;
+}
+
+// Submits every request at once to `engine` and waits for all replies; a rejected submit is a
+// tf::Error with the engine's message (as run_to_completion).
+inline void submit_and_collect(Engine& engine, const std::vector<GenerationRequest>& requests, EngineRun* run) {
+  std::vector<std::unique_ptr<ReplyCollector>> collectors;
+  const size_t first = run->logprobs.size();
+  run->logprobs.resize(first + requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    collectors.push_back(std::make_unique<ReplyCollector>());
+    auto* logprobs = &run->logprobs[first + i];
+    UpdateSink collect = collectors.back()->sink();
+    SubmitResult result = engine.submit(requests[i], [logprobs, collect](const GenerationUpdate& u) {
+      logprobs->insert(logprobs->end(), u.logprobs.begin(), u.logprobs.end());
+      return collect(u);
+    });
+    if (result.status != SubmitStatus::accepted) fail(result.message);
+  }
+  for (auto& c : collectors) run->replies.push_back(c->wait());
+  add_stats(run->stats, settled_stats(engine));
+}
+
 // Each request alone on a fresh engine (together = false), or all submitted at once to one engine.
+inline EngineRun run_engine(std::shared_ptr<Model> model, const std::vector<GenerationRequest>& requests,
+                            const EngineOptions& options, bool together,
+                            std::shared_ptr<const Tokenizer> tokenizer = nullptr,
+                            std::shared_ptr<DFlashDrafter> drafter = nullptr) {
+  EngineRun run;
+  if (together) {
+    Engine engine(options, model, tokenizer, drafter);
+    submit_and_collect(engine, requests, &run);
+    return run;
+  }
+  for (const auto& r : requests) {
+    Engine engine(options, model, tokenizer, drafter);
+    submit_and_collect(engine, {r}, &run);
+  }
+  return run;
+}
+
 inline std::vector<Reply> run_requests(std::shared_ptr<Model> model,
                                        const std::vector<GenerationRequest>& requests,
                                        const EngineOptions& options, bool together,
                                        std::shared_ptr<const Tokenizer> tokenizer = nullptr,
                                        std::shared_ptr<DFlashDrafter> drafter = nullptr) {
-  if (together) {
-    Engine engine(options, model, tokenizer, drafter);
-    return run_to_completion(engine, requests);
-  }
-  std::vector<Reply> replies;
-  for (const auto& r : requests) {
-    Engine engine(options, model, tokenizer, drafter);
-    replies.push_back(run_to_completion(engine, {r})[0]);
-  }
-  return replies;
+  return run_engine(model, requests, options, together, tokenizer, drafter).replies;
 }
 
 // Random prompts of random lengths; sampled requests use temperature 0.7, top-k 20, top-p 0.95.

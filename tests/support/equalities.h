@@ -3,7 +3,10 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/backends.h"
@@ -15,8 +18,63 @@ namespace tf::test {
 constexpr int kEqualityPrompts = 50;
 
 inline std::vector<GenerationRequest> without_drafts(std::vector<GenerationRequest> requests) {
-  for (auto& r : requests) r.draft.proposers = kNoProposers;
+  for (auto& r : requests) set_drafts_off(r);
   return requests;
+}
+
+// Pairs of requests (one copy-friendly prompt, one random: see copy_friendly_requests) in turn ask
+// for nothing more, penalties, logprobs, or both, so the rows the engine samples on the host
+// (penalty counts advanced along an accepted draft, logprobs of every accepted row) are under the
+// equalities too, greedy and sampled.
+inline std::vector<GenerationRequest> with_penalties_and_logprobs(std::vector<GenerationRequest> requests) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const size_t variant = (i / 2) % 4;
+    if (variant == 1 || variant == 3) {
+      requests[i].sampling.presence_penalty = i % 3 == 0 ? -0.5f : 0.5f;
+      requests[i].sampling.frequency_penalty = 0.25f;
+    }
+    if (variant == 2 || variant == 3) requests[i].n_top_logprobs = int32_t(i % 4);  // 0 to 3 alternatives
+  }
+  return requests;
+}
+
+inline uint32_t float_bits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+// Logprobs bitwise equal between two runs of the same requests, one per emitted token where asked
+// for (that token's, then the n best), none where not.
+inline void expect_same_logprobs(const EngineRun& a, const EngineRun& b,
+                                 const std::vector<GenerationRequest>& requests, const char* what) {
+  ASSERT_EQ(a.logprobs.size(), requests.size());
+  ASSERT_EQ(b.logprobs.size(), requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const int32_t n_top = requests[i].n_top_logprobs;
+    const auto& x = a.logprobs[i];
+    const auto& y = b.logprobs[i];
+    ASSERT_EQ(x.size(), n_top >= 0 ? a.replies[i].tokens.size() : 0u) << what << ", request " << i;
+    ASSERT_EQ(y.size(), n_top >= 0 ? b.replies[i].tokens.size() : 0u) << what << ", request " << i;
+    for (size_t j = 0; j < std::min(x.size(), y.size()); ++j) {
+      const std::string where = std::string(what) + ", request " + std::to_string(i) + ", token " + std::to_string(j);
+      EXPECT_EQ(x[j].token, a.replies[i].tokens[j]) << where;
+      EXPECT_EQ(x[j].token, y[j].token) << where;
+      EXPECT_EQ(float_bits(x[j].logprob), float_bits(y[j].logprob)) << where << ": " << x[j].logprob << " vs " << y[j].logprob;
+      ASSERT_EQ(x[j].top.size(), size_t(n_top)) << where;
+      ASSERT_EQ(y[j].top.size(), size_t(n_top)) << where;
+      for (size_t k = 0; k < x[j].top.size(); ++k) {
+        EXPECT_EQ(x[j].top[k].token, y[j].top[k].token) << where << ", alternative " << k;
+        EXPECT_EQ(float_bits(x[j].top[k].logprob), float_bits(y[j].top[k].logprob)) << where << ", alternative " << k;
+      }
+    }
+  }
+}
+
+// A run of several requests on one engine whose rounds really carried several lanes at once.
+inline void expect_rounds_shared_by_lanes(const EngineStats& stats, const char* what) {
+  EXPECT_GT(stats.rounds_with_several_lanes, 0) << what << ": no round carried two lanes";
+  EXPECT_GE(stats.most_lanes_in_a_round, 2) << what;
 }
 
 inline EngineOptions random_windows(std::mt19937& rng, LanePolicy policy) {
@@ -63,8 +121,14 @@ inline void expect_concurrent_equals_solo(std::shared_ptr<Model> model, bool sam
   shared_options.n_parallel = 8;
   shared_options.n_ctx = 128;
   shared_options.prefill_chunk = 7;  // many rounds mix prompt chunks with other lanes' decoding
-  auto solo = run_requests(model, requests, solo_options, false);
-  auto shared = run_requests(model, requests, shared_options, true);
+  auto solo_run = run_engine(model, requests, solo_options, false);
+  auto shared_run = run_engine(model, requests, shared_options, true);
+  const auto& solo = solo_run.replies;
+  const auto& shared = shared_run.replies;
+  // Solo really was one lane a round, and together really shared rounds.
+  EXPECT_EQ(solo_run.stats.rounds_with_several_lanes, 0);
+  EXPECT_EQ(solo_run.stats.most_lanes_in_a_round, 1);
+  expect_rounds_shared_by_lanes(shared_run.stats, "together");
   for (size_t i = 0; i < requests.size(); ++i) {
     EXPECT_EQ(solo[i].tokens, shared[i].tokens) << "request " << i;
     EXPECT_EQ(solo[i].final_update.token_sha, shared[i].final_update.token_sha);
@@ -73,23 +137,35 @@ inline void expect_concurrent_equals_solo(std::shared_ptr<Model> model, bool sam
   }
 }
 
-// Long-copy and n-gram drafts over many prompts, every lane policy, random windows, alone and
-// together, against plain decoding alone.
+// Long-copy and n-gram drafts over many prompts (some with penalties, some with logprobs), every
+// lane policy, random windows, alone and together, against plain decoding alone: the same tokens
+// and the same logprobs. Drafts must have been accepted, siblings among them (a row off its tree's
+// main chain whose K/V moved from scratch to the lane), and the together runs must have shared rounds.
 inline void expect_drafted_equals_undrafted(std::shared_ptr<Model> model, bool sampled) {
   std::mt19937 rng(sampled ? 11 : 12);
-  auto requests = copy_friendly_requests(kEqualityPrompts, sampled, model->config().vocab_size, rng());
+  auto requests = with_penalties_and_logprobs(
+      copy_friendly_requests(kEqualityPrompts, sampled, model->config().vocab_size, rng()));
   EngineOptions plain_options;
   plain_options.n_ctx = 160;
-  auto plain = run_requests(model, without_drafts(requests), plain_options, false);
-  int64_t accepted = 0;
+  const EngineRun plain = run_engine(model, without_drafts(requests), plain_options, false);
+  EXPECT_EQ(plain.stats.drafted_tokens, 0) << "drafts off must draft nothing";
+  int64_t accepted = 0, sibling_accepts = 0;
   for (LanePolicy policy : {LanePolicy::automatic, LanePolicy::always_lanes, LanePolicy::always_lone}) {
-    auto drafted_solo = run_requests(model, requests, random_windows(rng, policy), false);
-    expect_same_tokens(plain, drafted_solo, "solo");
-    auto drafted_together = run_requests(model, requests, random_windows(rng, policy), true);
-    expect_same_tokens(plain, drafted_together, "together");
-    for (const auto& r : drafted_together) accepted += r.final_update.timings.draft_accepted_n;
+    const EngineRun drafted_solo = run_engine(model, requests, random_windows(rng, policy), false);
+    expect_same_tokens(plain.replies, drafted_solo.replies, "solo");
+    expect_same_logprobs(plain, drafted_solo, requests, "solo");
+    const EngineRun drafted_together = run_engine(model, requests, random_windows(rng, policy), true);
+    expect_same_tokens(plain.replies, drafted_together.replies, "together");
+    expect_same_logprobs(plain, drafted_together, requests, "together");
+    expect_rounds_shared_by_lanes(drafted_together.stats, "drafted together");
+    for (const auto& r : drafted_together.replies) accepted += r.final_update.timings.draft_accepted_n;
+    sibling_accepts += drafted_solo.stats.sibling_accepts + drafted_together.stats.sibling_accepts;
   }
   EXPECT_GT(accepted, 0) << "the test must exercise accepted drafts";
+  // Greedy replies of these models repeat enough that the long-copy and n-gram chains part and the
+  // one off the main chain is taken; sampled ones (temperature 0.7) do not, so there the block
+  // drafter's root siblings (expect_drafter_keeps_equalities) carry the sampled case.
+  if (!sampled) EXPECT_GT(sibling_accepts, 0) << "the test must exercise accepted siblings (K/V copied from scratch)";
 }
 
 // Replaying each plain reply as the draft: every draft is right, rounds shrink, tokens stay.
@@ -112,28 +188,39 @@ inline void expect_replay_equals_plain(std::shared_ptr<Model> model, uint32_t se
   }
 }
 
-// The block drafter among the proposers: the three equalities still hold bitwise, greedy and
-// sampled, alone and together, and the drafter itself put nodes in the trees.
+// The block drafter among the proposers: the three equalities still hold bitwise (tokens, and
+// logprobs where asked for; some requests with penalties), greedy and sampled, alone and together,
+// the drafter itself put nodes in the trees, and siblings (rows off the main chain) were accepted.
 inline void expect_drafter_keeps_equalities(std::shared_ptr<Model> model, const std::string& drafter_dir) {
   auto drafter = load_drafter(drafter_dir, *model, 1);
   std::mt19937 rng(21);
   int64_t drafted = 0;
   for (bool sampled : {false, true}) {
-    auto requests = copy_friendly_requests(kEqualityPrompts, sampled, model->config().vocab_size, rng());
+    int64_t sibling_accepts = 0;
+    auto requests = with_penalties_and_logprobs(
+        copy_friendly_requests(kEqualityPrompts, sampled, model->config().vocab_size, rng()));
     EngineOptions plain_options;
     plain_options.n_ctx = 160;
-    auto plain = run_requests(model, without_drafts(requests), plain_options, true);
+    const EngineRun plain = run_engine(model, without_drafts(requests), plain_options, true);
     for (LanePolicy policy : {LanePolicy::automatic, LanePolicy::always_lanes}) {
-      auto solo = run_requests(model, requests, random_windows(rng, policy), false, nullptr, drafter);
-      expect_same_tokens(plain, solo, "drafter, solo");
-      auto together = run_requests(model, requests, random_windows(rng, policy), true, nullptr, drafter);
-      expect_same_tokens(plain, together, "drafter, together");
-      for (const auto& r : together) drafted += r.final_update.timings.draft_n;
+      const EngineRun solo = run_engine(model, requests, random_windows(rng, policy), false, nullptr, drafter);
+      expect_same_tokens(plain.replies, solo.replies, "drafter, solo");
+      expect_same_logprobs(plain, solo, requests, "drafter, solo");
+      const EngineRun together = run_engine(model, requests, random_windows(rng, policy), true, nullptr, drafter);
+      expect_same_tokens(plain.replies, together.replies, "drafter, together");
+      expect_same_logprobs(plain, together, requests, "drafter, together");
+      for (const auto& r : together.replies) drafted += r.final_update.timings.draft_n;
+      sibling_accepts += solo.stats.sibling_accepts + together.stats.sibling_accepts;
       // As the server runs: the drafter and n-gram gated by the clock, so which rounds draft varies.
       EngineOptions gated = random_windows(rng, policy);
       gated.gate_proposers = true;
-      expect_same_tokens(plain, run_requests(model, requests, gated, true, nullptr, drafter), "drafter, gated");
+      const EngineRun gated_run = run_engine(model, requests, gated, true, nullptr, drafter);
+      expect_same_tokens(plain.replies, gated_run.replies, "drafter, gated");
+      expect_same_logprobs(plain, gated_run, requests, "drafter, gated");
     }
+    // The drafter's top-k at the first position are root siblings: some are the target's choice.
+    EXPECT_GT(sibling_accepts, 0) << (sampled ? "sampled" : "greedy")
+                                  << ": the test must exercise accepted siblings (K/V copied from scratch)";
   }
   EXPECT_GT(drafted, 0);
   EngineOptions options;
