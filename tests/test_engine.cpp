@@ -56,6 +56,10 @@ TEST(EngineTest, SeedChangesSampledReplyButNotGreedy) {
   EXPECT_NE(replies[0].tokens, replies[2].tokens) << "sampling at 0.7 should differ from greedy somewhere";
 }
 
+TEST(EngineTest, LogprobsChangeNoToken) {
+  test::expect_logprobs_change_no_token(load_model(test::fixture_model("qwen3-tiny-b"), {}));
+}
+
 TEST(EngineTest, AdmissionControl) {
   auto model = load_model(test::fixture_model("qwen3-tiny-a"), {});
   EngineOptions options;

@@ -1,5 +1,5 @@
-// DFlash block drafter on the CPU: a few Qwen3-style layers that, conditioned on taps of the
-// target's hidden states, predict a block of tokens in one non-causal forward.
+// DFlash block drafter (the interface every backend implements): a few Qwen3-style layers that,
+// conditioned on taps of the target's hidden states, predict a block of tokens in one non-causal forward.
 //
 // Context: for each committed token t, the taps of the target layers target_layer_ids (output of
 // each layer, before the final norm) are concatenated, projected by fc and normed by hidden_norm

@@ -59,13 +59,15 @@ TEST_P(CudaInvarianceTest, TreeRowsEqualThePlainChain) {
 }
 
 // The same chunks and noise rows through a model that replays captured graphs (rows <= 256) and
-// one that launches every kernel (TF_CUDA_GRAPHS=0): each 1- and 3-row step replays one graph with
+// one that launches every kernel (graphs off): each 1- and 3-row step replays one graph with
 // new positions, keys and slots, so a graph that kept stale row data would differ here.
 TEST_P(CudaInvarianceTest, GraphReplayEqualsEagerLaunches) {
-  auto graphs = test::load_fixture(GetParam(), "cuda");
-  ASSERT_EQ(setenv("TF_CUDA_GRAPHS", "0", 1), 0);
-  auto eager = test::load_fixture(GetParam(), "cuda");
-  unsetenv("TF_CUDA_GRAPHS");
+  ModelLoadOptions with_graphs = test::test_load_options("cuda");
+  with_graphs.use_cuda_graphs = true;
+  ModelLoadOptions without_graphs = with_graphs;
+  without_graphs.use_cuda_graphs = false;
+  auto graphs = load_model(test::fixture_model(GetParam()), with_graphs);
+  auto eager = load_model(test::fixture_model(GetParam()), without_graphs);
   std::mt19937 ids_rng(3);
   auto ids = test::random_ids(ids_rng, 300, graphs->config().vocab_size);
   std::vector<int64_t> chunks = {270};

@@ -123,9 +123,7 @@ TEST(CudaParityTrainedModel, GreedyRepliesMatchTheCpuModel) {
   const std::string dir = test::source_path("models/tensorfold-code-target-mlx4");
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is not here";
   auto cpu = load_model(dir, {});
-  ModelLoadOptions on_gpu;
-  on_gpu.device = "cuda";
-  auto gpu = load_model(dir, on_gpu);
+  auto gpu = load_model(dir, test::test_load_options("cuda"));
   auto tokenizer = Tokenizer::from_file(dir + "/tokenizer.json");
   const char* prompts[] = {"import os\nimport sys\n\n\ndef main(argv):\n    \"\"\"Parse the arguments and run.\"\"\"\n",
                            "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n",

@@ -39,6 +39,13 @@ TEST(CudaSpeculationTest, DrafterOnKeepsEveryEquality) {
                                         test::source_path("tests/fixtures/drafter/tiny-a-drafter"));
 }
 
+// On the GPU every token is chosen there (penalties, argmax, the seeded draw); logprobs only copy
+// the raw logits out, so asking for them changes no token.
+TEST(CudaSpeculationTest, LogprobsChangeNoToken) {
+  test::expect_logprobs_change_no_token(test::load_fixture("qwen3-tiny-b", "cuda"));
+  test::expect_logprobs_change_no_token(test::load_fixture("models/tensorfold-code-target-mlx4", "cuda"));
+}
+
 TEST(CudaSpeculationTest, ConcurrentEqualsSoloSampled) {
   test::expect_concurrent_equals_solo(test::load_fixture("qwen3-tiny-b", "cuda"), true);
 }

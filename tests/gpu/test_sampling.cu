@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/argmax.cuh"
 #include "backends/cuda/device_buffer.cuh"
+#include "backends/cuda/penalties.cuh"
 #include "backends/cuda/sample.cuh"
 #include "core/dtype.h"
 #include "gpu_test.h"
@@ -446,12 +448,76 @@ void report_time(std::mt19937& rng, std::mt19937_64& rng64) {
 
 }  // namespace
 
+// Penalties on the GPU against their CPU twin: each row's penalized logits bitwise equal the host's
+// `logit -= presence + frequency * count` over penalty_counts(history), whatever the other rows
+// hold, and the greedy token after them is the host Sampler's for the same history.
+void test_penalties(int64_t n_vocab, std::mt19937& rng) {
+  const int n_rows = 7;
+  std::vector<float> logits;
+  for (int r = 0; r < n_rows; ++r) {
+    std::vector<float> row = lm_like_logits(n_vocab, rng);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  std::vector<TokenCounts> counts(n_rows);
+  std::vector<std::vector<int32_t>> paths(n_rows);
+  std::vector<cuda::GpuPenaltyRow> rows;
+  std::vector<int2> entries;
+  std::vector<SamplingParams> params(n_rows);
+  std::vector<std::pair<int32_t, int32_t>> merged;
+  for (int r = 0; r < n_rows; ++r) {
+    // The row's best tokens recur, so penalties move the argmax; row 3 has no history at all.
+    const float* row = logits.data() + int64_t(r) * n_vocab;
+    const int32_t best = argmax(row, n_vocab);
+    if (r != 3) {
+      counts[size_t(r)][best] = 1 + r;
+      for (int i = 0; i < 40; ++i) counts[size_t(r)][int32_t(rng() % uint32_t(n_vocab))] += 1 + int32_t(rng() % 4);
+      paths[size_t(r)] = {best, int32_t(rng() % uint32_t(n_vocab)), best};
+    }
+    params[size_t(r)].presence_penalty = r % 2 ? 1.25f : -0.5f;
+    params[size_t(r)].frequency_penalty = 0.3f * float(r % 3);
+    penalty_counts(PenaltyHistory{&counts[size_t(r)], paths[size_t(r)].data(), int64_t(paths[size_t(r)].size())},
+                   &merged);
+    rows.push_back({params[size_t(r)].presence_penalty, params[size_t(r)].frequency_penalty, int32_t(entries.size()),
+                    int32_t(merged.size())});
+    for (const auto& [token, count] : merged) entries.push_back(make_int2(token, count));
+  }
+  DeviceBuffer<float> logits_device(logits.size());
+  logits_device.copy_from_host(logits);
+  DeviceBuffer<cuda::GpuPenaltyRow> rows_device(rows.size());
+  rows_device.copy_from_host(rows);
+  DeviceBuffer<int2> entries_device(entries.size());
+  entries_device.copy_from_host(entries);
+  DeviceBuffer<int32_t> ids_device(size_t(n_rows));
+  cuda::apply_penalties_f32(logits_device.data(), n_rows, n_vocab, rows_device.data(), entries_device.data());
+  cuda::argmax_f32(logits_device.data(), n_rows, n_vocab, ids_device.data());
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> penalized = logits_device.to_host();
+  const std::vector<int32_t> ids = ids_device.to_host();
+  Sampler sampler;
+  for (int r = 0; r < n_rows; ++r) {
+    std::vector<float> expected(logits.begin() + int64_t(r) * n_vocab, logits.begin() + int64_t(r + 1) * n_vocab);
+    const PenaltyHistory history{&counts[size_t(r)], paths[size_t(r)].data(), int64_t(paths[size_t(r)].size())};
+    penalty_counts(history, &merged);
+    for (const auto& [token, count] : merged) {
+      volatile float product = params[size_t(r)].frequency_penalty * float(count);  // no fused multiply-add
+      volatile float penalty = (count > 0 ? params[size_t(r)].presence_penalty : 0.0f) + product;
+      expected[size_t(token)] -= penalty;
+    }
+    check(bitwise_equal(penalized.data() + int64_t(r) * n_vocab, expected.data(), size_t(n_vocab)),
+          "penalized logits equal the host's, vocab " + std::to_string(n_vocab) + " row " + std::to_string(r));
+    const int32_t host = sampler.sample(logits.data() + int64_t(r) * n_vocab, n_vocab, params[size_t(r)], 5, history);
+    check(ids[size_t(r)] == host, "greedy token after penalties equals the host Sampler's, vocab " +
+                                      std::to_string(n_vocab) + " row " + std::to_string(r));
+  }
+}
+
 int main() {
   std::mt19937 rng(11);
   std::mt19937_64 rng64(12);
   try {
     test_edge_cases();
     test_distribution();
+    for (int64_t n_vocab : {kQwenVocab, int64_t{1000}}) test_penalties(n_vocab, rng);
     for (int64_t n_vocab : {kQwenVocab, int64_t{1000}}) test_batch_invariance(n_vocab, rng, rng64);
     test_cpu_agreement(kQwenVocab, is_quick() ? 1 : 3, is_quick() ? 2 : 8, rng, rng64);
     test_cpu_agreement(1000, is_quick() ? 2 : 20, is_quick() ? 4 : 20, rng, rng64);

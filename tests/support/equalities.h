@@ -137,6 +137,41 @@ inline void expect_concurrent_equals_solo(std::shared_ptr<Model> model, bool sam
   }
 }
 
+// Asking for logprobs, or for penalties of zero, moves no request to another sampler: seeded
+// sampled and greedy requests give the same token_sha with and without them, alone and among
+// other lanes (drafting on, so verify rows are chosen too).
+inline void expect_logprobs_change_no_token(std::shared_ptr<Model> model) {
+  auto plain = random_requests(6, true, model->config().vocab_size, 21);
+  auto greedy = random_requests(2, false, model->config().vocab_size, 22);
+  plain.insert(plain.end(), greedy.begin(), greedy.end());
+  auto with_logprobs = plain;
+  for (size_t i = 0; i < with_logprobs.size(); ++i) with_logprobs[i].n_top_logprobs = int32_t(i % 3) * 2;
+  auto zero_penalties = plain;
+  for (auto& r : zero_penalties) {
+    r.sampling.presence_penalty = 0.0f;
+    r.sampling.frequency_penalty = -0.0f;
+  }
+  EngineOptions options;
+  options.n_parallel = 8;
+  options.n_ctx = 128;
+  const auto alone = run_engine(model, plain, options, false);
+  // Beside others: each variant shares its rounds with the plain requests.
+  auto mixed = with_logprobs;
+  mixed.insert(mixed.end(), plain.begin(), plain.end());
+  mixed.insert(mixed.end(), zero_penalties.begin(), zero_penalties.end());
+  options.n_parallel = int32_t(mixed.size());
+  const auto together = run_engine(model, mixed, options, true);
+  expect_rounds_shared_by_lanes(together.stats, "logprobs beside plain requests");
+  const size_t n = plain.size();
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& sha = alone.replies[i].final_update.token_sha;
+    EXPECT_EQ(together.replies[i].final_update.token_sha, sha) << "request " << i << " with logprobs";
+    EXPECT_EQ(together.replies[n + i].final_update.token_sha, sha) << "request " << i << " beside others";
+    EXPECT_EQ(together.replies[2 * n + i].final_update.token_sha, sha) << "request " << i << " with zero penalties";
+    EXPECT_EQ(together.logprobs[i].size(), together.replies[i].tokens.size()) << "request " << i << " logprobs";
+  }
+}
+
 // Long-copy and n-gram drafts over many prompts (some with penalties, some with logprobs), every
 // lane policy, random windows, alone and together, against plain decoding alone: the same tokens
 // and the same logprobs. Drafts must have been accepted, siblings among them (a row off its tree's

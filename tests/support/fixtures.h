@@ -22,11 +22,23 @@ inline std::string fixture_model(const std::string& name) {
   return source_path(name.rfind("models/", 0) == 0 ? name : "tests/fixtures/models/" + name);
 }
 
-// A fixture checkpoint (tests/fixtures/models/NAME) on a device.
-inline std::shared_ptr<Model> load_fixture(const std::string& name, const std::string& device) {
+// How the GPU suite is run: TF_CUDA_GRAPHS=0 and TF_CUDA_PDL=0 (tools/gpu_run.sh) turn the CUDA
+// launch choices off, as the same variables do for the command-line flags.
+inline ModelLoadOptions test_load_options(const std::string& device) {
+  auto is_off = [](const char* variable) {
+    const char* value = std::getenv(variable);
+    return value != nullptr && std::string(value) == "0";
+  };
   ModelLoadOptions options;
   options.device = device;
-  return load_model(fixture_model(name), options);
+  options.use_cuda_graphs = !is_off("TF_CUDA_GRAPHS");
+  options.use_overlapped_launches = !is_off("TF_CUDA_PDL");
+  return options;
+}
+
+// A fixture checkpoint (tests/fixtures/models/NAME) on a device.
+inline std::shared_ptr<Model> load_fixture(const std::string& name, const std::string& device) {
+  return load_model(fixture_model(name), test_load_options(device));
 }
 
 inline nlohmann::json read_json(const std::string& path) {

@@ -1,4 +1,4 @@
-// Rotary position embedding on the GPU (rotate-half form), the same angles as kernels/cpu/rope.h.
+// Rotary position embedding on the GPU (rotate-half form), the same angles as the CPU (models/rope_frequencies.h).
 #pragma once
 #include <cuda_runtime.h>
 

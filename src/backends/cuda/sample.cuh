@@ -6,7 +6,7 @@
 // CPU: its sums run in another fixed order, so a draw landing within rounding of a boundary may
 // pick the neighbouring token. It is deterministic and batch-invariant: a row's token depends only
 // on its logits, its GpuSamplingRow and n_vocab, never on the other rows of the call.
-// Penalties and logprobs stay on the host: the caller copies the rows that need them.
+// Penalties are applied to the logits before it (penalties.cuh); logprobs come from the raw logits.
 #pragma once
 #include <cuda_runtime.h>
 
