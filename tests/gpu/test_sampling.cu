@@ -487,7 +487,7 @@ void test_penalties(int64_t n_vocab, std::mt19937& rng) {
   rows_device.copy_from_host(rows);
   DeviceBuffer<int2> entries_device(entries.size());
   entries_device.copy_from_host(entries);
-  DeviceBuffer<int32_t> ids_device(size_t(n_rows));
+  DeviceBuffer<int32_t> ids_device{size_t(n_rows)};
   cuda::apply_penalties_f32(logits_device.data(), n_rows, n_vocab, rows_device.data(), entries_device.data());
   cuda::argmax_f32(logits_device.data(), n_rows, n_vocab, ids_device.data());
   TF_CUDA_CHECK(cudaDeviceSynchronize());
