@@ -47,7 +47,7 @@ TEST(EngineFlags, DefaultsAreTheEngineAndLoadDefaults) {
   EXPECT_EQ(options.engine->lane_window, defaults.lane_window);
   EXPECT_EQ(options.engine->lone_window, defaults.lone_window);
   EXPECT_EQ(options.engine->most_lone_window, defaults.most_lone_window);
-  EXPECT_EQ(options.engine->min_confident_match, defaults.min_confident_match);
+  EXPECT_EQ(options.engine->speculation.min_confident_match, defaults.speculation.min_confident_match);
   EXPECT_TRUE(options.load.use_cuda_graphs);
   EXPECT_TRUE(options.load.use_overlapped_launches);
   EXPECT_EQ(options.load.device, "cpu");
@@ -69,7 +69,7 @@ TEST(EngineFlags, FlagsReachTheOptions) {
   EXPECT_EQ(options.engine->lane_window, 8);
   EXPECT_EQ(options.engine->lone_window, 32);
   EXPECT_EQ(options.engine->most_lone_window, 96);
-  EXPECT_EQ(options.engine->min_confident_match, 12);
+  EXPECT_EQ(options.engine->speculation.min_confident_match, 12);
   EXPECT_EQ(options.load.n_threads, 3);
   EXPECT_EQ(options.drafter, "none");
   EXPECT_EQ(serving_options(parsed({"--lanes", "1", "--cuda-pdl", "on"}), EngineOptions{}).engine->lane_policy,
@@ -81,11 +81,11 @@ TEST(EngineFlags, TheCommandsEngineOptionsAreKept) {
   EngineOptions own;
   own.n_parallel = 7;
   own.n_ctx = 999;
-  own.gate_proposers = true;
+  own.speculation.gate_proposers = true;
   const ServingOptions options = serving_options(parsed({}), own);
   EXPECT_EQ(options.engine->n_parallel, 7);
   EXPECT_EQ(options.engine->n_ctx, 999);
-  EXPECT_TRUE(options.engine->gate_proposers);
+  EXPECT_TRUE(options.engine->speculation.gate_proposers);
 }
 
 // tools/gpu_run.sh sets TF_CUDA_PDL=0 and TF_CUDA_GRAPHS=0; TF_LANES picks the lane policy.

@@ -152,7 +152,7 @@ if [ "$MODE" = sanitize ]; then
   sanitize racecheck gpu_test_elementwise_kernels ""
   sanitize racecheck gpu_test_linear "" 90
   sanitize racecheck gpu_test_attention "" 150
-  sanitize racecheck gpu_test_cuda_drafter '*MatchesTheCpuDrafter*' 150
+  sanitize racecheck gpu_test_cuda_drafter '*MatchTheCpuDrafter*' 150
   sanitize racecheck gpu_test_cuda_model_parity '*LogitsMatchTheCpuModel/0'
   sanitize racecheck gpu_test_sampling "" 150
 fi

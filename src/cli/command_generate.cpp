@@ -50,7 +50,7 @@ void run_generate(const GenerateFlags& flags) {
 
   EngineOptions engine_options;
   engine_options.n_parallel = 1;
-  engine_options.gate_proposers = true;  // as the server drafts
+  engine_options.speculation.gate_proposers = true;  // as the server drafts
   ServingOptions options = serving_options(flags.engine, engine_options);
   engine_options = *options.engine;
   options.engine.reset();  // the context is sized to the prompt, known only after tokenizing

@@ -59,7 +59,7 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
   engine.n_parallel = flags.n_parallel;
   engine.n_ctx = flags.n_ctx;
   engine.max_queue = flags.max_queue;
-  engine.gate_proposers = true;  // drafting that does not pay for itself only costs the client time
+  engine.speculation.gate_proposers = true;  // drafting that does not pay for itself only costs the client time
   // A synthetic model speaks through the --model directory's tokenizer and drafts without a drafter.
   const ServingOptions stack_options = serving_options(flags.engine, engine);
   const ModelFacts facts = read_model_facts(stack_options);

@@ -128,8 +128,8 @@ std::string trimmed(std::string text) {
 
 void run_spec_eval(const SpecEvalFlags& flags) {
   EngineOptions base;
-  base.gate_proposers = flags.gate_proposers;
-  base.drafter_tree = flags.drafter_tree;
+  base.speculation.gate_proposers = flags.gate_proposers;
+  base.speculation.drafter_tree = flags.drafter_tree;
   ServingOptions options = serving_options(flags.engine, base);
   const EngineOptions engine_options = *options.engine;
   options.engine.reset();  // one engine per run, sized to its streams and cases

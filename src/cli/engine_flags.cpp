@@ -100,7 +100,7 @@ ServingOptions serving_options(const EngineFlags& flags, EngineOptions engine) {
   engine.lane_window = flags.lane_window;
   engine.lone_window = flags.lone_window;
   engine.most_lone_window = flags.most_lone_window;
-  engine.min_confident_match = flags.min_confident_match;
+  engine.speculation.min_confident_match = flags.min_confident_match;
 
   ServingOptions options;
   options.model_dir = flags.model_dir;

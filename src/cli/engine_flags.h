@@ -34,7 +34,7 @@ struct EngineFlags {
   int64_t lane_window = EngineOptions{}.lane_window;
   int64_t lone_window = EngineOptions{}.lone_window;
   int64_t most_lone_window = EngineOptions{}.most_lone_window;
-  int64_t min_confident_match = EngineOptions{}.min_confident_match;
+  int64_t min_confident_match = EngineOptions{}.speculation.min_confident_match;
 };
 
 // Registers the shared flags on a subcommand.

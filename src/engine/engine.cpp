@@ -44,8 +44,7 @@ Engine::Engine(const EngineOptions& options, std::shared_ptr<Model> model,
   if (options.n_ctx > model->config().max_position_embeddings)
     fail("--ctx " + std::to_string(options.n_ctx) + " exceeds the model's max_position_embeddings (" +
          std::to_string(model->config().max_position_embeddings) + ")");
-  SpeculationOptions speculation{std::move(drafter), options.drafter_tree, options.min_confident_match,
-                                 options.gate_proposers};
+  SpeculationOptions speculation{std::move(drafter), options.speculation};
   impl_ = std::make_unique<Impl>(options, std::move(model), std::move(tokenizer), std::move(speculation));
   impl_->thread = std::thread([this] { impl_->run(); });
 }

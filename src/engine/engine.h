@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "engine/request.h"
-#include "speculation/drafter_proposer.h"
 #include "speculation/proposer.h"
+#include "speculation/speculation.h"
 
 namespace tf {
 
@@ -34,13 +34,8 @@ struct EngineOptions {
   int64_t lone_window = 64;        // the same for the lone driver; the most a lane on lanes can earn
   int64_t most_lone_window = 256;  // the most the lone driver earns, doubling after each round whose
                                    // whole window was accepted (a long copy)
-  int64_t min_confident_match = 24;  // long-copy match length that proposes long copy rows
   LanePolicy lane_policy = LanePolicy::automatic;
-  // Let a lane's block drafter and n-gram proposer draft only while their accepted tokens pay for
-  // their time and rows (ProposerGate). The server turns it on; off, they draft every round, so
-  // acceptance does not depend on the clock (measurements and tests).
-  bool gate_proposers = false;
-  DrafterProposerOptions drafter_tree;  // the block drafter's tree shape (spec-eval can vary it)
+  SpeculationSettings speculation;  // which proposer shapes, and whether gated ones must pay
 };
 
 constexpr int kMaxTrackedDepth = 64;

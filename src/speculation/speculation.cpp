@@ -27,11 +27,11 @@ std::unique_ptr<LaneSpeculation> Speculation::for_lane(const DraftRequest& reque
         std::make_unique<ReplayProposer>(request.replay, request.replay_depth > 0 ? request.replay_depth : window));
   if (allowed(ProposerKind::long_copy)) {
     LongCopyOptions copy;
-    copy.min_confident_match = options_.min_confident_match;
+    copy.min_confident_match = options_.settings.min_confident_match;
     proposers.push_back(std::make_unique<LongCopyProposer>(copy));
   }
   if (options_.drafter && allowed(ProposerKind::drafter))
-    proposers.push_back(std::make_unique<DrafterProposer>(options_.drafter, options_.drafter_tree));
+    proposers.push_back(std::make_unique<DrafterProposer>(options_.drafter, options_.settings.drafter_tree));
   if (allowed(ProposerKind::ngram)) proposers.push_back(std::make_unique<NgramProposer>(NgramOptions{}));
   return std::make_unique<LaneSpeculation>(*this, std::move(proposers));
 }
@@ -51,7 +51,7 @@ void LaneSpeculation::draft(const LaneHistory& history, int64_t max_nodes, const
     proposer->observe(history);
     if (tree->size() >= max_nodes) continue;
     const size_t kind = size_t(proposer->kind());
-    if (!owner_.options_.gate_proposers || !proposer->is_gated()) {
+    if (!owner_.options_.settings.gate_proposers || !proposer->is_gated()) {
       proposer->propose(history, max_nodes, tree);
     } else if (!gates_[kind].should_run(costs.lane_round_seconds)) {
       gates_[kind].record_skip();

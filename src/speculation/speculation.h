@@ -16,15 +16,19 @@ namespace tf {
 
 class DFlashDrafter;
 
-// The engine's speculation settings, fixed at start.
-struct SpeculationOptions {
-  std::shared_ptr<DFlashDrafter> drafter;  // the block drafter; null: none
-  DrafterProposerOptions drafter_tree;     // its tree shape (spec-eval can vary it)
-  int64_t min_confident_match = 24;        // long-copy match length that proposes long copy rows
+// The engine's speculation settings, fixed at start (EngineOptions::speculation).
+struct SpeculationSettings {
+  DrafterProposerOptions drafter_tree;  // the block drafter's tree shape (spec-eval can vary it)
+  int64_t min_confident_match = 24;     // long-copy match length that proposes long copy rows
   // Let gated proposers (Proposer::is_gated) draft only while their accepted tokens pay for their
   // time and rows (ProposerGate). The server turns it on; off, they draft every round, so
   // acceptance does not depend on the clock (measurements and tests).
   bool gate_proposers = false;
+};
+
+struct SpeculationOptions {
+  std::shared_ptr<DFlashDrafter> drafter;  // the block drafter; null: none
+  SpeculationSettings settings;
 };
 
 // What one request asks of speculation.

@@ -84,7 +84,7 @@ inline EngineOptions random_windows(std::mt19937& rng, LanePolicy policy) {
   options.lane_window = 2 + int64_t(rng() % 15);
   options.lone_window = 2 + int64_t(rng() % 63);
   options.most_lone_window = options.lone_window + int64_t(rng() % 64);
-  options.min_confident_match = 2 + int64_t(rng() % 24);
+  options.speculation.min_confident_match = 2 + int64_t(rng() % 24);
   options.prefill_chunk = 1 + int64_t(rng() % 40);
   options.lane_policy = policy;
   return options;
@@ -248,7 +248,7 @@ inline void expect_drafter_keeps_equalities(std::shared_ptr<Model> model, const 
       sibling_accepts += solo.stats.sibling_accepts + together.stats.sibling_accepts;
       // As the server runs: the drafter and n-gram gated by the clock, so which rounds draft varies.
       EngineOptions gated = random_windows(rng, policy);
-      gated.gate_proposers = true;
+      gated.speculation.gate_proposers = true;
       const EngineRun gated_run = run_engine(model, requests, gated, true, nullptr, drafter);
       expect_same_tokens(plain.replies, gated_run.replies, "drafter, gated");
       expect_same_logprobs(plain, gated_run, requests, "drafter, gated");
