@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev
-          libutf8proc-dev libcpp-httplib-dev libgtest-dev nodejs npm python3)
+          libutf8proc-dev libcpp-httplib-dev libgtest-dev nodejs npm python3 chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -19,5 +19,6 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
 fi
-# Test data and real clients: the Qwen3 tokenizer and the official openai client.
+# Test data and real clients: the Qwen3 tokenizer, the official openai client, and puppeteer-core
+# (drives the system chromium for the page's browser test; it downloads no browser).
 npm ci --no-audit --no-fund --loglevel=error

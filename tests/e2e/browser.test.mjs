@@ -1,0 +1,87 @@
+// The chat page at / in headless Chromium against the embedded default model: a rename reply shows
+// long-copied tokens and more than one token per round, and "run again with draft off" gives the
+// same text and token_sha. A screenshot goes to browser-artifacts/ beside the binary.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import puppeteer from 'puppeteer-core';
+import { startServer } from './harness.mjs';
+
+const chromiumPath = process.env.TF_CHROMIUM ?? '/usr/bin/chromium';
+const artifactsDir = path.join(process.env.TF_BINARY ? path.dirname(process.env.TF_BINARY) : os.tmpdir(),
+  'browser-artifacts');
+const renamePrompt = 'Rename names to paths in this file:\n\nimport os\n\n\ndef list_files(root):\n' +
+  '    names = []\n    for name in os.listdir(root):\n        names.append(os.path.join(root, name))\n' +
+  '    return names\n';
+
+let server;
+let browser;
+let page;
+const pageErrors = [];
+before(async () => {
+  assert.ok(fs.existsSync(chromiumPath),
+    `${chromiumPath} is missing: the browser test needs Debian's chromium (tools/install_deps.sh installs it)`);
+  server = await startServer([], { embeddedDefault: true });
+  browser = await puppeteer.launch({
+    executablePath: chromiumPath, args: ['--no-sandbox', '--headless=new'], protocolTimeout: 60_000,
+  });
+  page = await browser.newPage();
+  page.setDefaultTimeout(60_000);
+  page.on('pageerror', (error) => pageErrors.push(error.message));
+  await page.setViewport({ width: 1200, height: 900 });
+});
+after(async () => {
+  await browser?.close();
+  await server?.stop();
+});
+
+async function valueOf(root, selector) {
+  return root.$eval(selector, (node) => node.dataset.value);
+}
+
+test('a rename on the page is shaded by long copy and equals its draft-off rerun', { timeout: 180_000 },
+  async () => {
+    const response = await page.goto(`${server.baseUrl}/`, { waitUntil: 'load' });
+    assert.equal(response.status(), 200, 'GET / serves the chat page');
+    await page.waitForFunction(() => document.getElementById('server-status').textContent === 'ready');
+    assert.equal(await page.$eval('#model-name', (node) => node.textContent), 'tensorfold-code-target');
+
+    await page.$eval('#temperature', (node) => { node.value = '0'; });
+    await page.$eval('#max-tokens', (node) => { node.value = '200'; });
+    await page.$eval('#prompt', (node, text) => { node.value = text; }, renamePrompt);
+    await page.click('#send');
+    const reply = await page.waitForSelector('.message.assistant[data-state]');
+    assert.equal(await reply.evaluate((node) => node.dataset.state), 'done',
+      await reply.evaluate((node) => node.textContent));
+
+    const text = await reply.$eval('.reply .content', (node) => node.textContent);
+    assert.match(text, /paths/, `the reply renames: ${text}`);
+    const nCopied = await reply.$$eval('.reply .content .tok-long_copy', (nodes) => nodes.length);
+    assert.ok(nCopied > 0, 'shaded long-copy tokens appear');
+    const tokensPerRound = Number(await valueOf(reply, '.stat-tpr'));
+    assert.ok(tokensPerRound > 1, `tokens per round shown and above 1: ${tokensPerRound}`);
+    assert.match(await reply.$eval('.stat-tpr .value', (node) => node.textContent), /^\d+\.\d\d$/);
+    const tokenSha = await valueOf(reply, '.stat-sha');
+    assert.match(tokenSha, /^[0-9a-f]{64}$/);
+
+    await reply.$eval('.rerun', (node) => node.click());
+    const compare = await page.waitForSelector('.compare[data-identical], .compare[data-state=failed]');
+    assert.equal(await compare.evaluate((node) => node.dataset.identical), 'true',
+      await compare.evaluate((node) => node.textContent));
+    assert.equal(await compare.$eval('.reply .content', (node) => node.textContent), text);
+    assert.equal(await valueOf(compare, '.stat-sha'), tokenSha);
+    assert.match(await compare.$eval('.verdict', (node) => node.textContent), /identical: yes/);
+    assert.match(await compare.$eval('.speed-compare', (node) => node.textContent), /undrafted [\d.]+ tok\/s/);
+    assert.equal(await compare.$$eval('.tok-long_copy, .tok-drafter', (nodes) => nodes.length), 0,
+      'the undrafted reply has only the target\'s own tokens');
+
+    fs.mkdirSync(artifactsDir, { recursive: true });
+    await compare.evaluate((node) => { node.querySelector('details').open = true; });
+    // The whole page in one viewport, so the sticky composer sits at its end.
+    const height = await page.evaluate(() => document.documentElement.scrollHeight);
+    await page.setViewport({ width: 1200, height: Math.min(height, 4000) });
+    await page.screenshot({ path: path.join(artifactsDir, 'page.png') });
+    assert.deepEqual(pageErrors, []);
+  });
