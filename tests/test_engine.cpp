@@ -60,6 +60,57 @@ TEST(EngineTest, LogprobsChangeNoToken) {
   test::expect_logprobs_change_no_token(load_model(test::fixture_model("qwen3-tiny-b"), {}));
 }
 
+// Provenance (how each token reached the reply) adds up and changes nothing: one entry per token,
+// the drafted entries are exactly the accepted drafts, each round ends with one target token, and
+// the tokens are those of the same requests without it.
+TEST(EngineTest, ProvenanceAddsUpAndChangesNoToken) {
+  auto model = load_model(test::fixture_model("qwen3-tiny-b"), {});
+  auto plain = test::copy_friendly_requests(8, false, model->config().vocab_size, 31);
+  auto sampled = test::copy_friendly_requests(4, true, model->config().vocab_size, 32);
+  plain.insert(plain.end(), sampled.begin(), sampled.end());
+  auto traced = plain;
+  for (auto& r : traced) r.wants_provenance = true;
+  EngineOptions options;
+  options.n_parallel = 4;
+  options.n_ctx = 256;
+  const auto without = test::run_engine(model, plain, options, true);
+  std::vector<std::vector<TokenProvenance>> provenance(traced.size());
+  Engine engine(options, model, nullptr);
+  std::vector<std::unique_ptr<ReplyCollector>> collectors;
+  for (size_t i = 0; i < traced.size(); ++i) {
+    collectors.push_back(std::make_unique<ReplyCollector>());
+    UpdateSink collect = collectors.back()->sink();
+    auto* entries = &provenance[i];
+    ASSERT_EQ(engine.submit(traced[i], [entries, collect](const GenerationUpdate& u) {
+                entries->insert(entries->end(), u.provenance.begin(), u.provenance.end());
+                return collect(u);
+              }).status,
+              SubmitStatus::accepted);
+  }
+  int64_t n_drafted = 0;
+  for (size_t i = 0; i < traced.size(); ++i) {
+    const Reply reply = collectors[i]->wait();
+    EXPECT_EQ(reply.tokens, without.replies[i].tokens) << "request " << i;
+    ASSERT_EQ(provenance[i].size(), reply.tokens.size()) << "request " << i;
+    const ReplyTimings& timings = reply.final_update.timings;
+    int64_t n_target = 0, n_request_drafted = 0, previous_round = 0;
+    for (const TokenProvenance& p : provenance[i]) {
+      EXPECT_GE(p.round, std::max<int64_t>(1, previous_round)) << "request " << i;
+      previous_round = p.round;
+      n_target += p.source == TokenProvenance::kTarget;
+      n_request_drafted += p.source != TokenProvenance::kTarget;
+      if (p.source != TokenProvenance::kTarget) EXPECT_LT(p.source, kProposerKinds);
+    }
+    EXPECT_EQ(n_request_drafted, timings.draft_accepted_n) << "request " << i;
+    // Every round adds the target's own token after its accepted drafts, but the last may end
+    // at the budget on a drafted token.
+    EXPECT_LE(n_target, timings.rounds) << "request " << i;
+    EXPECT_GE(n_target, timings.rounds - 1) << "request " << i;
+    n_drafted += n_request_drafted;
+  }
+  EXPECT_GT(n_drafted, 0) << "no draft was accepted: the test would not see a drafted entry";
+}
+
 TEST(EngineTest, AdmissionControl) {
   auto model = load_model(test::fixture_model("qwen3-tiny-a"), {});
   EngineOptions options;

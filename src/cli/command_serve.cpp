@@ -18,6 +18,15 @@
 namespace tf::cli {
 namespace {
 
+// The chat page beside the sources (web/), as the embedded model is.
+std::string default_web_dir() {
+#ifdef TF_DEFAULT_WEB_DIR
+  return TF_DEFAULT_WEB_DIR;
+#else
+  return "web";
+#endif
+}
+
 constexpr int32_t max_parallel = 1024;
 constexpr int32_t max_http_threads = 1024;
 
@@ -33,6 +42,7 @@ struct ServeFlags {
   int64_t max_body_bytes = 8 << 20;
   int64_t max_tokens_limit = 131072;
   bool bench_extensions = false;
+  std::string web_dir = default_web_dir();
 };
 
 void require(bool is_ok, const std::string& message) {
@@ -71,13 +81,18 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
               "); got " + std::to_string(flags.n_ctx) + ".");
 
   server::ServerOptions options;
-  options.load_stack = [stack_options] { return ServingStack::load(stack_options); };
+  options.load_stack = [stack_options](LoadProgress progress) {
+    ServingOptions with_progress = stack_options;
+    with_progress.load.progress = std::move(progress);
+    return ServingStack::load(with_progress);
+  };
   options.host = flags.host;
   options.port = flags.port;
   options.api_key = flags.api_key;
   options.max_body_bytes = size_t(flags.max_body_bytes);
   options.max_tokens_limit = flags.max_tokens_limit;
   options.allow_bench_extensions = flags.bench_extensions;
+  options.web_dir = flags.web_dir;
   // Each live or queued request may hold a connection; a few more serve /health and /metrics.
   options.n_http_threads =
       std::min<int64_t>(max_http_threads, int64_t(flags.n_parallel) + flags.max_queue + 4);
@@ -132,6 +147,8 @@ void register_serve_command(CLI::App& app) {
                       "Serve random weights of a known shape (benchmarks: " + synthetic_names_text() +
                           "), speaking through --model's tokenizer")
       ->envname("TF_SYNTHETIC");
+  command->add_option("--web-dir", flags->web_dir, "The chat page's files, served at / ('' serves no page)")
+      ->envname("TF_WEB_DIR")->capture_default_str();
   command->add_option("--host", flags->host, "Address to listen on")
       ->envname("TF_HOST")->capture_default_str();
   command->add_option("--port", flags->port, "Port to listen on (0: any free port)")

@@ -37,7 +37,7 @@ void Engine::Impl::accept(Lane& lane, const LaneRows& placed) {
       committed_rows.push_back(placed.first_row + 1 + child);
       ++n_accepted;
     }
-    on_token(lane, token, row_logits);
+    on_token(lane, token, row_logits, child >= 0 ? int8_t(tree.sources[size_t(child)]) : TokenProvenance::kTarget);
     if (lane.is_finished || child < 0) break;
     node = child;
   }

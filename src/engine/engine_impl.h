@@ -111,7 +111,7 @@ struct Engine::Impl {
   void commit_prefill(Lane& lane, const LaneRows& placed);
   void feed_taps(Lane& lane, int64_t first_position, const std::vector<int64_t>& rows);
   // output.cpp
-  void on_token(Lane& lane, int32_t token, const float* row_logits);
+  void on_token(Lane& lane, int32_t token, const float* row_logits, int8_t source = TokenProvenance::kTarget);
   void finish(Lane& lane, FinishReason reason, const std::string& error = {});
   bool send(Lane& lane, GenerationUpdate& update);
   bool is_eos(int32_t token) const;

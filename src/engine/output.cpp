@@ -11,7 +11,7 @@ bool Engine::Impl::is_eos(int32_t token) const {
   return std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end();
 }
 
-void Engine::Impl::on_token(Lane& lane, int32_t token, const float* row_logits) {
+void Engine::Impl::on_token(Lane& lane, int32_t token, const float* row_logits, int8_t source) {
   auto now = EngineClock::now();
   if (lane.completion.empty()) {
     lane.first_token = now;
@@ -30,6 +30,7 @@ void Engine::Impl::on_token(Lane& lane, int32_t token, const float* row_logits) 
   }
   GenerationUpdate update;
   update.tokens.push_back(token);
+  if (lane.request.wants_provenance) update.provenance.push_back({source, lane.timings.rounds});
   if (lane.request.n_top_logprobs >= 0) {
     int64_t n_vocab = model->config().vocab_size;
     update.logprobs.push_back({token, Sampler::logprob_of(row_logits, n_vocab, token),

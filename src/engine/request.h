@@ -17,6 +17,7 @@ struct GenerationRequest {
   std::vector<std::string> stop;  // stop strings; text from a stop string on is never sent
   bool ignore_eos = false;
   int32_t n_top_logprobs = -1;    // -1: no logprobs; 0..20: logprob of each token plus the n best
+  bool wants_provenance = false;  // report how each token reached the reply (TokenProvenance)
   // Which proposers draft ("draft": false is none) and the replay benchmark. Tokens always come
   // from the target alone: this changes speed, never the reply.
   DraftRequest draft;
@@ -24,6 +25,15 @@ struct GenerationRequest {
 
 enum class FinishReason { stop, length, cancelled, error };
 const char* finish_reason_name(FinishReason reason);
+
+// How a token reached the reply: drafted by a proposer and accepted, or the target's own token of
+// its round (the one every round adds after its accepted drafts). Speed only: the token is the
+// target's choice either way.
+struct TokenProvenance {
+  static constexpr int8_t kTarget = -1;
+  int8_t source = kTarget;  // kTarget, or the ProposerKind whose draft was accepted
+  int64_t round = 0;        // the reply's round (1-based) that produced it
+};
 
 struct TokenLogprobs {
   int32_t token;
@@ -50,6 +60,7 @@ struct GenerationUpdate {
   std::vector<int32_t> tokens;
   std::string text;
   std::vector<TokenLogprobs> logprobs;  // one per token in `tokens` when requested
+  std::vector<TokenProvenance> provenance;  // one per token in `tokens` when requested
   bool is_final = false;
   FinishReason finish_reason = FinishReason::stop;  // meaningful when is_final
   std::string error;                                // when finish_reason == error

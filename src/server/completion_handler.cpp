@@ -66,6 +66,7 @@ GenerationRequest to_generation_request(const CompletionRequest& request,
   generation.sampling = request.sampling;
   generation.stop = request.stop;
   generation.n_top_logprobs = request.n_top_logprobs;
+  generation.wants_provenance = request.return_provenance;
   if (!request.use_draft) generation.draft.proposers = kNoProposers;
   if (!request.replay.empty()) {  // a forced acceptance: the replay drafts alone
     generation.draft.replay = request.replay;
@@ -100,6 +101,8 @@ struct ReplyProgress {
   int64_t completion_tokens = 0;
   int64_t text_bytes = 0;
   std::optional<std::vector<int32_t>> token_ids;  // kept when the request asked for them
+  // Provenance of tokens not yet sent (the SSE path hands it to the next chunk it writes), when asked.
+  std::optional<std::vector<TokenProvenance>> provenance;
 
   // The logprobs object of this update's tokens, or null when none were requested.
   json add(const GenerationUpdate& update, Endpoint endpoint, const Tokenizer& tokenizer) {
@@ -109,7 +112,15 @@ struct ReplyProgress {
     completion_tokens += int64_t(update.tokens.size());
     text_bytes += int64_t(update.text.size());
     if (token_ids) token_ids->insert(token_ids->end(), update.tokens.begin(), update.tokens.end());
+    if (provenance) provenance->insert(provenance->end(), update.provenance.begin(), update.provenance.end());
     return logprobs;
+  }
+
+  // Puts the provenance gathered so far into `chunk`'s choice, and starts gathering anew.
+  void hand_provenance_to(json& chunk) {
+    if (!provenance) return;
+    chunk["choices"][0]["provenance"] = provenance_json(*provenance);
+    provenance->clear();
   }
 
   ReplySummary summary(const GenerationUpdate& final_update) const {
@@ -143,8 +154,9 @@ void answer_whole(const ServingContext& context, ReplyChannel& channel, const Re
       }
       if (!update.is_final) continue;
       if (update.finish_reason == FinishReason::error) throw engine_error(update);
-      response.set_content(dump_json(reply_json(header, text, logprobs, progress.summary(update))),
-                           "application/json");
+      json reply = reply_json(header, text, logprobs, progress.summary(update));
+      progress.hand_provenance_to(reply);
+      response.set_content(dump_json(reply), "application/json");
       return;
     }
   }
@@ -181,14 +193,17 @@ struct StreamState {
     }
     for (const GenerationUpdate& update : channel->take(stream_poll_interval)) {
       json logprobs = progress.add(update, header.endpoint, *context->tokenizer);
-      if ((!update.text.empty() || !logprobs.is_null()) &&
-          !write(sse_event(delta_chunk_json(header, update.text, logprobs))))
-        return false;
+      if (!update.text.empty() || !logprobs.is_null()) {
+        json chunk = delta_chunk_json(header, update.text, logprobs);
+        progress.hand_provenance_to(chunk);
+        if (!write(sse_event(chunk))) return false;
+      }
       if (!update.is_final) continue;
       const ReplySummary summary = progress.summary(update);
-      std::string ending = update.finish_reason == FinishReason::error
-                               ? sse_event(error_body(engine_error(update)))
-                               : sse_event(final_chunk_json(header, summary));
+      json final_chunk = final_chunk_json(header, summary);
+      progress.hand_provenance_to(final_chunk);  // tokens whose text was held back, or had none
+      std::string ending = update.finish_reason == FinishReason::error ? sse_event(error_body(engine_error(update)))
+                                                                       : sse_event(final_chunk);
       if (include_usage) ending += sse_event(usage_chunk_json(header, summary));
       ending += sse_done();
       if (!write(ending)) return false;
@@ -214,6 +229,7 @@ void handle_completion(const std::shared_ptr<const ServingContext>& context, End
   ReplyProgress progress;
   progress.prompt_tokens = int64_t(prompt.size());
   if (parsed.return_token_ids) progress.token_ids.emplace();
+  if (parsed.return_provenance) progress.provenance.emplace();
   auto channel = ReplyChannel::create();
   const SubmitResult submitted = context->engine->submit(
       to_generation_request(parsed, std::move(prompt), *context), channel->sink());

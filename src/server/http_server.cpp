@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include <httplib.h>
@@ -63,6 +65,7 @@ struct HttpServer::Impl {
   int64_t started_at = int64_t(std::time(nullptr));
 
   std::atomic<LoadState> load_state{LoadState::loading};
+  std::atomic<double> load_fraction{0.0};  // of the weights read, while loading
   std::string load_error;  // written before load_state becomes failed
   bool is_load_error_internal = false;  // a bug rather than a bad file: run() exits as the CLI says for bugs
   std::shared_ptr<const ServingStack> stack;       // set before load_state becomes ready
@@ -78,6 +81,10 @@ struct HttpServer::Impl {
   void define_routes() {
     routes = {
         {"GET", "/health", true, false, [this](auto&, auto& res) { health(res); }},
+        // The chat page: fixed names only, so nothing a client sends becomes a path.
+        {"GET", "/", true, false, [this](auto&, auto& res) { page_file("index.html", "text/html", res); }},
+        {"GET", "/app.js", true, false, [this](auto&, auto& res) { page_file("app.js", "text/javascript", res); }},
+        {"GET", "/app.css", true, false, [this](auto&, auto& res) { page_file("app.css", "text/css", res); }},
         {"GET", "/v1/models", false, true, [this](auto&, auto& res) { list_models(res); }},
         {"GET", "/v1/models/(.+)", false, true,
          [this](auto& req, auto& res) { show_model(req.matches[1].str(), res); }},
@@ -186,6 +193,18 @@ struct HttpServer::Impl {
     return httplib::Server::HandlerResponse::Handled;
   }
 
+  void page_file(const char* name, const char* type, httplib::Response& res) const {
+    std::ifstream in(options.web_dir + "/" + name, std::ios::binary);
+    if (options.web_dir.empty() || !in)
+      throw ApiError(404, std::string("This server has no chat page (") + name + " is not in --web-dir '" +
+                              options.web_dir + "').",
+                     "invalid_request_error", "", "not_found");
+    std::ostringstream content;
+    content << in.rdbuf();
+    res.set_header("Cache-Control", "no-cache");
+    res.set_content(content.str(), std::string(type) + "; charset=utf-8");
+  }
+
   void health(httplib::Response& res) const {
     switch (load_state.load()) {
       case LoadState::ready: {
@@ -197,7 +216,7 @@ struct HttpServer::Impl {
                                                     "restart it if this persists."}});
       }
       case LoadState::loading:
-        return send_json(res, 503, {{"status", "loading"}});
+        return send_json(res, 503, {{"status", "loading"}, {"progress", load_fraction.load()}});
       case LoadState::failed:
         return send_json(res, 503, {{"status", "error"}, {"message", load_error}});
     }
@@ -245,7 +264,9 @@ struct HttpServer::Impl {
   void load_in_background() {
     loader = std::thread([this] {
       try {
-        auto loaded = options.load_stack();
+        auto loaded = options.load_stack([this](size_t done, size_t total) {
+          if (total > 0) load_fraction = double(done) / double(total);
+        });
         auto serving = std::make_shared<ServingContext>();
         serving->engine = loaded->engine();
         serving->tokenizer = loaded->tokenizer();

@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "loader/checkpoint.h"
+
 namespace tf {
 class ServingStack;
 }  // namespace tf
@@ -14,9 +16,9 @@ class ServingStack;
 namespace tf::server {
 
 struct ServerOptions {
-  // Loads the tokenizer, model, drafter and engine (app/serving_stack.h) on the loader thread;
-  // throws tf::Error when they cannot be loaded.
-  std::function<std::shared_ptr<const ServingStack>()> load_stack;
+  // Loads the tokenizer, model, drafter and engine (app/serving_stack.h) on the loader thread,
+  // reporting the bytes of weights read; throws tf::Error when they cannot be loaded.
+  std::function<std::shared_ptr<const ServingStack>(LoadProgress)> load_stack;
   std::string host = "127.0.0.1";
   int port = 8080;                   // 0: any free port (printed when listening)
   std::string api_key;               // empty: no authentication
@@ -24,6 +26,7 @@ struct ServerOptions {
   int64_t max_tokens_limit = 131072;
   bool allow_bench_extensions = false;  // accept "replay" (benchmarks force acceptance lengths)
   int n_http_threads = 16;           // connections served at once
+  std::string web_dir;               // the chat page's files (index.html, app.js, app.css); empty: none
 };
 
 class HttpServer {

@@ -184,6 +184,7 @@ CompletionRequest parse_common(const json& body, Endpoint endpoint,
   }
   request.use_draft = fields.boolean("draft").value_or(true);
   request.return_token_ids = fields.boolean("return_token_ids").value_or(false);
+  request.return_provenance = fields.boolean("return_provenance").value_or(false);
   if (const json* replay = fields.object("replay")) {
     if (!limits.allow_bench_extensions)
       throw invalid("replay", "'replay' is a benchmark extension; this server was not started with "
@@ -471,6 +472,15 @@ json reply_json(const ReplyHeader& header, const std::string& text, const json& 
       {choice_json(header, text, logprobs, wire_finish_reason(summary.finish_reason), false)});
   add_reply_figures(body, header, summary);
   return body;
+}
+
+json provenance_json(const std::vector<TokenProvenance>& provenance) {
+  json entries = json::array();
+  for (const TokenProvenance& p : provenance)
+    entries.push_back({{"source", p.source == TokenProvenance::kTarget ? "target"
+                                                                        : proposer_kind_name(ProposerKind(p.source))},
+                       {"round", p.round}});
+  return entries;
 }
 
 json opening_chunk_json(const ReplyHeader& header) {

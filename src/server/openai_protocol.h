@@ -69,6 +69,7 @@ struct CompletionRequest {
   int32_t n_top_logprobs = -1;          // -1: no logprobs
   bool use_draft = true;
   bool return_token_ids = false;        // the reply's token ids in "completion_token_ids"
+  bool return_provenance = false;       // each token's source and round in "provenance" (extension)
   // Benchmark extension: a reply the replay proposer drafts, alone, replay_accept tokens a round
   // (0: as many as the window holds), so a benchmark can force an acceptance length.
   std::vector<int32_t> replay;
@@ -116,6 +117,9 @@ json timings_json(const ReplyTimings& timings);
 // `text_offset` is where the first of these tokens starts in the completion text.
 json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprobs>& logprobs,
                    const Tokenizer& tokenizer, int64_t text_offset);
+
+// [{"source": "target" | "long_copy" | "drafter" | "ngram" | "replay", "round": R}, ...], one per token.
+json provenance_json(const std::vector<TokenProvenance>& provenance);
 
 // A whole non-streamed reply.
 json reply_json(const ReplyHeader& header, const std::string& text, const json& logprobs,
