@@ -356,7 +356,10 @@ async function connect() {
       const response = await fetch('/health');
       const body = await response.json().catch(() => ({}));
       if (response.ok) break;
-      if (body.status === 'loading') setStatus('loading the model…');
+      if (body.status === 'loading') {
+        const percent = typeof body.progress === 'number' ? ` ${Math.round(body.progress * 100)}%` : '';
+        setStatus(`loading the model…${percent}`);
+      }
       else { setStatus(`the server cannot serve: ${body.message || response.status}`, true); return; }
     } catch (error) {
       setStatus('cannot reach the server; retrying…', true);
