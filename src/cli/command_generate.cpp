@@ -58,6 +58,9 @@ void run_generate(const GenerateFlags& flags) {
   options.load.progress = stderr_progress("loading " + flags.engine.model_dir);
   auto stack = ServingStack::load(options);
 
+  // Stop strings are matched in the decoded text: without a tokenizer they could only be ignored.
+  if (!flags.stop.empty() && !stack->tokenizer())
+    fail("--stop needs the model's tokenizer.json (" + flags.engine.model_dir + " has none)");
   GenerationRequest request;
   request.prompt = prompt_tokens(flags, *stack);
   request.max_tokens = flags.n_tokens;
