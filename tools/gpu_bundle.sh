@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gathers what the GPU machine needs to run this machine's CMake CUDA build into one folder:
 # `tensorfold`, the gpu_test_* programs and bench_cuda_linear (stripped) and every shared library
-# they link that a base Ubuntu 24.04 + CUDA image may lack (utf8proc, cpp-httplib, brotli, ssl, ...).
+# they link that a base Ubuntu 24.04 + CUDA image may lack (utf8proc, pcre2, ...).
 # The CUDA runtime is linked statically and the driver (libcuda) is the machine's own, so neither is
 # bundled; nor is cuBLAS (bench_cuda_linear only, 600 MB): gpu_run.sh takes the machine's CUDA one.
 # Usage: tools/gpu_bundle.sh [BUILD_DIR]    (default build-cuda; writes BUILD_DIR/bundle and, to carry,

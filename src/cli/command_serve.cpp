@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 
@@ -41,6 +43,13 @@ struct ServeFlags {
   int32_t max_queue = EngineOptions{}.max_queue;
   int64_t max_body_bytes = 8 << 20;
   int64_t max_tokens_limit = 131072;
+  int64_t default_max_tokens = server::ServerOptions{}.default_max_tokens;
+  int32_t max_connections = server::ServerOptions{}.max_connections;
+  int32_t max_connections_per_client = server::ServerOptions{}.max_connections_per_peer;
+  double head_timeout_s = 10;
+  double idle_timeout_s = 15;
+  double write_timeout_s = 15;
+  double shutdown_timeout_s = 5;
   bool bench_extensions = false;
   std::string web_dir = default_web_dir();
 };
@@ -65,6 +74,20 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
                                             std::to_string(flags.max_body_bytes) + ".");
   require(flags.max_tokens_limit >= 1, "--max-tokens-limit must be at least 1; got " +
                                            std::to_string(flags.max_tokens_limit) + ".");
+  require(flags.default_max_tokens >= 1, "--default-max-tokens must be at least 1; got " +
+                                             std::to_string(flags.default_max_tokens) + ".");
+  require(flags.max_connections >= 1, "--max-connections must be at least 1; got " +
+                                          std::to_string(flags.max_connections) + ".");
+  require(flags.max_connections_per_client >= 1 && flags.max_connections_per_client <= flags.max_connections,
+          "--max-connections-per-client must be between 1 and --max-connections (" +
+              std::to_string(flags.max_connections) + "); got " + std::to_string(flags.max_connections_per_client) +
+              ".");
+  auto seconds = [](const char* flag, double value, double most) {
+    require(value >= 0.05 && value <= most, std::string(flag) + " must be between 0.05 and " +
+                                                std::to_string(int(most)) + " seconds; got " +
+                                                std::to_string(value) + ".");
+    return std::chrono::milliseconds(int64_t(value * 1000));
+  };
   EngineOptions engine;
   engine.n_parallel = flags.n_parallel;
   engine.n_ctx = flags.n_ctx;
@@ -91,16 +114,23 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
   options.api_key = flags.api_key;
   options.max_body_bytes = size_t(flags.max_body_bytes);
   options.max_tokens_limit = flags.max_tokens_limit;
+  options.default_max_tokens = flags.default_max_tokens;
+  options.max_connections = flags.max_connections;
+  options.max_connections_per_peer = flags.max_connections_per_client;
+  options.head_timeout = seconds("--head-timeout", flags.head_timeout_s, 3600);
+  options.idle_timeout = seconds("--idle-timeout", flags.idle_timeout_s, 3600);
+  options.write_timeout = seconds("--write-timeout", flags.write_timeout_s, 3600);
+  options.shutdown_timeout = seconds("--shutdown-timeout", flags.shutdown_timeout_s, 600);
   options.allow_bench_extensions = flags.bench_extensions;
   options.web_dir = flags.web_dir;
-  // Each live or queued request may hold a connection; a few more serve /health and /metrics.
+  // Each live or queued request may hold a worker; a few more serve /tokenize and /detokenize.
   options.n_http_threads =
       std::min<int64_t>(max_http_threads, int64_t(flags.n_parallel) + flags.max_queue + 4);
   return options;
 }
 
 // Ctrl-C / SIGTERM stop the server gracefully: signals are taken by one thread with sigwait,
-// since httplib's stop() is not safe inside a signal handler.
+// since stopping takes locks, which a signal handler may not. A second signal exits at once.
 class SignalWatcher {
  public:
   explicit SignalWatcher(server::HttpServer& server) {
@@ -113,7 +143,12 @@ class SignalWatcher {
       const timespec poll = {0, 200 * 1000 * 1000};
       while (!is_done_) {
         if (sigtimedwait(&signals_, nullptr, &poll) > 0) {
-          std::fprintf(stderr, "tensorfold: stopping\n");
+          if (is_stopping_) {
+            std::fprintf(stderr, "tensorfold: second signal, exiting now\n");
+            std::_Exit(1);
+          }
+          is_stopping_ = true;
+          std::fprintf(stderr, "tensorfold: stopping (ending replies in flight)\n");
           server.stop();
         }
       }
@@ -128,6 +163,7 @@ class SignalWatcher {
  private:
   sigset_t signals_;
   std::atomic<bool> is_done_{false};
+  bool is_stopping_ = false;
   std::thread thread_;
 };
 
@@ -169,6 +205,27 @@ void register_serve_command(CLI::App& app) {
   command->add_option("--max-tokens-limit", flags->max_tokens_limit,
                       "Largest max_tokens a request may ask for; more answers 400")
       ->envname("TF_MAX_TOKENS_LIMIT")->capture_default_str();
+  command->add_option("--default-max-tokens", flags->default_max_tokens,
+                      "Most tokens a chat reply gets when the request sets no max_tokens")
+      ->envname("TF_DEFAULT_MAX_TOKENS")->capture_default_str();
+  command->add_option("--max-connections", flags->max_connections,
+                      "Most connections open at once; more get 503 and are closed")
+      ->envname("TF_MAX_CONNECTIONS")->capture_default_str();
+  command->add_option("--max-connections-per-client", flags->max_connections_per_client,
+                      "Most connections open at once from one client address; more get 503")
+      ->envname("TF_MAX_CONNECTIONS_PER_CLIENT")->capture_default_str();
+  command->add_option("--head-timeout", flags->head_timeout_s,
+                      "Seconds a request's line and headers may take to arrive; slower ones are closed")
+      ->envname("TF_HEAD_TIMEOUT")->capture_default_str();
+  command->add_option("--idle-timeout", flags->idle_timeout_s,
+                      "Seconds a kept-alive connection may wait for its next request")
+      ->envname("TF_IDLE_TIMEOUT")->capture_default_str();
+  command->add_option("--write-timeout", flags->write_timeout_s,
+                      "Seconds a client may take no reply bytes before it is dropped (and its request cancelled)")
+      ->envname("TF_WRITE_TIMEOUT")->capture_default_str();
+  command->add_option("--shutdown-timeout", flags->shutdown_timeout_s,
+                      "Seconds SIGTERM/SIGINT give replies in flight to end before the server exits")
+      ->envname("TF_SHUTDOWN_TIMEOUT")->capture_default_str();
   command->add_flag("--bench-extensions", flags->bench_extensions,
                     "Accept \"replay\" in requests: a reply the replay proposer drafts, so benchmarks can force "
                     "acceptance lengths (tools/bench_concurrent.py --forced-accept)")

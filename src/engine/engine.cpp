@@ -155,13 +155,22 @@ void Engine::Impl::run() {
 
 bool Engine::Impl::take_cancellations() {
   std::unordered_set<uint64_t> ids;
+  std::vector<UpdateSink> queued_sinks;  // cancelled while waiting for a lane: they hear it too
   {
     std::lock_guard<std::mutex> lock(mutex);
     ids.swap(cancelled);
+    for (PendingRequest& p : pending)
+      if (ids.count(p.id)) queued_sinks.push_back(std::move(p.sink));
     pending.erase(std::remove_if(pending.begin(), pending.end(),
                                  [&](const PendingRequest& p) { return ids.count(p.id) > 0; }),
                   pending.end());
     stats.queue_depth = int64_t(pending.size());
+  }
+  for (UpdateSink& sink : queued_sinks) {
+    GenerationUpdate update;
+    update.is_final = true;
+    update.finish_reason = FinishReason::cancelled;
+    sink(update);
   }
   for (auto& lane : lanes)
     if (ids.count(lane->id)) finish(*lane, FinishReason::cancelled);

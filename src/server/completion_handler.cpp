@@ -17,9 +17,8 @@
 namespace tf::server {
 namespace {
 
-// How long a streaming HTTP thread waits for tokens before giving httplib a turn (it checks for
-// shutdown between calls).
-constexpr std::chrono::milliseconds stream_poll_interval{100};
+// How long a worker waits for tokens before looking again whether its client is still there.
+constexpr std::chrono::milliseconds poll_interval{200};
 constexpr int64_t default_completion_max_tokens = 16;  // OpenAI's default for /v1/completions
 
 uint64_t random_u64() {
@@ -58,9 +57,11 @@ GenerationRequest to_generation_request(const CompletionRequest& request,
                                         const ServingContext& context) {
   GenerationRequest generation;
   const int64_t room_left = std::max<int64_t>(1, context.n_ctx - int64_t(prompt.size()));
+  // A chat without max_tokens gets the server's default cap, so a careless client cannot hold a
+  // lane for the whole context.
   generation.max_tokens = request.max_tokens.value_or(
       request.endpoint == Endpoint::chat
-          ? std::min(room_left, context.limits.max_tokens_limit)
+          ? std::min({room_left, context.limits.max_tokens_limit, context.default_max_tokens})
           : default_completion_max_tokens);
   generation.prompt = std::move(prompt);
   generation.sampling = request.sampling;
@@ -133,13 +134,15 @@ ApiError engine_error(const GenerationUpdate& final_update) {
   return ApiError(500, "Generation failed: " + final_update.error, "server_error");
 }
 
+// Waits for the whole reply and sends it as one JSON body; returns without a word if the client
+// left (the engine was told when it left).
 void answer_whole(const ServingContext& context, ReplyChannel& channel, const ReplyHeader& header,
-                  ReplyProgress progress, httplib::Response& response) {
+                  ReplyProgress progress, HttpExchange& exchange) {
   const bool is_chat = header.endpoint == Endpoint::chat;
   std::string text;
   json logprobs = nullptr;
-  for (;;) {
-    for (const GenerationUpdate& update : channel.take(std::chrono::seconds(1))) {
+  while (!channel.is_client_gone()) {
+    for (const GenerationUpdate& update : channel.take(poll_interval)) {
       json update_logprobs = progress.add(update, header.endpoint, *context.tokenizer);
       text += update.text;
       if (!update_logprobs.is_null()) {
@@ -156,47 +159,26 @@ void answer_whole(const ServingContext& context, ReplyChannel& channel, const Re
       if (update.finish_reason == FinishReason::error) throw engine_error(update);
       json reply = reply_json(header, text, logprobs, progress.summary(update));
       progress.hand_provenance_to(reply);
-      response.set_content(dump_json(reply), "application/json");
+      exchange.reply(HttpReply{200, "application/json", dump_json(reply), {}});
       return;
     }
   }
 }
 
-// One SSE stream: the provider is called repeatedly on the HTTP thread until the reply is done
-// or a write fails (the client left), in which case the request is cancelled.
-struct StreamState {
-  std::shared_ptr<const ServingContext> context;
-  std::shared_ptr<ReplyChannel> channel;
-  uint64_t request_id = 0;
-  ReplyHeader header;
-  bool include_usage = false;
-  ReplyProgress progress;
-  bool is_opened = false;
-  bool is_finished = false;
-
-  void abandon() {
-    if (is_finished) return;
-    is_finished = true;
-    channel->mark_client_gone();
-    context->engine->cancel(request_id);
-  }
-
-  bool write_next(httplib::DataSink& sink) {
-    auto write = [&](const std::string& event) {
-      if (sink.write(event.data(), event.size())) return true;
-      abandon();
-      return false;
-    };
-    if (!is_opened) {
-      is_opened = true;  // chat streams open with the assistant role, as OpenAI's do
-      if (header.endpoint == Endpoint::chat) return write(sse_event(opening_chunk_json(header)));
-    }
-    for (const GenerationUpdate& update : channel->take(stream_poll_interval)) {
-      json logprobs = progress.add(update, header.endpoint, *context->tokenizer);
+// One SSE stream, written by the worker as updates arrive, until the final update or until the
+// client is gone (then the engine has been told).
+void answer_stream(const ServingContext& context, ReplyChannel& channel, const ReplyHeader& header,
+                   bool include_usage, ReplyProgress progress, HttpExchange& exchange) {
+  if (!exchange.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return;
+  // chat streams open with the assistant role, as OpenAI's do
+  if (header.endpoint == Endpoint::chat && !exchange.send_chunk(sse_event(opening_chunk_json(header)))) return;
+  while (!channel.is_client_gone()) {
+    for (const GenerationUpdate& update : channel.take(poll_interval)) {
+      json logprobs = progress.add(update, header.endpoint, *context.tokenizer);
       if (!update.text.empty() || !logprobs.is_null()) {
         json chunk = delta_chunk_json(header, update.text, logprobs);
         progress.hand_provenance_to(chunk);
-        if (!write(sse_event(chunk))) return false;
+        if (!exchange.send_chunk(sse_event(chunk))) return;
       }
       if (!update.is_final) continue;
       const ReplySummary summary = progress.summary(update);
@@ -206,19 +188,36 @@ struct StreamState {
                                                                        : sse_event(final_chunk);
       if (include_usage) ending += sse_event(usage_chunk_json(header, summary));
       ending += sse_done();
-      if (!write(ending)) return false;
-      is_finished = true;
-      sink.done();
-      return true;
+      exchange.send_chunk(std::move(ending));
+      exchange.end_stream();
+      return;
     }
-    return true;
   }
-};
+}
 
 }  // namespace
 
+bool InFlightRequests::add(Engine& engine, uint64_t request_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (is_cancelling_) return false;
+  requests_[request_id] = &engine;
+  return true;
+}
+
+void InFlightRequests::remove(uint64_t request_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  requests_.erase(request_id);
+}
+
+int64_t InFlightRequests::cancel_all() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  is_cancelling_ = true;
+  for (auto& [id, engine] : requests_) engine->cancel(id);
+  return int64_t(requests_.size());
+}
+
 void handle_completion(const std::shared_ptr<const ServingContext>& context, Endpoint endpoint,
-                       const httplib::Request& request, httplib::Response& response) {
+                       const HttpRequest& request, HttpExchange& exchange, InFlightRequests& in_flight) {
   const json body = parse_body(request.body);
   CompletionRequest parsed = endpoint == Endpoint::chat
                                  ? parse_chat_request(body, context->limits)
@@ -231,37 +230,35 @@ void handle_completion(const std::shared_ptr<const ServingContext>& context, End
   if (parsed.return_token_ids) progress.token_ids.emplace();
   if (parsed.return_provenance) progress.provenance.emplace();
   auto channel = ReplyChannel::create();
-  const SubmitResult submitted = context->engine->submit(
-      to_generation_request(parsed, std::move(prompt), *context), channel->sink());
+  Engine& engine = *context->engine;
+  const SubmitResult submitted =
+      engine.submit(to_generation_request(parsed, std::move(prompt), *context), channel->sink());
   throw_if_rejected(submitted, endpoint);
+  const uint64_t id = submitted.request_id;
+  // From here on the lane is freed (within a round) whenever nobody waits: the client left, or
+  // the server stops (then the final update still reaches the client).
+  struct Registration {
+    InFlightRequests& in_flight;
+    uint64_t id;
+    ~Registration() { in_flight.remove(id); }
+  } registration{in_flight, id};
+  if (!in_flight.add(engine, id)) engine.cancel(id);
+  exchange.on_client_gone([channel, engine = context->engine, id] {
+    channel->mark_client_gone();
+    engine->cancel(id);
+  });
 
   ReplyHeader header{endpoint, random_reply_id(endpoint), int64_t(std::time(nullptr)),
                      context->limits.model_id, parsed.sampling.seed};
-  if (!parsed.is_stream) {
-    answer_whole(*context, *channel, header, progress, response);
-    return;
+  if (!parsed.is_stream) return answer_whole(*context, *channel, header, progress, exchange);
+  try {
+    answer_stream(*context, *channel, header, parsed.include_usage, progress, exchange);
+  } catch (const std::exception& error) {  // the reply has begun: no error reply can follow
+    std::fprintf(stderr, "tensorfold: stream %s failed: %s\n", header.id.c_str(), error.what());
+    channel->mark_client_gone();
+    engine.cancel(id);
+    exchange.end_stream();
   }
-  auto stream = std::make_shared<StreamState>();
-  stream->context = context;
-  stream->channel = channel;
-  stream->request_id = submitted.request_id;
-  stream->header = header;
-  stream->include_usage = parsed.include_usage;
-  stream->progress = progress;
-  response.set_header("Cache-Control", "no-cache");
-  response.set_chunked_content_provider(
-      "text/event-stream",
-      [stream](size_t /*offset*/, httplib::DataSink& sink) {
-        try {
-          return stream->write_next(sink);
-        } catch (const std::exception& error) {  // past the handler: nobody else would catch it
-          std::fprintf(stderr, "tensorfold: stream %s failed: %s\n", stream->header.id.c_str(),
-                       error.what());
-          stream->abandon();
-          return false;
-        }
-      },
-      [stream](bool /*success*/) { stream->abandon(); });
 }
 
 }  // namespace tf::server

@@ -1,9 +1,11 @@
-// The OpenAI-compatible HTTP server: one route table, API key check, limits, errors as OpenAI
-// JSON, and the serving stack loaded on a background thread while /health answers 503.
+// The OpenAI-compatible HTTP server: one route table, API key check, errors as OpenAI JSON, the
+// serving stack loaded on a background thread while /health answers 503, and the graceful stop.
+// Sockets, parsing and limits are the transport's (http_transport.h).
 #include "server/http_server.h"
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -13,12 +15,11 @@
 #include <sstream>
 #include <thread>
 
-#include <httplib.h>
-
 #include "app/serving_stack.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "server/completion_handler.h"
+#include "server/http_transport.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
 #include "tokenizer/tokenizer.h"
@@ -28,18 +29,16 @@ namespace {
 
 enum class LoadState { loading, ready, failed };
 
-void send_json(httplib::Response& response, int status, const json& body) {
-  response.status = status;
-  response.set_content(dump_json(body), "application/json");
-}
+HttpReply json_reply(int status, const json& body) { return HttpReply{status, "application/json", dump_json(body), {}}; }
 
-void send_error(httplib::Response& response, const ApiError& error) {
-  if (error.status == 503) response.set_header("Retry-After", "1");
-  send_json(response, error.status, error_body(error));
+HttpReply error_reply(const ApiError& error) {
+  HttpReply reply = json_reply(error.status, error_body(error));
+  if (error.status == 503) reply.headers.emplace_back("Retry-After", "1");
+  return reply;
 }
 
 // Compares without an early exit, so response timing does not reveal how much of a key matched.
-bool is_same_secret(const std::string& given, const std::string& expected) {
+bool is_same_secret(std::string_view given, const std::string& expected) {
   unsigned char difference = given.size() == expected.size() ? 0 : 1;
   for (size_t i = 0; i < given.size(); ++i)
     difference |= static_cast<unsigned char>(given[i] ^ expected[i % expected.size()]);
@@ -49,20 +48,23 @@ bool is_same_secret(const std::string& given, const std::string& expected) {
 }  // namespace
 
 struct HttpServer::Impl {
-  using RouteHandler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  // Answers on the I/O thread (quick, never waits) unless the route runs on a worker.
+  using RouteHandler = std::function<HttpReply(const HttpRequest&, const std::smatch&)>;
+  using WorkerHandler = std::function<void(const HttpRequest&, HttpExchange&)>;
 
   struct Route {
     std::string method;
-    std::string pattern;  // an httplib (std::regex) path pattern
+    std::regex pattern;   // the whole path
     bool is_public;       // answered without the API key
     bool needs_model;     // answered 503 while the model loads
-    RouteHandler handle;
+    RouteHandler answer;  // quick routes
+    WorkerHandler work;   // routes that wait on the engine or chew a large body
   };
 
   ServerOptions options;
-  httplib::Server http;
   std::vector<Route> routes;
   int64_t started_at = int64_t(std::time(nullptr));
+  InFlightRequests in_flight;
 
   std::atomic<LoadState> load_state{LoadState::loading};
   std::atomic<double> load_fraction{0.0};  // of the weights read, while loading
@@ -71,87 +73,147 @@ struct HttpServer::Impl {
   std::shared_ptr<const ServingStack> stack;       // set before load_state becomes ready
   std::shared_ptr<const ServingContext> context;  // set before load_state becomes ready
   std::thread loader;
-  std::atomic<bool> is_listen_started{false};
+
+  std::mutex stop_mutex;
+  std::condition_variable stop_wake;
+  bool is_stop_requested = false;
+
+  std::unique_ptr<HttpTransport> transport;
 
   explicit Impl(ServerOptions server_options) : options(std::move(server_options)) {
     define_routes();
-    configure_http();
+    transport = std::make_unique<HttpTransport>(transport_options(), handlers());
   }
 
   void define_routes() {
+    auto page = [this](const char* name, const char* type) {
+      return [this, name, type](const HttpRequest&, const std::smatch&) { return page_file(name, type); };
+    };
+    auto completion = [this](Endpoint endpoint) {
+      return [this, endpoint](const HttpRequest& req, HttpExchange& exchange) {
+        handle_completion(context, endpoint, req, exchange, in_flight);
+      };
+    };
     routes = {
-        {"GET", "/health", true, false, [this](auto&, auto& res) { health(res); }},
+        {"GET", std::regex("/health"), true, false, [this](auto&, auto&) { return health(); }, nullptr},
         // The chat page: fixed names only, so nothing a client sends becomes a path.
-        {"GET", "/", true, false, [this](auto&, auto& res) { page_file("index.html", "text/html", res); }},
-        {"GET", "/app.js", true, false, [this](auto&, auto& res) { page_file("app.js", "text/javascript", res); }},
-        {"GET", "/app.css", true, false, [this](auto&, auto& res) { page_file("app.css", "text/css", res); }},
-        {"GET", "/v1/models", false, true, [this](auto&, auto& res) { list_models(res); }},
-        {"GET", "/v1/models/(.+)", false, true,
-         [this](auto& req, auto& res) { show_model(req.matches[1].str(), res); }},
-        {"GET", "/metrics", false, true, [this](auto&, auto& res) { metrics(res); }},
-        {"POST", "/v1/chat/completions", false, true,
-         [this](auto& req, auto& res) { handle_completion(context, Endpoint::chat, req, res); }},
-        {"POST", "/v1/completions", false, true,
-         [this](auto& req, auto& res) {
-           handle_completion(context, Endpoint::completion, req, res);
-         }},
-        {"POST", "/tokenize", false, true, [this](auto& req, auto& res) { tokenize(req, res); }},
-        {"POST", "/detokenize", false, true,
-         [this](auto& req, auto& res) { detokenize(req, res); }},
+        {"GET", std::regex("/"), true, false, page("index.html", "text/html"), nullptr},
+        {"GET", std::regex("/app\\.js"), true, false, page("app.js", "text/javascript"), nullptr},
+        {"GET", std::regex("/app\\.css"), true, false, page("app.css", "text/css"), nullptr},
+        {"GET", std::regex("/v1/models"), false, true, [this](auto&, auto&) { return list_models(); }, nullptr},
+        {"GET", std::regex("/v1/models/(.+)"), false, true,
+         [this](auto&, const std::smatch& match) { return show_model(match[1].str()); }, nullptr},
+        {"GET", std::regex("/metrics"), false, true, [this](auto&, auto&) { return metrics(); }, nullptr},
+        {"POST", std::regex("/v1/chat/completions"), false, true, nullptr, completion(Endpoint::chat)},
+        {"POST", std::regex("/v1/completions"), false, true, nullptr, completion(Endpoint::completion)},
+        {"POST", std::regex("/tokenize"), false, true, nullptr,
+         [this](auto& req, auto& exchange) { exchange.reply(tokenize(req)); }},
+        {"POST", std::regex("/detokenize"), false, true, nullptr,
+         [this](auto& req, auto& exchange) { exchange.reply(detokenize(req)); }},
     };
   }
 
-  void configure_http() {
-    const size_t n_threads = size_t(options.n_http_threads);
-    http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
-    http.set_payload_max_length(options.max_body_bytes);
-    // httplib's default adds SO_REUSEPORT, which lets a second server share a busy port silently.
-    http.set_socket_options([](socket_t socket) {
-      int yes = 1;
-      setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    });
-    for (const Route& route : routes) {
-      auto guarded = [this, &route](const httplib::Request& req, httplib::Response& res) {
-        serve_guarded(route, req, res);
-      };
-      if (route.method == "GET")
-        http.Get(route.pattern, guarded);
-      else
-        http.Post(route.pattern, guarded);
-    }
-    http.set_error_handler(httplib::Server::HandlerWithResponse(
-        [this](const httplib::Request& req, httplib::Response& res) {
-          return fill_error(req, res);
-        }));
-    http.set_exception_handler([](const httplib::Request&, httplib::Response& res,
-                                  std::exception_ptr) {
-      send_error(res, ApiError(500, "Internal server error.", "server_error"));
-    });
+  HttpTransportOptions transport_options() const {
+    HttpTransportOptions transport;
+    transport.host = options.host;
+    transport.port = options.port;
+    transport.parse.max_body_bytes = options.max_body_bytes;
+    transport.head_timeout = options.head_timeout;
+    transport.idle_timeout = options.idle_timeout;
+    transport.write_timeout = options.write_timeout;
+    transport.max_connections = options.max_connections;
+    transport.max_connections_per_peer = options.max_connections_per_peer;
+    transport.n_io_threads = options.n_io_threads;
+    transport.n_workers = options.n_http_threads;
+    return transport;
   }
 
-  // Every handler runs here: authentication, readiness, and no exception ever escapes.
-  void serve_guarded(const Route& route, const httplib::Request& req, httplib::Response& res) {
+  HttpHandlers handlers() {
+    HttpHandlers handlers;
+    handlers.check_head = [this](const HttpRequest& head) { return check_head(head); };
+    handlers.handle = [this](HttpRequest request, std::shared_ptr<HttpExchange> exchange) {
+      handle(std::move(request), std::move(exchange));
+    };
+    handlers.parse_failure_reply = [](const HttpParseFailure& failure) {
+      return error_reply(ApiError(failure.status, failure.message, "invalid_request_error", "", failure.code));
+    };
+    handlers.stopping_reply = [] {
+      return error_reply(ApiError(503, "The server is shutting down.", "server_error", "", "shutting_down"));
+    };
+    handlers.over_capacity_reply = [](const std::string& why) {
+      return error_reply(ApiError(503, why, "server_error", "", "too_many_connections"));
+    };
+    return handlers;
+  }
+
+  // The route of a path and method, or null.
+  const Route* find_route(const HttpRequest& req, std::smatch& match) const {
+    for (const Route& route : routes)
+      if (route.method == req.method && std::regex_match(req.path, match, route.pattern)) return &route;
+    return nullptr;
+  }
+
+  // 405 with Allow when the path has routes for other methods, else 404.
+  HttpReply no_route_reply(const HttpRequest& req) const {
+    std::string allowed;
+    for (const Route& route : routes)
+      if (std::regex_match(req.path, route.pattern)) allowed += (allowed.empty() ? "" : ", ") + route.method;
+    if (allowed.empty())
+      return error_reply(ApiError(404, "Unknown route: " + req.method + " " + req.path + ".",
+                                  "invalid_request_error", "", "not_found"));
+    HttpReply reply = error_reply(ApiError(405, "Method " + req.method + " is not allowed for " + req.path +
+                                                    "; use " + allowed + ".",
+                                           "invalid_request_error", "", "method_not_allowed"));
+    reply.headers.emplace_back("Allow", allowed);
+    return reply;
+  }
+
+  // Before any body byte is read: the route exists and the key is right.
+  std::optional<HttpReply> check_head(const HttpRequest& head) const {
+    std::smatch match;
+    const Route* route = find_route(head, match);
+    if (!route) return no_route_reply(head);
+    if (route->is_public || options.api_key.empty()) return std::nullopt;
     try {
-      if (!route.is_public && !options.api_key.empty()) check_api_key(req);
-      if (route.needs_model) check_ready();
-      route.handle(req, res);
+      check_api_key(head);
+      return std::nullopt;
     } catch (const ApiError& error) {
-      send_error(res, error);
-    } catch (const std::exception& error) {
-      const ApiError answer = api_error_for(error);
-      if (answer.status >= 500)  // the client hears nothing of it: the details go to the log
-        std::fprintf(stderr, "tensorfold: %s %s failed: %s\n", req.method.c_str(),
-                     req.path.c_str(), error.what());
-      send_error(res, answer);
-    } catch (...) {
-      send_error(res, ApiError(500, "Internal server error.", "server_error"));
+      return error_reply(error);
     }
   }
 
-  void check_api_key(const httplib::Request& req) const {
-    const std::string header = req.get_header_value("Authorization");
-    const std::string prefix = "Bearer ";
-    const bool is_bearer = header.compare(0, prefix.size(), prefix) == 0;
+  // An exception a route let out, answered in the OpenAI shape.
+  static void answer_error(const HttpRequest& req, HttpExchange& exchange, const std::exception& error) {
+    const ApiError answer = api_error_for(error);
+    if (answer.status >= 500)  // the client hears nothing of it: the details go to the log
+      std::fprintf(stderr, "tensorfold: %s %s failed: %s\n", req.method.c_str(), req.path.c_str(), error.what());
+    exchange.reply(error_reply(answer));
+  }
+
+  // Every route runs here: readiness, and no exception ever escapes.
+  void handle(HttpRequest request, std::shared_ptr<HttpExchange> exchange) {
+    std::smatch match;
+    const Route* route = find_route(request, match);
+    if (!route) return exchange->reply(no_route_reply(request));
+    try {
+      if (route->needs_model) check_ready();
+      if (route->answer) return exchange->reply(route->answer(request, match));
+    } catch (const std::exception& error) {
+      return answer_error(request, *exchange, error);
+    }
+    transport->run_on_worker([route, request = std::move(request), exchange] {
+      try {
+        route->work(request, *exchange);
+      } catch (const std::exception& error) {
+        answer_error(request, *exchange, error);
+      }
+    });
+  }
+
+  void check_api_key(const HttpRequest& req) const {
+    const std::string_view header = req.header("authorization");
+    const std::string_view prefix = "Bearer ";
+    const bool is_bearer = header.substr(0, prefix.size()) == prefix;
     if (!is_bearer || !is_same_secret(header.substr(prefix.size()), options.api_key))
       throw ApiError(401,
                      header.empty() ? "Missing API key: send 'Authorization: Bearer <key>'."
@@ -165,35 +227,7 @@ struct HttpServer::Impl {
                      "model_loading");
   }
 
-  // httplib's own errors (no route, body too large, bad request) in OpenAI's shape.
-  httplib::Server::HandlerResponse fill_error(const httplib::Request& req,
-                                              httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::string allowed;
-    for (const Route& route : routes)
-      if (std::regex_match(req.path, std::regex(route.pattern)))
-        allowed += (allowed.empty() ? "" : ", ") + route.method;
-    if (res.status == 404 && !allowed.empty()) {
-      res.set_header("Allow", allowed);
-      send_error(res, ApiError(405, "Method " + req.method + " is not allowed for " + req.path +
-                                        "; use " + allowed + ".",
-                               "invalid_request_error", "", "method_not_allowed"));
-    } else if (res.status == 404) {
-      send_error(res, ApiError(404, "Unknown route: " + req.method + " " + req.path + ".",
-                               "invalid_request_error", "", "not_found"));
-    } else if (res.status == 413) {
-      send_error(res, ApiError(413, "The request body is larger than the limit of " +
-                                        std::to_string(options.max_body_bytes) + " bytes.",
-                               "invalid_request_error", "", "request_too_large"));
-    } else {
-      send_error(res, ApiError(res.status, "The request could not be processed (HTTP " +
-                                               std::to_string(res.status) + ").",
-                               res.status >= 500 ? "server_error" : "invalid_request_error"));
-    }
-    return httplib::Server::HandlerResponse::Handled;
-  }
-
-  void page_file(const char* name, const char* type, httplib::Response& res) const {
+  HttpReply page_file(const char* name, const char* type) const {
     std::ifstream in(options.web_dir + "/" + name, std::ios::binary);
     if (options.web_dir.empty() || !in)
       throw ApiError(404, std::string("This server has no chat page (") + name + " is not in --web-dir '" +
@@ -201,25 +235,25 @@ struct HttpServer::Impl {
                      "invalid_request_error", "", "not_found");
     std::ostringstream content;
     content << in.rdbuf();
-    res.set_header("Cache-Control", "no-cache");
-    res.set_content(content.str(), std::string(type) + "; charset=utf-8");
+    return HttpReply{200, std::string(type) + "; charset=utf-8", content.str(), {{"Cache-Control", "no-cache"}}};
   }
 
-  void health(httplib::Response& res) const {
+  HttpReply health() const {
     switch (load_state.load()) {
       case LoadState::ready: {
         const EngineHealth engine_health = context->engine->health();
-        if (engine_health.is_ok) return send_json(res, 200, {{"status", "ok"}});
-        return send_json(res, 503, {{"status", "error"},
-                                    {"message", "The engine failed: " + engine_health.message +
-                                                    ". The server retries with the next request; "
-                                                    "restart it if this persists."}});
+        if (engine_health.is_ok) return json_reply(200, {{"status", "ok"}});
+        return json_reply(503, {{"status", "error"},
+                                {"message", "The engine failed: " + engine_health.message +
+                                                ". The server retries with the next request; "
+                                                "restart it if this persists."}});
       }
       case LoadState::loading:
-        return send_json(res, 503, {{"status", "loading"}, {"progress", load_fraction.load()}});
+        return json_reply(503, {{"status", "loading"}, {"progress", load_fraction.load()}});
       case LoadState::failed:
-        return send_json(res, 503, {{"status", "error"}, {"message", load_error}});
+        break;
     }
+    return json_reply(503, {{"status", "error"}, {"message", load_error}});
   }
 
   json model_card() const {
@@ -229,36 +263,35 @@ struct HttpServer::Impl {
             {"owned_by", "tensorfold"}};
   }
 
-  void list_models(httplib::Response& res) const {
-    send_json(res, 200, {{"object", "list"}, {"data", json::array({model_card()})}});
+  HttpReply list_models() const {
+    return json_reply(200, {{"object", "list"}, {"data", json::array({model_card()})}});
   }
 
-  void show_model(const std::string& id, httplib::Response& res) const {
+  HttpReply show_model(const std::string& id) const {
     if (id != context->limits.model_id)
       throw ApiError(404, "The model '" + id + "' does not exist.", "invalid_request_error",
                      "model", "model_not_found");
-    send_json(res, 200, model_card());
+    return json_reply(200, model_card());
   }
 
-  void metrics(httplib::Response& res) const {
-    res.set_content(prometheus_text(context->engine->stats()),
-                    "text/plain; version=0.0.4; charset=utf-8");
+  HttpReply metrics() const {
+    return HttpReply{200, "text/plain; version=0.0.4; charset=utf-8", prometheus_text(context->engine->stats()), {}};
   }
 
-  void tokenize(const httplib::Request& req, httplib::Response& res) const {
+  HttpReply tokenize(const HttpRequest& req) const {
     // Qwen tokenizers add no BOS/EOS, so add_special is accepted and changes nothing.
     const TokenizeRequest parsed = parse_tokenize_request(parse_body(req.body));
-    send_json(res, 200, {{"tokens", context->tokenizer->encode(parsed.content)}});
+    return json_reply(200, {{"tokens", context->tokenizer->encode(parsed.content)}});
   }
 
-  void detokenize(const httplib::Request& req, httplib::Response& res) const {
+  HttpReply detokenize(const HttpRequest& req) const {
     const std::vector<int32_t> tokens = parse_detokenize_request(parse_body(req.body));
     for (int32_t token : tokens)
       if (token >= context->tokenizer->n_tokens())
         throw ApiError(400, "Invalid 'tokens': token id " + std::to_string(token) +
                                 " is outside the vocabulary.",
                        "invalid_request_error", "tokens");
-    send_json(res, 200, {{"content", context->tokenizer->decode(tokens)}});
+    return json_reply(200, {{"content", context->tokenizer->decode(tokens)}});
   }
 
   void load_in_background() {
@@ -275,6 +308,7 @@ struct HttpServer::Impl {
         serving->limits.max_tokens_limit = options.max_tokens_limit;
         serving->limits.allow_bench_extensions = options.allow_bench_extensions;
         serving->n_ctx = serving->engine->options().n_ctx;
+        serving->default_max_tokens = options.default_max_tokens;
         stack = loaded;
         context = serving;
         load_state = LoadState::ready;
@@ -284,43 +318,50 @@ struct HttpServer::Impl {
         is_load_error_internal = dynamic_cast<const Error*>(&error) == nullptr;
         load_state = LoadState::failed;
         std::fprintf(stderr, "tensorfold: loading the model failed: %s\n", error.what());
-        stop();
+        request_stop();
       }
     });
   }
 
-  void stop() {
-    // httplib ignores stop() until its accept loop runs, so wait briefly for it to start.
-    for (int i = 0; i < 500 && is_listen_started && !http.is_running(); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    http.stop();
+  void request_stop() {
+    std::lock_guard<std::mutex> lock(stop_mutex);
+    is_stop_requested = true;
+    stop_wake.notify_all();
+  }
+
+  // Stop admitting, end every reply in flight with its terminal event, give them the shutdown
+  // timeout to reach their clients, then close everything.
+  void shut_down_gracefully() {
+    const auto deadline = std::chrono::steady_clock::now() + options.shutdown_timeout;
+    transport->stop_admitting();
+    const int64_t n_cancelled = in_flight.cancel_all();
+    if (!transport->wait_for_exchanges(deadline))
+      std::fprintf(stderr, "tensorfold: replies still in flight after %lld ms; closing them\n",
+                   static_cast<long long>(options.shutdown_timeout.count()));
+    else if (n_cancelled > 0)
+      std::fprintf(stderr, "tensorfold: ended %lld replies in flight\n", static_cast<long long>(n_cancelled));
+    transport->shut_down();
   }
 };
 
 HttpServer::HttpServer(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 
 HttpServer::~HttpServer() {
-  stop();
+  impl_->transport->shut_down();
   if (impl_->loader.joinable()) impl_->loader.join();
 }
 
 void HttpServer::run() {
   Impl& impl = *impl_;
-  const ServerOptions& options = impl.options;
-  int port = options.port;
-  if (port == 0) {
-    port = impl.http.bind_to_any_port(options.host);
-  } else if (!impl.http.bind_to_port(options.host, port)) {
-    port = -1;
-  }
-  if (port <= 0)
-    fail("cannot listen on " + options.host + ":" + std::to_string(options.port) +
-         " (is the port in use, or the host not an address of this machine?)");
-  std::fprintf(stderr, "tensorfold: listening on http://%s:%d (model loading)\n",
-               options.host.c_str(), port);
-  impl.is_listen_started = true;
+  const int port = impl.transport->listen();
+  std::fprintf(stderr, "tensorfold: listening on http://%s:%d (model loading)\n", impl.options.host.c_str(), port);
   impl.load_in_background();
-  impl.http.listen_after_bind();
+  impl.transport->start();
+  {
+    std::unique_lock<std::mutex> lock(impl.stop_mutex);
+    impl.stop_wake.wait(lock, [&] { return impl.is_stop_requested; });
+  }
+  impl.shut_down_gracefully();
   impl.loader.join();
   if (impl.load_state.load() == LoadState::failed) {
     const std::string message = "could not load the model: " + impl.load_error;
@@ -329,6 +370,6 @@ void HttpServer::run() {
   }
 }
 
-void HttpServer::stop() { impl_->stop(); }
+void HttpServer::stop() { impl_->request_stop(); }
 
 }  // namespace tf::server

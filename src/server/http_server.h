@@ -1,7 +1,8 @@
-// The OpenAI-compatible HTTP server: routes, API key, body limits, and the serving stack loaded in
-// the background while /health answers 503.
+// The OpenAI-compatible HTTP server: routes, API key, limits, graceful shutdown, and the serving
+// stack loaded in the background while /health answers 503. The transport is http_transport.h.
 #pragma once
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,8 +25,16 @@ struct ServerOptions {
   std::string api_key;               // empty: no authentication
   size_t max_body_bytes = 8u << 20;  // larger bodies answer 413
   int64_t max_tokens_limit = 131072;
+  int64_t default_max_tokens = 2048;  // a chat request without max_tokens gets at most this many
   bool allow_bench_extensions = false;  // accept "replay" (benchmarks force acceptance lengths)
-  int n_http_threads = 16;           // connections served at once
+  int n_http_threads = 16;           // requests that wait on the engine at once (workers)
+  int n_io_threads = 2;              // threads for every socket, however many connections
+  int max_connections = 1024;        // open at once; more get 503 and are closed
+  int max_connections_per_peer = 256;  // the same from one client address
+  std::chrono::milliseconds head_timeout{10'000};   // a request's head must arrive within this
+  std::chrono::milliseconds idle_timeout{15'000};   // a kept-alive connection may wait this long
+  std::chrono::milliseconds write_timeout{15'000};  // a client that takes no bytes this long is dropped
+  std::chrono::milliseconds shutdown_timeout{5'000};  // stop(): replies in flight get this long to end
   std::string web_dir;               // the chat page's files (index.html, app.js, app.css); empty: none
 };
 
@@ -39,7 +48,9 @@ class HttpServer {
   // Binds, starts loading the model and serves until stop(). Throws tf::Error when the address
   // cannot be bound or the model fails to load.
   void run();
-  // Safe from any thread (a signal watcher).
+  // Asks run() to stop gracefully: admit nothing new, end every reply in flight with its terminal
+  // event (a final chunk and [DONE], or the JSON reply so far), and return within shutdown_timeout.
+  // Safe from any thread (a signal watcher); does not wait.
   void stop();
 
  private:

@@ -242,11 +242,12 @@ std::vector<ChatMessage> parse_messages(const FieldReader& fields) {
     const FieldReader message_fields(message, param + ".");
     const std::optional<std::string> role = message_fields.string("role");
     if (!role) throw invalid(param + ".role", "Missing required parameter: '" + param + ".role'.");
-    if (*role != "system" && *role != "user" && *role != "assistant" && *role != "tool")
+    if (*role != "system" && *role != "developer" && *role != "user" && *role != "assistant" && *role != "tool")
       throw invalid(param + ".role", "Invalid value: '" + *role + "'. Supported values are: "
-                                     "'system', 'user', 'assistant' and 'tool'.");
+                                     "'system', 'developer', 'user', 'assistant' and 'tool'.");
     ChatMessage chat_message;
-    chat_message.role = *role;
+    // OpenAI's newer name for the system turn; Qwen templates know only "system".
+    chat_message.role = *role == "developer" ? "system" : *role;
     chat_message.content = message_content(message, param);
     if (*role == "assistant")
       chat_message.reasoning_content = message_fields.string("reasoning_content");

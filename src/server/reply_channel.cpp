@@ -17,7 +17,7 @@ UpdateSink ReplyChannel::sink() {
 
 std::vector<GenerationUpdate> ReplyChannel::take(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
-  ready_.wait_for(lock, timeout, [this] { return !updates_.empty(); });
+  ready_.wait_for(lock, timeout, [this] { return !updates_.empty() || is_client_gone_; });
   std::vector<GenerationUpdate> taken(std::make_move_iterator(updates_.begin()),
                                       std::make_move_iterator(updates_.end()));
   updates_.clear();
@@ -25,8 +25,16 @@ std::vector<GenerationUpdate> ReplyChannel::take(std::chrono::milliseconds timeo
 }
 
 void ReplyChannel::mark_client_gone() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    is_client_gone_ = true;
+  }
+  ready_.notify_all();
+}
+
+bool ReplyChannel::is_client_gone() {
   std::lock_guard<std::mutex> lock(mutex_);
-  is_client_gone_ = true;
+  return is_client_gone_;
 }
 
 }  // namespace tf::server

@@ -19,9 +19,11 @@ class ReplyChannel : public std::enable_shared_from_this<ReplyChannel> {
   // The engine-side sink: takes a short lock, never waits; returns false once the client is gone
   // so the engine frees the lane. It keeps the channel alive as long as the engine holds it.
   UpdateSink sink();
-  // Waits up to `timeout` for updates and returns those queued (possibly none).
+  // Waits up to `timeout` for updates and returns those queued (possibly none); returns at once
+  // when the client is gone.
   std::vector<GenerationUpdate> take(std::chrono::milliseconds timeout);
   void mark_client_gone();
+  bool is_client_gone();
 
  private:
   ReplyChannel() = default;
