@@ -39,6 +39,9 @@ constexpr size_t max_watch_bytes = 1u << 20;
 // How long a connection that was answered with an error keeps reading (and dropping) what the
 // client still sends, so the client sees the answer rather than a reset.
 constexpr std::chrono::milliseconds linger_time{1000};
+// Bytes queued behind the write in flight; a client this far behind is dropped like one past the
+// write deadline (a stream's chunks would otherwise pile up in memory).
+constexpr size_t max_queued_bytes = 64u << 20;
 // Connections over the caps get a 503 to their first request; this many at once, the rest are closed.
 constexpr int max_refusing_connections = 64;
 
@@ -237,6 +240,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
 
   void write(std::string bytes) {
     if (phase == Phase::closed) return;
+    if (outbox.size() + bytes.size() > max_queued_bytes) return close();
     outbox += bytes;
     if (writing.empty()) write_next();
   }
