@@ -184,6 +184,37 @@ TEST(EngineTest, CancelledLaneIsFreedAndNextRequestServed) {
   EXPECT_EQ(engine.stats().lanes_live, 0);
 }
 
+// Engine::cancel (the server's answer to a client that left, and its shutdown) ends a live lane and a
+// request still queued for a lane alike: each hears a final `cancelled` update, and the lane is free.
+TEST(EngineTest, CancelEndsLiveAndQueuedRequestsWithAFinalUpdate) {
+  auto model = load_model(test::fixture_model("qwen3-tiny-a"), {});
+  EngineOptions options;
+  options.n_parallel = 1;
+  options.n_ctx = 256;
+  Engine engine(options, model, nullptr);
+  GenerationRequest r;
+  r.prompt = {5, 6, 7};
+  r.max_tokens = 200;
+  r.ignore_eos = true;
+  ReplyCollector live, queued;
+  const uint64_t live_id = engine.submit(r, live.sink()).request_id;
+  const uint64_t queued_id = engine.submit(r, queued.sink()).request_id;
+  for (int i = 0; i < 500 && engine.stats().lanes_live == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  engine.cancel(queued_id);
+  engine.cancel(live_id);
+  const Reply queued_reply = queued.wait();
+  const Reply live_reply = live.wait();
+  EXPECT_EQ(queued_reply.final_update.finish_reason, FinishReason::cancelled);
+  EXPECT_TRUE(queued_reply.tokens.empty());
+  EXPECT_EQ(live_reply.final_update.finish_reason, FinishReason::cancelled);
+  EXPECT_LT(live_reply.tokens.size(), 200u);
+  for (int i = 0; i < 200 && (engine.stats().lanes_live != 0 || engine.stats().queue_depth != 0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(engine.stats().lanes_live, 0);
+  EXPECT_EQ(engine.stats().queue_depth, 0);
+}
+
 TEST(EngineTest, StopStringEndsTheReplyAndItsTextIsNeverSent) {
   std::string dir = test::source_path("tests/fixtures/models/qwen3-tiny-chat");
   auto model = load_model(dir, {});

@@ -85,8 +85,10 @@ struct HttpTransport::Impl {
 
   asio::io_context io;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work{asio::make_work_guard(io)};
-  tcp::acceptor acceptor{io};
-  asio::steady_timer accept_retry{io};
+  // On a strand of their own: accepting and closing the listener may come from different threads.
+  asio::strand<asio::io_context::executor_type> accept_strand{asio::make_strand(io)};
+  tcp::acceptor acceptor{accept_strand};
+  asio::steady_timer accept_retry{accept_strand};
   std::vector<std::thread> io_threads;
   std::unique_ptr<asio::thread_pool> workers;
 
@@ -530,7 +532,7 @@ void HttpTransport::run_on_worker(std::function<void()> work) { asio::post(*impl
 void HttpTransport::stop_admitting() {
   Impl& impl = *impl_;
   if (impl.is_stopping.exchange(true)) return;
-  asio::post(impl.io, [&impl] {
+  asio::post(impl.accept_strand, [&impl] {
     error_code ignored;
     impl.acceptor.close(ignored);
     impl.accept_retry.cancel();

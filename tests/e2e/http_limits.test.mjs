@@ -243,7 +243,10 @@ describe('the HTTP layer at its limits', () => {
     const atAbort = await metrics(server);
     const freed = await waitForMetrics(server, (m) => m.tensorfold_lanes_live === 0, 5_000);
     assert.equal(freed.tensorfold_lanes_live, 0, 'lanes kept generating for clients that left');
-    assert.ok(freed.tensorfold_rounds_total - atAbort.tensorfold_rounds_total <= 3,
+    // The engine cancels at the start of the round after the server notices; a few rounds of slack
+    // cover the moment between the client's abort and the server's read of the FIN on a busy machine
+    // (the old layer ran all 3,000 tokens).
+    assert.ok(freed.tensorfold_rounds_total - atAbort.tensorfold_rounds_total <= 10,
       `${freed.tensorfold_rounds_total - atAbort.tensorfold_rounds_total} rounds ran after the clients left`);
     const started = Date.now();
     const short = await request(server, '/v1/chat/completions', { headers: headers(),
