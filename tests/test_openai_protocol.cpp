@@ -141,6 +141,16 @@ TEST(OpenAiProtocol, ContentPartsAreJoined) {
   EXPECT_EQ(request.messages[2].reasoning_content, "hmm");
 }
 
+// Current OpenAI clients send the system turn as "developer"; the Qwen templates know it as "system".
+TEST(OpenAiProtocol, DeveloperRoleIsTheSystemTurn) {
+  json body = chat_body();
+  body["messages"] = json::array({{{"role", "developer"}, {"content", "be brief"}}, {{"role", "user"}, {"content", "hi"}}});
+  const CompletionRequest request = parse_chat_request(body, test_limits());
+  ASSERT_EQ(request.messages.size(), 2u);
+  EXPECT_EQ(request.messages[0].role, "system");
+  EXPECT_EQ(request.messages[0].content, "be brief");
+}
+
 TEST(OpenAiProtocol, WrongTypesNameTheParameter) {
   EXPECT_EQ(chat_error({{"temperature", "hot"}}).param, "temperature");
   EXPECT_EQ(chat_error({{"max_tokens", 1.5}}).param, "max_tokens");
