@@ -83,9 +83,10 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
               std::to_string(flags.max_connections) + "); got " + std::to_string(flags.max_connections_per_client) +
               ".");
   auto seconds = [](const char* flag, double value, double most) {
+    char given[32];
+    std::snprintf(given, sizeof given, "%g", value);
     require(value >= 0.05 && value <= most, std::string(flag) + " must be between 0.05 and " +
-                                                std::to_string(int(most)) + " seconds; got " +
-                                                std::to_string(value) + ".");
+                                                std::to_string(int(most)) + " seconds; got " + given + ".");
     return std::chrono::milliseconds(int64_t(value * 1000));
   };
   EngineOptions engine;

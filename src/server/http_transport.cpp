@@ -503,11 +503,14 @@ HttpTransport::~HttpTransport() { shut_down(); }
 int HttpTransport::listen() {
   Impl& impl = *impl_;
   error_code ec;
-  const auto address = asio::ip::make_address(impl.options.host, ec);
-  if (ec)
+  // A name ("localhost") listens on its first address.
+  tcp::resolver resolver(impl.io);
+  const auto resolved = resolver.resolve(impl.options.host, std::to_string(impl.options.port),
+                                         tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || resolved.empty())
     fail("cannot listen on " + impl.options.host + ":" + std::to_string(impl.options.port) +
-         " (the host is not an IP address)");
-  const tcp::endpoint endpoint(address, uint16_t(impl.options.port));
+         " (the host is neither an address nor a name this machine resolves" + (ec ? ": " + ec.message() : "") + ")");
+  const tcp::endpoint endpoint = resolved.begin()->endpoint();
   impl.acceptor.open(endpoint.protocol(), ec);
   // SO_REUSEADDR only (no SO_REUSEPORT): a second server on a busy port fails instead of sharing it.
   if (!ec) impl.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
