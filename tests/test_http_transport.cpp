@@ -227,5 +227,30 @@ TEST(HttpTransport, AHeadThatDoesNotArriveInTimeClosesTheConnection) {
   EXPECT_LT(waited, 3s);
 }
 
+TEST(HttpTransport, ConnectionsOverTheTotalCapGet503AndTheRestAreServed) {
+  HttpTransportOptions options;
+  options.port = 0;
+  options.max_connections = 2;
+  HttpHandlers handlers = plain_handlers();
+  handlers.handle = [](HttpRequest, std::shared_ptr<HttpExchange> exchange) {
+    exchange->reply(HttpReply{200, "text/plain", "served", {}});
+  };
+  HttpTransport transport(options, handlers);
+  const int port = transport.listen();
+  transport.start();
+  const int held[2] = {connect_to(port), connect_to(port)};
+  for (int i = 0; i < 200 && transport.n_connections() < 2; ++i) std::this_thread::sleep_for(5ms);
+  const int over = connect_to(port);
+  const std::string request = "GET / HTTP/1.1\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(send(over, request.data(), request.size(), 0), ssize_t(request.size()));
+  const std::string refused = read_until_closed(over, 3s);
+  close(over);
+  EXPECT_EQ(refused.rfind("HTTP/1.1 503 ", 0), 0u) << refused;
+  ASSERT_EQ(send(held[0], request.data(), request.size(), 0), ssize_t(request.size()));
+  const std::string served = read_until_closed(held[0], 3s);
+  EXPECT_EQ(served.rfind("HTTP/1.1 200 ", 0), 0u) << served;
+  for (int fd : held) close(fd);
+}
+
 }  // namespace
 }  // namespace tf::server
