@@ -21,6 +21,7 @@
 #include "server/completion_handler.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
+#include "server/slot_routes.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tf::server {
@@ -96,6 +97,13 @@ struct HttpServer::Impl {
            handle_completion(context, Endpoint::completion, req, res);
          }},
         {"POST", "/tokenize", false, true, [this](auto& req, auto& res) { tokenize(req, res); }},
+        {"GET", "/slots", false, true, [this](auto&, auto& res) { send_json(res, 200, slots_json(*context->engine)); }},
+        {"POST", "/slots/([^/]+)", false, true,
+         [this](auto& req, auto& res) {
+           const json body = req.body.empty() ? json::object() : parse_body(req.body);
+           send_json(res, 200, slot_action(*context->engine, *stack, options.slot_save_path, req.matches[1].str(),
+                                           req.get_param_value("action"), body));
+         }},
         {"POST", "/detokenize", false, true,
          [this](auto& req, auto& res) { detokenize(req, res); }},
     };

@@ -27,6 +27,7 @@ struct ServerOptions {
   bool allow_bench_extensions = false;  // accept "replay" (benchmarks force acceptance lengths)
   int n_http_threads = 16;           // connections served at once
   std::string web_dir;               // the chat page's files (index.html, app.js, app.css); empty: none
+  std::string slot_save_path;        // where POST /slots saves and restores; empty: saving is off
 };
 
 class HttpServer {
