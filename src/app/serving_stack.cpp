@@ -1,9 +1,13 @@
 // The composition root: the one place that turns options into tokenizer + model + drafter + engine.
 #include "app/serving_stack.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <mutex>
 
 #include "core/error.h"
+#include "core/sha256.h"
 #include "loader/model_config.h"
 #include "models/dflash_drafter.h"
 #include "models/model.h"
@@ -85,6 +89,10 @@ ModelFacts read_model_facts(const ServingOptions& options) {
 
 struct ServingStack::Parts {
   ModelFacts facts;
+  std::string synthetic;  // the shape, for a synthetic model
+  int synthetic_bits = 0;
+  mutable std::once_flag identity_once;
+  mutable ModelIdentity identity;
   std::shared_ptr<const Tokenizer> tokenizer;
   std::shared_ptr<Model> model;
   std::shared_ptr<DFlashDrafter> drafter;  // null: none
@@ -94,6 +102,8 @@ struct ServingStack::Parts {
 std::shared_ptr<ServingStack> ServingStack::load(const ServingOptions& options) {
   auto parts = std::make_unique<Parts>();
   parts->facts = read_model_facts(options);
+  parts->synthetic = options.synthetic;
+  parts->synthetic_bits = options.synthetic_bits;
   parts->tokenizer = load_tokenizer(options);
   parts->model = options.synthetic.empty()
                      ? load_model(options.model_dir, options.load)
@@ -116,8 +126,46 @@ const ModelFacts& ServingStack::facts() const { return parts_->facts; }
 std::shared_ptr<const Tokenizer> ServingStack::tokenizer() const { return parts_->tokenizer; }
 std::shared_ptr<Engine> ServingStack::engine() const { return parts_->engine; }
 
+namespace {
+
+std::string file_sha256(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read " + path.string());
+  Sha256 hasher;
+  std::vector<char> chunk(size_t(1) << 20);
+  while (in) {
+    in.read(chunk.data(), std::streamsize(chunk.size()));
+    hasher.update(reinterpret_cast<const uint8_t*>(chunk.data()), size_t(in.gcount()));
+  }
+  return hasher.hex_digest();
+}
+
+}  // namespace
+
+// The files K/V depends on: config.json and the weights (the tokenizer only maps text to ids).
+const ModelIdentity& ServingStack::identity() const {
+  std::call_once(parts_->identity_once, [this] {
+    ModelIdentity& identity = parts_->identity;
+    identity.model = parts_->facts.model_id;
+    if (!parts_->synthetic.empty()) {
+      identity.files = {{"synthetic", parts_->synthetic + " bits " + std::to_string(parts_->synthetic_bits)}};
+      return;
+    }
+    for (const auto& entry : std::filesystem::directory_iterator(parts_->facts.model_dir)) {
+      const std::string name = entry.path().filename().string();
+      const bool is_weights = entry.path().extension() == ".safetensors";
+      if (entry.is_regular_file() && (name == "config.json" || is_weights))
+        identity.files.emplace_back(name, file_sha256(entry.path()));
+    }
+    std::sort(identity.files.begin(), identity.files.end());
+  });
+  return parts_->identity;
+}
+
 std::shared_ptr<Engine> ServingStack::make_engine(const EngineOptions& options) const {
-  return std::make_shared<Engine>(options, parts_->model, parts_->tokenizer, parts_->drafter);
+  EngineOptions named = options;
+  if (named.model_id.empty()) named.model_id = parts_->facts.model_dir + "#" + parts_->facts.model_id;
+  return std::make_shared<Engine>(named, parts_->model, parts_->tokenizer, parts_->drafter);
 }
 
 }  // namespace tf

@@ -9,6 +9,7 @@
 
 #include "backends/backends.h"
 #include "engine/engine.h"
+#include "engine/slot_file.h"
 
 namespace tf {
 
@@ -61,6 +62,8 @@ class ServingStack {
   std::shared_ptr<Engine> engine() const;
   // Another engine on the same weights and drafter: benchmarks vary lanes and context per run.
   std::shared_ptr<Engine> make_engine(const EngineOptions& options) const;
+  // The model's files with their SHA-256 (saved slots name it), read on first use and kept.
+  const ModelIdentity& identity() const;
 
  private:
   struct Parts;

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
@@ -52,6 +53,7 @@ struct ServeFlags {
   double shutdown_timeout_s = 5;
   bool bench_extensions = false;
   std::string web_dir = default_web_dir();
+  std::string slot_save_path;
 };
 
 void require(bool is_ok, const std::string& message) {
@@ -124,6 +126,12 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
   options.shutdown_timeout = seconds("--shutdown-timeout", flags.shutdown_timeout_s, 600);
   options.allow_bench_extensions = flags.bench_extensions;
   options.web_dir = flags.web_dir;
+  if (!flags.slot_save_path.empty()) {
+    std::error_code error;
+    require(std::filesystem::is_directory(flags.slot_save_path, error),
+            "--slot-save-path must be an existing directory; got '" + flags.slot_save_path + "'.");
+    options.slot_save_path = std::filesystem::absolute(flags.slot_save_path).lexically_normal().string();
+  }
   // Each live or queued request may hold a worker; a few more serve /tokenize and /detokenize.
   options.n_http_threads =
       std::min<int64_t>(max_http_threads, int64_t(flags.n_parallel) + flags.max_queue + 4);
@@ -186,6 +194,9 @@ void register_serve_command(CLI::App& app) {
       ->envname("TF_SYNTHETIC");
   command->add_option("--web-dir", flags->web_dir, "The chat page's files, served at / ('' serves no page)")
       ->envname("TF_WEB_DIR")->capture_default_str();
+  command->add_option("--slot-save-path", flags->slot_save_path,
+                      "Directory where POST /slots/{id}?action=save|restore keeps saved slots (off unless given)")
+      ->envname("TF_SLOT_SAVE_PATH");
   command->add_option("--host", flags->host, "Address to listen on")
       ->envname("TF_HOST")->capture_default_str();
   command->add_option("--port", flags->port, "Port to listen on (0: any free port)")

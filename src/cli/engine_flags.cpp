@@ -81,6 +81,15 @@ void add_engine_flags(CLI::App& command, EngineFlags& flags) {
   command.add_option("--min-confident-match", flags.min_confident_match,
                      "Long-copy match length (tokens) from which the copy is proposed in full")
       ->envname("TF_MIN_CONFIDENT_MATCH")->capture_default_str();
+  command.add_option("--kv-pool-tokens", flags.kv_pool_tokens,
+                     "Positions of K/V all requests share, prefix cache included (0: --parallel x --ctx)")
+      ->envname("TF_KV_POOL_TOKENS")->capture_default_str();
+  command.add_option("--kv-pool-fraction", flags.kv_pool_fraction,
+                     "Or size it as this fraction of the GPU's free memory after loading (0: by tokens)")
+      ->envname("TF_KV_POOL_FRACTION")->capture_default_str();
+  command.add_flag("--no-prompt-cache", flags.no_prompt_cache,
+                   "Turn the automatic prefix cache off (every prompt is prefilled from nothing)")
+      ->envname("TF_NO_PROMPT_CACHE");
 }
 
 ServingOptions serving_options(const EngineFlags& flags, EngineOptions engine) {
@@ -94,6 +103,18 @@ ServingOptions serving_options(const EngineFlags& flags, EngineOptions engine) {
   require_in_range(flags.most_lone_window, flags.lone_window, 4096, "--most-lone-window",
                    "rows per round; at least --lone-window");
   require_in_range(flags.min_confident_match, 1, 4096, "--min-confident-match", "tokens");
+  require(flags.kv_pool_tokens == 0 || flags.kv_pool_tokens >= engine.n_ctx,
+          "--kv-pool-tokens must be 0 (--parallel x --ctx) or at least --ctx (" + std::to_string(engine.n_ctx) +
+              "), so one request of the longest context fits; got " + std::to_string(flags.kv_pool_tokens) + ".");
+  require(flags.kv_pool_tokens <= (int64_t(1) << 31) / 2, "--kv-pool-tokens is too large; got " +
+                                                              std::to_string(flags.kv_pool_tokens) + ".");
+  require(flags.kv_pool_fraction >= 0.0 && flags.kv_pool_fraction < 1.0,
+          "--kv-pool-fraction must be at least 0 and below 1; got " + std::to_string(flags.kv_pool_fraction) + ".");
+  require(flags.kv_pool_fraction == 0.0 || flags.kv_pool_tokens == 0,
+          "give --kv-pool-tokens or --kv-pool-fraction, not both.");
+  engine.kv_pool_tokens = flags.kv_pool_tokens;
+  engine.kv_pool_fraction = flags.kv_pool_fraction;
+  engine.prompt_cache = !flags.no_prompt_cache;
   engine.lane_policy = parse_lane_policy(flags.lanes);
   engine.prefill_chunk = flags.prefill_chunk;
   engine.max_rows_per_round = flags.max_rows_per_round;

@@ -1,4 +1,4 @@
-// SHA-256 as in FIPS 180-4, small and dependency-free, for token_sha receipts.
+// SHA-256 as in FIPS 180-4, small and dependency-free.
 #include "core/sha256.h"
 
 #include <algorithm>
@@ -20,96 +20,93 @@ constexpr std::array<uint32_t, 64> kRoundConstants = {
 
 uint32_t rotate_right(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
-class Sha256 {
- public:
-  void update(const uint8_t* data, size_t size) {
-    n_bytes_total_ += size;
-    while (size > 0) {
-      const size_t take = std::min(size, block_.size() - n_buffered_);
-      std::memcpy(block_.data() + n_buffered_, data, take);
-      n_buffered_ += take;
-      data += take;
-      size -= take;
-      if (n_buffered_ == block_.size()) {
-        compress();
-        n_buffered_ = 0;
-      }
-    }
-  }
-
-  std::string hex_digest() {
-    // Padding: a 1 bit, zeros up to 56 mod 64 bytes, then the message length in bits, big-endian.
-    const uint64_t n_bits = n_bytes_total_ * 8;
-    const uint8_t one_bit = 0x80;
-    update(&one_bit, 1);
-    const uint8_t zero = 0;
-    while (n_buffered_ != 56) update(&zero, 1);
-    uint8_t length[8];
-    for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(n_bits >> (56 - 8 * i));
-    update(length, 8);
-
-    static const char* const kHex = "0123456789abcdef";
-    std::string hex;
-    hex.reserve(64);
-    for (uint32_t word : state_) {
-      for (int shift = 28; shift >= 0; shift -= 4) hex.push_back(kHex[(word >> shift) & 0xf]);
-    }
-    return hex;
-  }
-
- private:
-  void compress() {
-    std::array<uint32_t, 64> schedule;
-    for (int t = 0; t < 16; ++t) {
-      schedule[t] = uint32_t{block_[4 * t]} << 24 | uint32_t{block_[4 * t + 1]} << 16 |
-                    uint32_t{block_[4 * t + 2]} << 8 | uint32_t{block_[4 * t + 3]};
-    }
-    for (int t = 16; t < 64; ++t) {
-      const uint32_t w15 = schedule[t - 15], w2 = schedule[t - 2];
-      const uint32_t sigma0 = rotate_right(w15, 7) ^ rotate_right(w15, 18) ^ (w15 >> 3);
-      const uint32_t sigma1 = rotate_right(w2, 17) ^ rotate_right(w2, 19) ^ (w2 >> 10);
-      schedule[t] = schedule[t - 16] + sigma0 + schedule[t - 7] + sigma1;
-    }
-    uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
-    uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
-    for (int t = 0; t < 64; ++t) {
-      const uint32_t big_sigma1 = rotate_right(e, 6) ^ rotate_right(e, 11) ^ rotate_right(e, 25);
-      const uint32_t choose = (e & f) ^ (~e & g);
-      const uint32_t temp1 = h + big_sigma1 + choose + kRoundConstants[t] + schedule[t];
-      const uint32_t big_sigma0 = rotate_right(a, 2) ^ rotate_right(a, 13) ^ rotate_right(a, 22);
-      const uint32_t majority = (a & b) ^ (a & c) ^ (b & c);
-      const uint32_t temp2 = big_sigma0 + majority;
-      h = g;
-      g = f;
-      f = e;
-      e = d + temp1;
-      d = c;
-      c = b;
-      b = a;
-      a = temp1 + temp2;
-    }
-    state_[0] += a;
-    state_[1] += b;
-    state_[2] += c;
-    state_[3] += d;
-    state_[4] += e;
-    state_[5] += f;
-    state_[6] += g;
-    state_[7] += h;
-  }
-
-  std::array<uint32_t, 8> state_ = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  std::array<uint8_t, 64> block_{};
-  size_t n_buffered_ = 0;
-  uint64_t n_bytes_total_ = 0;
-};
-
 }  // namespace
+
+void Sha256::compress() {
+  std::array<uint32_t, 64> schedule;
+  for (int t = 0; t < 16; ++t) {
+    schedule[t] = uint32_t{block_[4 * t]} << 24 | uint32_t{block_[4 * t + 1]} << 16 |
+                  uint32_t{block_[4 * t + 2]} << 8 | uint32_t{block_[4 * t + 3]};
+  }
+  for (int t = 16; t < 64; ++t) {
+    const uint32_t w15 = schedule[t - 15], w2 = schedule[t - 2];
+    const uint32_t sigma0 = rotate_right(w15, 7) ^ rotate_right(w15, 18) ^ (w15 >> 3);
+    const uint32_t sigma1 = rotate_right(w2, 17) ^ rotate_right(w2, 19) ^ (w2 >> 10);
+    schedule[t] = schedule[t - 16] + sigma0 + schedule[t - 7] + sigma1;
+  }
+  uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
+  uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
+  for (int t = 0; t < 64; ++t) {
+    const uint32_t big_sigma1 = rotate_right(e, 6) ^ rotate_right(e, 11) ^ rotate_right(e, 25);
+    const uint32_t choose = (e & f) ^ (~e & g);
+    const uint32_t temp1 = h + big_sigma1 + choose + kRoundConstants[t] + schedule[t];
+    const uint32_t big_sigma0 = rotate_right(a, 2) ^ rotate_right(a, 13) ^ rotate_right(a, 22);
+    const uint32_t majority = (a & b) ^ (a & c) ^ (b & c);
+    const uint32_t temp2 = big_sigma0 + majority;
+    h = g;
+    g = f;
+    f = e;
+    e = d + temp1;
+    d = c;
+    c = b;
+    b = a;
+    a = temp1 + temp2;
+  }
+  state_[0] += a;
+  state_[1] += b;
+  state_[2] += c;
+  state_[3] += d;
+  state_[4] += e;
+  state_[5] += f;
+  state_[6] += g;
+  state_[7] += h;
+}
+
+void Sha256::update(const uint8_t* data, size_t size) {
+  n_bytes_total_ += size;
+  while (size > 0) {
+    const size_t take = std::min(size, block_.size() - n_buffered_);
+    std::memcpy(block_.data() + n_buffered_, data, take);
+    n_buffered_ += take;
+    data += take;
+    size -= take;
+    if (n_buffered_ == block_.size()) {
+      compress();
+      n_buffered_ = 0;
+    }
+  }
+}
+
+std::array<uint8_t, 32> Sha256::digest() {
+  // Padding: a 1 bit, zeros up to 56 mod 64 bytes, then the message length in bits, big-endian.
+  const uint64_t n_bits = n_bytes_total_ * 8;
+  const uint8_t one_bit = 0x80;
+  update(&one_bit, 1);
+  const uint8_t zero = 0;
+  while (n_buffered_ != 56) update(&zero, 1);
+  uint8_t length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(n_bits >> (56 - 8 * i));
+  update(length, 8);
+  std::array<uint8_t, 32> out{};
+  for (size_t w = 0; w < 8; ++w)
+    for (int b = 0; b < 4; ++b) out[w * 4 + size_t(b)] = static_cast<uint8_t>(state_[w] >> (24 - 8 * b));
+  return out;
+}
+
+std::string Sha256::hex_digest() {
+  static const char* const kHex = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(64);
+  for (uint8_t byte : digest()) {
+    hex.push_back(kHex[byte >> 4]);
+    hex.push_back(kHex[byte & 0xf]);
+  }
+  return hex;
+}
 
 std::string sha256_hex(std::string_view bytes) {
   Sha256 hasher;
-  hasher.update(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  hasher.update(bytes);
   return hasher.hex_digest();
 }
 

@@ -43,6 +43,7 @@ void Engine::Impl::accept(Lane& lane, const LaneRows& placed) {
   }
   feed_taps(lane, lane.n_cached, committed_rows);
   lane.n_cached += 1 + n_accepted;
+  publish_blocks(lane);
   // Every drafted token of a chain that filled the window was right: the window, not the
   // proposers, was the limit, so the next round may use twice as many rows. Any miss earns it back.
   if (tree.size() > 0 && n_accepted == tree.max_depth() && tree.size() + 1 >= lane.window) {
@@ -70,6 +71,7 @@ void Engine::Impl::commit_prefill(Lane& lane, const LaneRows& placed) {
   for (int64_t i = 0; i < placed.n_rows; ++i) rows[size_t(i)] = placed.first_row + i;
   feed_taps(lane, lane.n_cached, rows);
   lane.n_cached += placed.n_rows;
+  publish_blocks(lane);
   const int64_t logit_row = round_rows.logit_row_of[size_t(placed.first_row + placed.n_rows - 1)];
   if (logit_row < 0) return;  // more prompt to come
   lane.timings.rounds += 1;
@@ -88,6 +90,8 @@ void Engine::Impl::feed_taps(Lane& lane, int64_t first_position, const std::vect
   for (size_t i = 0; i < rows.size(); ++i)
     std::copy_n(taps.data() + size_t(rows[i]) * width, width, committed_taps.data() + i * width);
   lane.speculation->observe_taps(first_position, committed_taps.data(), int64_t(rows.size()));
+  lane.tap_width = int64_t(width);
+  if (lane.uses_prompt_cache) lane.pending_taps.insert(lane.pending_taps.end(), committed_taps.begin(), committed_taps.end());
 }
 
 }  // namespace tf

@@ -1,6 +1,6 @@
 // Admission and the window policy: which queued requests become lanes (each lane's whole KV budget
-// is reserved up front, so a live lane never runs out mid-reply), and how many rows a lane's draft
-// tree may use this round.
+// is promised up front, so a live lane never runs out mid-reply; it draws the blocks as it grows),
+// what a lane adopts from the prefix cache, and how many rows a lane's draft tree may use this round.
 #include <algorithm>
 
 #include "engine/engine_impl.h"
@@ -8,19 +8,35 @@
 namespace tf {
 
 void Engine::Impl::admit() {
-  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_lock<std::mutex> lock(mutex);
+  const size_t first_new = lanes.size();
   while (!pending.empty() && int64_t(lanes.size()) < options.n_parallel) {
     PendingRequest& next = pending.front();
-    const int64_t n_positions = int64_t(next.request.prompt.size()) + next.request.max_tokens;
-    if (kv.blocks_for(n_positions) > kv.n_free_blocks()) break;
+    const std::vector<int32_t>& prompt = next.request.prompt;
+    const int64_t n_positions = int64_t(prompt.size()) + next.request.max_tokens;
+    // The prompt's last position is always computed: its logits give the first token. A partly
+    // filled block is recomputed too (only full blocks are keyed).
+    const bool uses_cache = options.prompt_cache && next.request.cache_prompt;
+    const BlockKey root = root_block_key(options.model_id, next.request.cache_salt);
+    std::vector<BlockKey> keys;
+    if (uses_cache) keys = block_keys(root, prompt, int64_t(prompt.size()) - 1, kv.block_size());
+    const int64_t n_adopt = kv.n_cached_prefix(keys);
+    if (kv.admission_cost(keys, n_adopt, n_positions) > kv.n_free_blocks()) break;
     auto lane = std::make_unique<Lane>();
     lane->id = next.id;
     lane->request = std::move(next.request);
     lane->sink = std::move(next.sink);
     lane->kv_lane = kv.lane_open();
-    kv.lane_reserve(lane->kv_lane, n_positions);
+    kv.lane_adopt(lane->kv_lane, keys, n_adopt);
+    if (!kv.lane_promise(lane->kv_lane, n_positions)) fail_internal("admission promised blocks the pool lacks");
     lane->tokens = lane->request.prompt;
     lane->n_prompt = int64_t(lane->tokens.size());
+    lane->uses_prompt_cache = uses_cache;
+    lane->n_keyed_blocks = n_adopt;
+    lane->last_key = n_adopt > 0 ? keys[size_t(n_adopt - 1)] : root;
+    lane->n_cached = n_adopt * kv.block_size();
+    lane->timings.cache_n = lane->n_cached;
+    lane->slot = take_slot(*lane);
     if (tokenizer) lane->decoder = std::make_unique<StreamDecoder>(*tokenizer);
     lane->stop_matcher = std::make_unique<StopMatcher>(lane->request.stop);
     lane->speculation = speculation.for_lane(lane->request.draft, options.lone_window);
@@ -28,11 +44,64 @@ void Engine::Impl::admit() {
     lane->admitted = EngineClock::now();
     stats.requests += 1;
     stats.prompt_tokens += lane->n_prompt;
+    stats.prompt_cache_hit_tokens += lane->n_cached;
+    stats.prompt_cache_miss_tokens += lane->n_prompt - lane->n_cached;
     lanes.push_back(std::move(lane));
     pending.pop_front();
   }
   stats.queue_depth = int64_t(pending.size());
   n_waiting = stats.queue_depth;
+  record_pool_stats();
+  lock.unlock();
+  // A drafter's context from cached taps is compute: outside the lock submit() and stats() take.
+  for (size_t i = first_new; i < lanes.size(); ++i) adopt_taps(*lanes[i]);
+}
+
+// A lane that adopted cached blocks hands its drafter their taps, so it drafts from the first
+// round as a lane that computed them would. Blocks published without taps (a cache fed by a lane
+// without a drafter) leave the drafter without that context: it then proposes nothing.
+void Engine::Impl::adopt_taps(Lane& lane) {
+  if (lane.n_keyed_blocks == 0 || !lane.speculation->wants_taps()) return;
+  std::vector<float> taps;
+  for (int64_t b = 0; b < lane.n_keyed_blocks; ++b) {
+    const std::vector<float>& block = kv.block_extras(lane.kv_lane, b);
+    if (block.empty() || (b > 0 && block.size() * size_t(b) != taps.size())) return;
+    taps.insert(taps.end(), block.begin(), block.end());
+  }
+  lane.speculation->observe_taps(0, taps.data(), lane.n_cached);
+}
+
+// Publishes every block of the lane that is now full and committed, with its taps. A final EOS
+// drafted and accepted has K/V but is not in the lane's tokens: its block is not published.
+void Engine::Impl::publish_blocks(Lane& lane) {
+  if (!lane.uses_prompt_cache) return;
+  const int64_t block_size = kv.block_size();
+  const int64_t n_known = std::min(lane.n_cached, int64_t(lane.tokens.size()));
+  while ((lane.n_keyed_blocks + 1) * block_size <= n_known) {
+    const int64_t begin = lane.n_keyed_blocks * block_size;
+    lane.last_key = next_block_key(lane.last_key, lane.tokens.data() + begin, block_size);
+    std::vector<float> taps;
+    const size_t block_taps = size_t(lane.tap_width * block_size);
+    if (block_taps > 0 && lane.pending_taps.size() >= block_taps) {
+      const auto end = lane.pending_taps.begin() + int64_t(block_taps);
+      taps.assign(lane.pending_taps.begin(), end);
+      lane.pending_taps.erase(lane.pending_taps.begin(), end);
+    }
+    kv.publish(lane.kv_lane, lane.n_keyed_blocks, lane.last_key, std::move(taps));
+    ++lane.n_keyed_blocks;
+  }
+}
+
+// Under the mutex: the pool's figures for /metrics.
+void Engine::Impl::record_pool_stats() {
+  const KvPoolStats pool = kv.stats();
+  const int64_t scratch = kv.blocks_for(kv.lane_capacity(scratch_lane));  // not the lanes' pool
+  stats.kv_block_size = kv.block_size();
+  stats.kv_blocks_total = pool.n_blocks - scratch;
+  stats.kv_blocks_in_use = pool.in_use - scratch;
+  stats.kv_blocks_cached = pool.cached;
+  stats.kv_blocks_free = pool.free;
+  stats.kv_evictions = pool.evictions;
 }
 
 int64_t Engine::Impl::window_for(const Lane& lane, int64_t n_decoding) const {

@@ -21,16 +21,34 @@ const char* finish_reason_name(FinishReason reason) {
   return "stop";
 }
 
-// Lanes get their whole budget up front; scratch gets a round's worth of rows.
+// The pool lanes share (and the prefix cache keeps what they leave), plus a round's worth of
+// scratch rows. Sized once: by tokens, by a fraction of the GPU's free memory, or as many lanes of
+// the longest context as may run at once.
+static int64_t kv_pool_blocks(const EngineOptions& opts, const Model& model) {
+  int64_t tokens = opts.kv_pool_tokens;
+  if (opts.kv_pool_fraction > 0.0) {
+    const int64_t free_bytes = model.free_kv_memory_bytes();
+    if (free_bytes <= 0) fail("--kv-pool-fraction sizes the KV pool on a GPU; on this device use --kv-pool-tokens");
+    const int64_t per_position = model.make_kv_storage(kKvBlockSize)->bytes_for(1);
+    tokens = int64_t(opts.kv_pool_fraction * double(free_bytes)) / per_position;
+    if (tokens < opts.n_ctx)
+      fail("--kv-pool-fraction " + std::to_string(opts.kv_pool_fraction) + " of the GPU's free memory holds " +
+           std::to_string(tokens) + " positions, fewer than one request of --ctx " + std::to_string(opts.n_ctx));
+  }
+  const int64_t pool = tokens > 0 ? kv_blocks_for(tokens) : int64_t(opts.n_parallel) * kv_blocks_for(opts.n_ctx);
+  return pool + kv_blocks_for(opts.max_rows_per_round);
+}
+
 Engine::Impl::Impl(const EngineOptions& opts, std::shared_ptr<Model> m, std::shared_ptr<const Tokenizer> t,
                    SpeculationOptions speculation_options)
     : options(opts),
       model(std::move(m)),
       tokenizer(std::move(t)),
       eos_ids(model->config().eos_token_ids),
-      kv(make_kv_cache(*model, int64_t(opts.n_parallel) * kv_blocks_for(opts.n_ctx) +
-                                   kv_blocks_for(opts.max_rows_per_round))),
-      speculation(std::move(speculation_options)) {
+      kv(make_kv_cache(*model, kv_pool_blocks(opts, *model))),
+      speculation(std::move(speculation_options)),
+      slot_records(size_t(opts.n_parallel)) {
+  for (size_t i = 0; i < slot_records.size(); ++i) slot_records[i].info.id = int32_t(i);
   scratch_lane = kv.lane_open();
   kv.lane_reserve(scratch_lane, opts.max_rows_per_round);
   model->set_tap_layers(speculation.tap_layers());
@@ -41,6 +59,14 @@ Engine::Engine(const EngineOptions& options, std::shared_ptr<Model> model,
     : options_(options) {
   if (options.n_parallel < 1) fail("--parallel must be at least 1");
   if (options.n_ctx < 2) fail("--ctx must be at least 2");
+  if (options.kv_pool_tokens < 0) fail("--kv-pool-tokens must be 0 (parallel x ctx) or more");
+  if (!(options.kv_pool_fraction >= 0.0 && options.kv_pool_fraction < 1.0))
+    fail("--kv-pool-fraction must be at least 0 and below 1");
+  if (options.kv_pool_fraction > 0.0 && options.kv_pool_tokens > 0)
+    fail("give --kv-pool-tokens or --kv-pool-fraction, not both");
+  if (options.kv_pool_tokens > 0 && options.kv_pool_tokens < options.n_ctx)
+    fail("--kv-pool-tokens " + std::to_string(options.kv_pool_tokens) + " cannot hold one request of --ctx " +
+         std::to_string(options.n_ctx) + " positions");
   if (options.n_ctx > model->config().max_position_embeddings)
     fail("--ctx " + std::to_string(options.n_ctx) + " exceeds the model's max_position_embeddings (" +
          std::to_string(model->config().max_position_embeddings) + ")");
@@ -112,10 +138,11 @@ void Engine::Impl::run() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex);
-      wake.wait(lock, [&] { return stopping || !pending.empty() || !lanes.empty(); });
+      wake.wait(lock, [&] { return stopping || !pending.empty() || !lanes.empty() || !tasks.empty(); });
       if (stopping) break;
     }
-    take_cancellations();
+    run_tasks();
+    if (take_cancellations()) retire_finished();
     admit();
     if (!lanes.empty()) {
       try {
@@ -136,21 +163,26 @@ void Engine::Impl::run() {
         for (auto& lane : lanes) finish(*lane, FinishReason::error, message);
       }
     }
-    lanes.erase(std::remove_if(lanes.begin(), lanes.end(), [](auto& l) { return l->is_finished; }),
-                lanes.end());
+    retire_finished();
     std::lock_guard<std::mutex> lock(mutex);
     stats.lanes_live = int64_t(lanes.size());
+    record_pool_stats();
   }
   // Shutting down: everyone still waiting hears that their request ended.
   for (auto& lane : lanes) finish(*lane, FinishReason::cancelled);
-  std::lock_guard<std::mutex> lock(mutex);
-  for (auto& p : pending) {
-    GenerationUpdate update;
-    update.is_final = true;
-    update.finish_reason = FinishReason::cancelled;
-    p.sink(update);
+  std::deque<std::function<void()>> left;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto& p : pending) {
+      GenerationUpdate update;
+      update.is_final = true;
+      update.finish_reason = FinishReason::cancelled;
+      p.sink(update);
+    }
+    pending.clear();
+    left.swap(tasks);
   }
-  pending.clear();
+  for (auto& task : left) task();  // each sees the engine stopping and fails its caller
 }
 
 bool Engine::Impl::take_cancellations() {

@@ -27,6 +27,12 @@ enum class LanePolicy { automatic, always_lanes, always_lone };
 struct EngineOptions {
   int32_t n_parallel = 4;          // most lanes live at once
   int64_t n_ctx = 4096;            // most positions (prompt + completion) of one lane
+  // Positions the KV pool holds for all lanes together (0: n_parallel * n_ctx). Lanes draw
+  // blocks as they grow; a lane is admitted only when its whole budget can be promised.
+  int64_t kv_pool_tokens = 0;
+  double kv_pool_fraction = 0.0;   // or this fraction of the GPU's free memory (0: by tokens)
+  bool prompt_cache = true;        // the automatic prefix cache (requests may still opt out)
+  std::string model_id;            // names the model in prefix-cache keys and saved slots
   int32_t max_queue = 64;          // most requests waiting for a lane
   int64_t prefill_chunk = 256;     // most prompt rows of one lane per round
   int64_t max_rows_per_round = 512;
@@ -58,8 +64,44 @@ struct EngineStats {
   // Drafted and accepted tokens by the proposer that put them in the tree (ProposerKind order).
   int64_t drafted_by_proposer[kProposerKinds] = {};
   int64_t accepted_by_proposer[kProposerKinds] = {};
+  // The prefix cache: prompt tokens served from it, and prompt tokens computed.
+  int64_t prompt_cache_hit_tokens = 0;
+  int64_t prompt_cache_miss_tokens = 0;
+  // The KV pool in blocks of kv_block_size positions, now (evictions: since start).
+  int64_t kv_block_size = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_in_use = 0;
+  int64_t kv_blocks_cached = 0;
+  int64_t kv_blocks_free = 0;
+  int64_t kv_evictions = 0;
   int64_t queue_depth = 0;  // now
   int64_t lanes_live = 0;   // now
+};
+
+// One of the n_parallel places a request runs in. After its request a slot remembers the tokens
+// whose K/V it committed (prompt and reply), so they can be saved; the prefix cache keeps the
+// blocks themselves, for any request that starts with those tokens.
+struct SlotInfo {
+  int32_t id = 0;
+  bool is_processing = false;
+  uint64_t request_id = 0;    // the request running or last run (0: none yet)
+  int64_t n_prompt = 0;       // its prompt tokens
+  int64_t n_prompt_cached = 0;  // ...of which the prefix cache served
+  int64_t n_tokens = 0;       // idle: the remembered sequence (save writes it)
+  ReplyTimings timings;       // the last finished request's
+};
+
+// A slot's sequence with the K/V of its longest cached prefix of full blocks, in the storage's own
+// form: what a saved-slot file holds (engine/slot_file.h).
+struct SlotSnapshot {
+  std::vector<int32_t> tokens;
+  std::string cache_salt;
+  std::string kv_format;       // KvStorage::format() of the storage it came from
+  int64_t block_size = 0;
+  int64_t n_blocks = 0;        // blocks 0..n_blocks-1 of tokens have K/V below
+  std::vector<uint8_t> kv;     // [n_blocks][KvStorage::bytes_for(block_size)]
+  int64_t tap_width = 0;       // 0: no drafter taps saved
+  std::vector<float> taps;     // [n_blocks * block_size][tap_width]
 };
 
 enum class SubmitStatus { accepted, queue_full, too_long, invalid };
@@ -95,6 +137,17 @@ class Engine {
   void cancel(uint64_t request_id);
   EngineStats stats() const;
   EngineHealth health() const;
+
+  // Saved slots. These run on the engine thread between rounds and wait for it; each throws
+  // tf::Error for an unknown slot or one that is processing a request.
+  std::vector<SlotInfo> slots() const;
+  SlotSnapshot save_slot(int32_t id);
+  // Puts the snapshot's blocks into the prefix cache (as far as the pool has room) and makes it the
+  // slot's sequence; K/V of another storage form is not used (those positions are prefilled
+  // again when asked for). Returns the positions whose K/V were restored.
+  int64_t restore_slot(int32_t id, SlotSnapshot snapshot);
+  // Forgets the slot's sequence and drops its blocks from the prefix cache; returns its tokens.
+  int64_t erase_slot(int32_t id);
   const EngineOptions& options() const { return options_; }
 
  private:

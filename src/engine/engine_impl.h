@@ -5,12 +5,14 @@
 //                  and who chooses each logit row's token
 //   acceptance.cpp walking each tree with the target's choices, committing K/V and taps
 //   output.cpp     turning accepted tokens into updates, finishing replies
+//   slots.cpp      the slots requests run in, and saving and restoring their sequences
 // Everything here runs on the engine thread, except what `mutex` guards.
 #pragma once
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -72,6 +74,15 @@ struct Engine::Impl {
   std::condition_variable wake;
   std::deque<PendingRequest> pending;
   std::unordered_set<uint64_t> cancelled;
+  // Work other threads hand the engine thread (saving and restoring slots), run between rounds.
+  std::deque<std::function<void()>> tasks;
+  // What each slot remembers; guarded by mutex (slots() reads it from other threads).
+  struct SlotRecord {
+    SlotInfo info;
+    std::vector<int32_t> tokens;  // idle: the sequence whose K/V its last request committed
+    std::string cache_salt;
+  };
+  std::vector<SlotRecord> slot_records;
   uint64_t next_id = 1;
   bool stopping = false;
   EngineStats stats;    // guarded by mutex
@@ -101,18 +112,31 @@ struct Engine::Impl {
   // admission.cpp
   void admit();
   int64_t window_for(const Lane& lane, int64_t n_decoding) const;
+  void adopt_taps(Lane& lane);
+  void publish_blocks(Lane& lane);
+  void record_pool_stats();  // under mutex
   // round_rows.cpp
   void pack_rows(RoundRows& rows);
   void add_decode_rows(Lane& lane, int64_t max_rows, RoundRows& rows);
   void add_prefill_rows(Lane& lane, int64_t max_rows, RoundRows& rows);
+  void draw_blocks(Lane& lane, int64_t n_positions);
   void add_picks(RoundRows& rows);
   // acceptance.cpp
   void accept(Lane& lane, const LaneRows& placed);
   void commit_prefill(Lane& lane, const LaneRows& placed);
   void feed_taps(Lane& lane, int64_t first_position, const std::vector<int64_t>& rows);
+  // slots.cpp
+  int32_t take_slot(const Lane& lane);  // under mutex
+  SlotRecord& idle_slot(int32_t id);    // under mutex; fails for an unknown or busy slot
+  void run_tasks();
+  void leave_slot(const Lane& lane);
+  // Runs `work` on the engine thread and waits for it; its exception is rethrown here.
+  template <class Result>
+  Result on_engine_thread(std::function<Result()> work);
   // output.cpp
   void on_token(Lane& lane, int32_t token, const float* row_logits, int8_t source = TokenProvenance::kTarget);
   void finish(Lane& lane, FinishReason reason, const std::string& error = {});
+  void retire_finished();  // closes finished lanes' KV and drops them
   bool send(Lane& lane, GenerationUpdate& update);
   bool is_eos(int32_t token) const;
   // The model's choice after logit row `logit_row`, and its raw logits when the lane asked for

@@ -8,6 +8,7 @@
 
 #include "engine/request.h"
 #include "engine/stop_matcher.h"
+#include "runtime/kv_cache.h"
 #include "sampling/sampler.h"
 #include "speculation/draft_tree.h"
 #include "speculation/speculation.h"
@@ -22,9 +23,18 @@ struct Lane {
   GenerationRequest request;
   UpdateSink sink;
   int32_t kv_lane = -1;
+  int32_t slot = -1;            // the slot it runs in (Engine::slots)
   std::vector<int32_t> tokens;  // prompt, then the reply
   int64_t n_prompt = 0;
   int64_t n_cached = 0;         // positions whose K/V are committed in the cache
+  // The prefix cache (when the request uses it): blocks 0..n_keyed_blocks-1 are published or
+  // adopted, the last under last_key; pending_taps holds the committed taps of the block being
+  // filled, published with it so a lane adopting it drafts as this one would.
+  bool uses_prompt_cache = false;
+  int64_t n_keyed_blocks = 0;
+  BlockKey last_key;
+  std::vector<float> pending_taps;
+  int64_t tap_width = 0;
   std::vector<int32_t> completion;
   TokenCounts counts;           // of the completion's tokens, for penalties
   std::unique_ptr<StreamDecoder> decoder;

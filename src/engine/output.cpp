@@ -1,5 +1,6 @@
 // Output: each chosen token becomes an update for the request (text held back while it might
-// begin a stop string), and a finished lane sends its final update and frees its KV.
+// begin a stop string), and a finished lane sends its final update; retiring it publishes its last
+// full blocks and frees its KV.
 #include <algorithm>
 
 #include "core/sha256.h"
@@ -51,6 +52,16 @@ void Engine::Impl::on_token(Lane& lane, int32_t token, const float* row_logits, 
   send(lane, update);
 }
 
+void Engine::Impl::retire_finished() {
+  for (auto& lane : lanes) {
+    if (!lane->is_finished) continue;
+    publish_blocks(*lane);
+    leave_slot(*lane);
+    kv.lane_close(lane->kv_lane);
+  }
+  lanes.erase(std::remove_if(lanes.begin(), lanes.end(), [](auto& l) { return l->is_finished; }), lanes.end());
+}
+
 bool Engine::Impl::send(Lane& lane, GenerationUpdate& update) {
   if (lane.sink(update)) return true;
   finish(lane, FinishReason::cancelled);
@@ -72,7 +83,6 @@ void Engine::Impl::finish(Lane& lane, FinishReason reason, const std::string& er
   update.timings = lane.timings;
   update.token_sha = token_sha(lane.completion);
   lane.sink(update);
-  kv.lane_close(lane.kv_lane);
 }
 
 }  // namespace tf

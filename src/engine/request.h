@@ -18,6 +18,11 @@ struct GenerationRequest {
   bool ignore_eos = false;
   int32_t n_top_logprobs = -1;    // -1: no logprobs; 0..20: logprob of each token plus the n best
   bool wants_provenance = false;  // report how each token reached the reply (TokenProvenance)
+  // The prefix cache: adopt the longest cached prefix of the prompt and publish this request's
+  // full blocks. Off, the request neither reads nor feeds the cache. Requests share cached blocks
+  // only with requests of the same salt (tenants keep their prefixes apart).
+  bool cache_prompt = true;
+  std::string cache_salt;
   // Which proposers draft ("draft": false is none) and the replay benchmark. Tokens always come
   // from the target alone: this changes speed, never the reply.
   DraftRequest draft;
@@ -44,6 +49,7 @@ struct TokenLogprobs {
 // Per-reply figures (llama.cpp's `timings`, plus speculation counters).
 struct ReplyTimings {
   int64_t prompt_n = 0;
+  int64_t cache_n = 0;  // prompt tokens whose K/V came from the prefix cache (not in prompt_ms)
   double prompt_ms = 0;
   int64_t predicted_n = 0;
   double predicted_ms = 0;

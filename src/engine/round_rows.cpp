@@ -43,6 +43,7 @@ void Engine::Impl::add_decode_rows(Lane& lane, int64_t max_rows, RoundRows& rows
   Batch& batch = rows.batch;
   const int64_t root_row = int64_t(batch.rows.size());
   const int32_t root_pos = int32_t(lane.n_cached);
+  draw_blocks(lane, root_pos + tree.max_depth() + 1);
   batch.rows.push_back({lane.tokens.back(), root_pos, lane.kv_lane, -1, kv.slot(lane.kv_lane, root_pos), true});
   for (int32_t node = 0; node < tree.size(); ++node) {
     const int32_t parent = tree.parents[size_t(node)];
@@ -54,9 +55,16 @@ void Engine::Impl::add_decode_rows(Lane& lane, int64_t max_rows, RoundRows& rows
   }
 }
 
+// Within the lane's promise (prompt + max_tokens, made at admission), so it cannot fail.
+void Engine::Impl::draw_blocks(Lane& lane, int64_t n_positions) {
+  if (!kv.lane_reserve(lane.kv_lane, n_positions))
+    fail_internal("a lane outgrew the KV blocks admission promised it");
+}
+
 void Engine::Impl::add_prefill_rows(Lane& lane, int64_t max_rows, RoundRows& rows) {
   const int64_t first = int64_t(rows.batch.rows.size());
   const int64_t n = std::min({int64_t(lane.tokens.size()) - lane.n_cached, max_rows, options.prefill_chunk});
+  draw_blocks(lane, lane.n_cached + n);
   for (int64_t i = 0; i < n; ++i) {
     BatchRow row;
     row.pos = int32_t(lane.n_cached + i);

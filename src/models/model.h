@@ -43,6 +43,9 @@ class Model {
   // Keys and values of n_slots positions in every layer, in this backend's memory and type; a
   // KvCache made with the model (KvCache(model, n_blocks)) holds it.
   virtual std::unique_ptr<KvStorage> make_kv_storage(int64_t n_slots) const = 0;
+  // Free memory of the device KV storage lives on, for a pool sized as a fraction of it (0: the
+  // backend does not say; the CPU's memory is the operating system's to share).
+  virtual int64_t free_kv_memory_bytes() const { return 0; }
   // Bytes of weights one decode step must read (every layer and the LM head; one embedding row),
   // the numerator of achieved bandwidth.
   virtual int64_t weight_bytes_per_step() const = 0;

@@ -69,6 +69,8 @@ GenerationRequest to_generation_request(const CompletionRequest& request,
   generation.n_top_logprobs = request.n_top_logprobs;
   generation.wants_provenance = request.return_provenance;
   if (!request.use_draft) generation.draft.proposers = kNoProposers;
+  generation.cache_prompt = request.cache_prompt;
+  generation.cache_salt = request.cache_salt;
   if (!request.replay.empty()) {  // a forced acceptance: the replay drafts alone
     generation.draft.replay = request.replay;
     generation.draft.replay_depth = request.replay_accept;

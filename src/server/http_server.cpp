@@ -22,6 +22,7 @@
 #include "server/http_transport.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
+#include "server/slot_routes.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tf::server {
@@ -110,6 +111,15 @@ struct HttpServer::Impl {
          [this](auto& req, auto& exchange) { exchange.reply(tokenize(req)); }},
         {"POST", std::regex("/detokenize"), false, true, nullptr,
          [this](auto& req, auto& exchange) { exchange.reply(detokenize(req)); }},
+        {"GET", std::regex("/slots"), false, true,
+         [this](auto&, auto&) { return json_reply(200, slots_json(*context->engine)); }, nullptr},
+        // Saving and restoring wait for the engine thread: a worker's job.
+        {"POST", std::regex("/slots/([^/]+)"), false, true, nullptr,
+         [this](auto& req, auto& exchange) {
+           const json body = req.body.empty() ? json::object() : parse_body(req.body);
+           exchange.reply(json_reply(
+               200, slot_action(*context->engine, *stack, options.slot_save_path, req.path, req.target, body)));
+         }},
     };
   }
 

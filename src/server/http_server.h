@@ -36,6 +36,7 @@ struct ServerOptions {
   std::chrono::milliseconds write_timeout{15'000};  // a client that takes no bytes this long is dropped
   std::chrono::milliseconds shutdown_timeout{5'000};  // stop(): replies in flight get this long to end
   std::string web_dir;               // the chat page's files (index.html, app.js, app.css); empty: none
+  std::string slot_save_path;        // where POST /slots saves and restores; empty: saving is off
 };
 
 class HttpServer {

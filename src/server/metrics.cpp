@@ -38,6 +38,18 @@ std::string prometheus_text(const EngineStats& stats) {
   append_metric(out, "sibling_accepts_total", "counter",
                 "Accepted draft rows off their tree's main chain (K/V moved from scratch slots).",
                 double(stats.sibling_accepts));
+  append_metric(out, "prompt_cache_hit_tokens_total", "counter",
+                "Prompt tokens whose K/V came from the prefix cache.", double(stats.prompt_cache_hit_tokens));
+  append_metric(out, "prompt_cache_miss_tokens_total", "counter", "Prompt tokens computed (not in the prefix cache).",
+                double(stats.prompt_cache_miss_tokens));
+  append_metric(out, "kv_block_size", "gauge", "Positions per KV block.", double(stats.kv_block_size));
+  append_metric(out, "kv_blocks", "gauge", "KV blocks in the pool lanes share.", double(stats.kv_blocks_total));
+  append_metric(out, "kv_blocks_in_use", "gauge", "KV blocks held by live lanes.", double(stats.kv_blocks_in_use));
+  append_metric(out, "kv_blocks_cached", "gauge", "KV blocks in the prefix cache that no lane holds (reusable).",
+                double(stats.kv_blocks_cached));
+  append_metric(out, "kv_blocks_free", "gauge", "KV blocks holding nothing.", double(stats.kv_blocks_free));
+  append_metric(out, "kv_evictions_total", "counter", "Cached KV blocks evicted to make room.",
+                double(stats.kv_evictions));
   append_metric(out, "queue_depth", "gauge", "Requests waiting for a lane.",
                 double(stats.queue_depth));
   append_metric(out, "lanes_live", "gauge", "Lanes generating now.", double(stats.lanes_live));

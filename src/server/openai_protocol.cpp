@@ -185,6 +185,9 @@ CompletionRequest parse_common(const json& body, Endpoint endpoint,
   request.use_draft = fields.boolean("draft").value_or(true);
   request.return_token_ids = fields.boolean("return_token_ids").value_or(false);
   request.return_provenance = fields.boolean("return_provenance").value_or(false);
+  request.cache_prompt = fields.boolean("cache_prompt").value_or(true);
+  request.cache_salt = fields.string("cache_salt").value_or("");
+  if (request.cache_salt.size() > 256) throw invalid("cache_salt", "'cache_salt' must be at most 256 bytes.");
   if (const json* replay = fields.object("replay")) {
     if (!limits.allow_bench_extensions)
       throw invalid("replay", "'replay' is a benchmark extension; this server was not started with "
@@ -416,11 +419,13 @@ std::vector<int32_t> parse_detokenize_request(const json& body) {
 json usage_json(const ReplySummary& summary) {
   return json{{"prompt_tokens", summary.prompt_tokens},
               {"completion_tokens", summary.completion_tokens},
-              {"total_tokens", summary.prompt_tokens + summary.completion_tokens}};
+              {"total_tokens", summary.prompt_tokens + summary.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", summary.timings.cache_n}}}};
 }
 
 json timings_json(const ReplyTimings& timings) {
   return json{{"prompt_n", timings.prompt_n},
+              {"cache_n", timings.cache_n},
               {"prompt_ms", timings.prompt_ms},
               {"predicted_n", timings.predicted_n},
               {"predicted_ms", timings.predicted_ms},

@@ -70,6 +70,8 @@ struct CompletionRequest {
   bool use_draft = true;
   bool return_token_ids = false;        // the reply's token ids in "completion_token_ids"
   bool return_provenance = false;       // each token's source and round in "provenance" (extension)
+  bool cache_prompt = true;             // "cache_prompt": the prefix cache (llama.cpp's name)
+  std::string cache_salt;               // "cache_salt": only requests with the same salt share blocks
   // Benchmark extension: a reply the replay proposer drafts, alone, replay_accept tokens a round
   // (0: as many as the window holds), so a benchmark can force an acceptance length.
   std::vector<int32_t> replay;

@@ -44,6 +44,10 @@ inline void add_stats(EngineStats& total, const EngineStats& s) {
   total.sibling_accepts += s.sibling_accepts;
   total.drafted_tokens += s.drafted_tokens;
   total.accepted_tokens += s.accepted_tokens;
+  total.prompt_cache_hit_tokens += s.prompt_cache_hit_tokens;
+  total.prompt_cache_miss_tokens += s.prompt_cache_miss_tokens;
+  total.kv_evictions += s.kv_evictions;
+  total.kv_blocks_in_use += s.kv_blocks_in_use;  // idle engines: what they still hold (nothing, if well)
   for (int d = 0; d < kMaxTrackedDepth; ++d) {
     total.drafted_at_depth[d] += s.drafted_at_depth[d];
     total.accepted_at_depth[d] += s.accepted_at_depth[d];

@@ -43,4 +43,35 @@ void CudaKvStorage::copy_slot(int32_t from, int32_t to) {
                                   cudaMemcpyDeviceToDevice));
 }
 
+std::string CudaKvStorage::format() const {
+  return "bf16 " + std::to_string(n_layers_) + "x" + std::to_string(kv_dim_);
+}
+
+int64_t CudaKvStorage::bytes_for(int64_t n_slots) const {
+  return 2 * n_layers_ * n_slots * kv_dim_ * int64_t(sizeof(uint16_t));
+}
+
+// Layer by layer: the keys of the n slots, then their values (the host storage's order).
+void CudaKvStorage::read_slots(int32_t first, int64_t n, uint8_t* out) const {
+  TF_CUDA_CHECK(cudaDeviceSynchronize());  // pending rounds may still write these slots
+  const size_t span = size_t(n * kv_dim_) * sizeof(uint16_t);
+  for (int64_t layer = 0; layer < n_layers_; ++layer) {
+    const int64_t offset = layer * layer_stride() + int64_t(first) * kv_dim_;
+    TF_CUDA_CHECK(cudaMemcpy(out, keys_.data() + offset, span, cudaMemcpyDeviceToHost));
+    TF_CUDA_CHECK(cudaMemcpy(out + span, values_.data() + offset, span, cudaMemcpyDeviceToHost));
+    out += 2 * span;
+  }
+}
+
+void CudaKvStorage::write_slots(int32_t first, int64_t n, const uint8_t* in) {
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  const size_t span = size_t(n * kv_dim_) * sizeof(uint16_t);
+  for (int64_t layer = 0; layer < n_layers_; ++layer) {
+    const int64_t offset = layer * layer_stride() + int64_t(first) * kv_dim_;
+    TF_CUDA_CHECK(cudaMemcpy(keys_.data() + offset, in, span, cudaMemcpyHostToDevice));
+    TF_CUDA_CHECK(cudaMemcpy(values_.data() + offset, in + span, span, cudaMemcpyHostToDevice));
+    in += 2 * span;
+  }
+}
+
 }  // namespace tf::cuda

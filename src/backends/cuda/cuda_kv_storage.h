@@ -1,6 +1,7 @@
 // The CUDA backend's KV storage: bf16 in device memory, in the layout the attention kernel reads.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "backends/cuda/device_buffer.cuh"
 #include "runtime/kv_storage.h"
@@ -14,6 +15,10 @@ class CudaKvStorage : public KvStorage {
 
   int64_t n_slots() const override { return n_slots_; }
   void copy_slot(int32_t from, int32_t to) override;
+  std::string format() const override;
+  int64_t bytes_for(int64_t n_slots) const override;
+  void read_slots(int32_t first, int64_t n, uint8_t* out) const override;
+  void write_slots(int32_t first, int64_t n, const uint8_t* in) override;
   uint16_t* keys(int64_t layer) { return keys_.data() + layer * layer_stride(); }      // [n_slots][kv_dim]
   uint16_t* values(int64_t layer) { return values_.data() + layer * layer_stride(); }  // [n_slots][kv_dim]
 

@@ -47,6 +47,12 @@ std::shared_ptr<DFlashDrafter> Qwen3CudaModel::load_drafter(const std::string& d
   return std::make_shared<CudaDFlashDrafter>(drafter_dir, config_, weights_);
 }
 
+int64_t Qwen3CudaModel::free_kv_memory_bytes() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  TF_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return int64_t(free_bytes);
+}
+
 std::unique_ptr<KvStorage> Qwen3CudaModel::make_kv_storage(int64_t n_slots) const {
   return std::make_unique<CudaKvStorage>(config_.n_layers, config_.kv_dim(), n_slots);
 }

@@ -36,6 +36,7 @@ class Qwen3CudaModel : public Model {
   void forward_and_pick(const Batch& batch, KvCache& kv, const std::vector<LogitRowPick>& picks, int32_t* tokens,
                         float* logits) override;
   std::unique_ptr<KvStorage> make_kv_storage(int64_t n_slots) const override;
+  int64_t free_kv_memory_bytes() const override;
   int64_t weight_bytes_per_step() const override;
   void set_tap_layers(std::vector<int> layers) override;
   const std::vector<float>& taps() const override { return taps_; }

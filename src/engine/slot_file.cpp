@@ -1,0 +1,147 @@
+// Layout: "TFSLOT\n", a u64 header length, the header (JSON), the tokens (i32), the K/V bytes, the
+// taps (f32), then the SHA-256 of every byte before it. Numbers little-endian.
+#include "engine/slot_file.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/sha256.h"
+
+namespace tf {
+namespace {
+
+using json = nlohmann::json;
+constexpr char kMagic[] = "TFSLOT\n";
+constexpr size_t kMagicSize = sizeof kMagic - 1;
+
+void put_u64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(char((v >> (8 * i)) & 0xff));
+}
+
+uint64_t get_u64(const std::string& in, size_t at) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(uint8_t(in[at + size_t(i)])) << (8 * i);
+  return v;
+}
+
+template <class T>
+void put_array(std::string& out, const std::vector<T>& values) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 4);
+  const size_t at = out.size();
+  out.resize(at + values.size() * sizeof(T));
+  std::memcpy(out.data() + at, values.data(), values.size() * sizeof(T));  // the host is little-endian (x86, arm)
+}
+
+json files_json(const ModelIdentity& model) {
+  json files = json::object();
+  for (const auto& [name, digest] : model.files) files[name] = digest;
+  return files;
+}
+
+}  // namespace
+
+int64_t write_slot_file(const std::string& path, const SlotSnapshot& s, const ModelIdentity& model) {
+  const json header = {{"format", "tensorfold-slot"},
+                       {"version", kSlotFileVersion},
+                       {"model", model.model},
+                       {"model_files", files_json(model)},
+                       {"kv_format", s.kv_format},
+                       {"block_size", s.block_size},
+                       {"n_tokens", s.tokens.size()},
+                       {"n_blocks", s.n_blocks},
+                       {"kv_bytes", s.kv.size()},
+                       {"tap_width", s.tap_width},
+                       {"cache_salt", s.cache_salt}};
+  const std::string header_text = header.dump();
+  std::string bytes(kMagic, kMagicSize);
+  put_u64(bytes, header_text.size());
+  bytes += header_text;
+  put_array(bytes, s.tokens);
+  put_array(bytes, s.kv);
+  put_array(bytes, s.taps);
+  Sha256 hasher;
+  hasher.update(bytes);
+  const auto digest = hasher.digest();
+  bytes.append(reinterpret_cast<const char*>(digest.data()), digest.size());
+
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+    if (!out) fail("cannot write the slot file " + temporary);
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) fail("cannot rename " + temporary + " to " + path);
+  return int64_t(bytes.size());
+}
+
+SlotSnapshot read_slot_file(const std::string& path, const ModelIdentity& model, int64_t* n_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("there is no saved slot " + path);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (n_bytes) *n_bytes = int64_t(bytes.size());
+  auto refuse = [&](const std::string& why) -> void { fail("the saved slot " + path + " " + why); };
+  if (bytes.size() < kMagicSize + 8 || bytes.compare(0, kMagicSize, kMagic) != 0)
+    refuse("is not a TensorFold slot file");
+  const uint64_t header_size = get_u64(bytes, kMagicSize);
+  const size_t header_at = kMagicSize + 8;
+  if (header_size > bytes.size() - header_at) refuse("is truncated (its header is cut short)");
+  json header;
+  try {
+    header = json::parse(bytes.substr(header_at, size_t(header_size)));
+    if (!header.is_object()) throw std::runtime_error("not an object");
+  } catch (const std::exception&) {
+    refuse("has a corrupt header");
+  }
+  auto number = [&](const char* field) -> uint64_t {
+    const json& v = header.value(field, json());
+    if (!v.is_number_unsigned()) refuse(std::string("has a corrupt header (field '") + field + "')");
+    return v.get<uint64_t>();
+  };
+  auto text = [&](const char* field) -> std::string {
+    const json& v = header.value(field, json());
+    if (!v.is_string()) refuse(std::string("has a corrupt header (field '") + field + "')");
+    return v.get<std::string>();
+  };
+  if (header.value("format", json()) != "tensorfold-slot") refuse("is not a TensorFold slot file");
+  if (number("version") != uint64_t(kSlotFileVersion))
+    refuse("has format version " + std::to_string(number("version")) + "; this server reads version " +
+           std::to_string(kSlotFileVersion));
+  if (header.value("model_files", json()) != files_json(model))
+    refuse("was saved for another model (" + text("model") + "), not " + model.model +
+           " (the model files' SHA-256 differ)");
+  SlotSnapshot s;
+  s.kv_format = text("kv_format");
+  s.cache_salt = text("cache_salt");
+  s.block_size = int64_t(number("block_size"));
+  s.n_blocks = int64_t(number("n_blocks"));
+  s.tap_width = int64_t(number("tap_width"));
+  const uint64_t n_tokens = number("n_tokens"), kv_bytes = number("kv_bytes");
+  const uint64_t n_taps = uint64_t(s.n_blocks) * uint64_t(s.block_size) * uint64_t(s.tap_width);
+  if (n_tokens > (1u << 30) || kv_bytes > (uint64_t(1) << 40) || n_taps > (uint64_t(1) << 36) ||
+      s.block_size < 1 || uint64_t(s.n_blocks) * uint64_t(s.block_size) > n_tokens ||
+      (s.n_blocks > 0 && kv_bytes % uint64_t(s.n_blocks) != 0) || (s.n_blocks == 0 && kv_bytes != 0))
+    refuse("has a corrupt header (sizes that do not fit together)");
+  const uint64_t body = 4 * n_tokens + kv_bytes + 4 * n_taps;
+  const size_t body_at = header_at + size_t(header_size);
+  if (bytes.size() != body_at + body + 32)
+    refuse(bytes.size() < body_at + body + 32 ? "is truncated" : "has bytes past its end");
+  Sha256 hasher;
+  hasher.update(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size() - 32);
+  const auto digest = hasher.digest();
+  if (std::memcmp(digest.data(), bytes.data() + bytes.size() - 32, 32) != 0)
+    refuse("is corrupt (its checksum does not match)");
+  size_t at = body_at;
+  s.tokens.resize(size_t(n_tokens));
+  std::memcpy(s.tokens.data(), bytes.data() + at, 4 * n_tokens);
+  at += 4 * n_tokens;
+  s.kv.assign(bytes.begin() + int64_t(at), bytes.begin() + int64_t(at + kv_bytes));
+  at += kv_bytes;
+  s.taps.resize(size_t(n_taps));
+  std::memcpy(s.taps.data(), bytes.data() + at, 4 * n_taps);
+  return s;
+}
+
+}  // namespace tf

@@ -1,0 +1,30 @@
+// The saved-slot file: a slot's sequence and K/V (SlotSnapshot) with a header naming the model
+// (its files' SHA-256), the K/V's storage form and the format version, closed by a SHA-256 of
+// everything before it, so a file for another model, a truncated or a corrupt one is refused with a
+// sentence saying which, before any of it reaches the cache.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace tf {
+
+// What K/V depends on besides the tokens: the model's files, each named with its SHA-256.
+struct ModelIdentity {
+  std::string model;                                        // a name for messages
+  std::vector<std::pair<std::string, std::string>> files;  // (file name, hex SHA-256), sorted
+};
+
+constexpr int kSlotFileVersion = 1;
+
+// Writes atomically (a temporary file renamed over `path`); returns the bytes written. Throws
+// tf::Error when the file cannot be written.
+int64_t write_slot_file(const std::string& path, const SlotSnapshot& snapshot, const ModelIdentity& model);
+// Reads and checks a file written by write_slot_file for `model`; throws tf::Error naming what is
+// wrong (not a slot file, another version, another model, truncated, corrupt).
+SlotSnapshot read_slot_file(const std::string& path, const ModelIdentity& model, int64_t* n_bytes = nullptr);
+
+}  // namespace tf

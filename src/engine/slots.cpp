@@ -1,0 +1,181 @@
+// Slots: the n_parallel places requests run in. An idle slot remembers the sequence its last
+// request committed; saving writes that sequence with the K/V of its longest cached prefix, and
+// restoring puts the blocks back into the prefix cache, so the next request that starts with those
+// tokens adopts them exactly as if the server had never stopped (resumed = fresh).
+#include <future>
+
+#include "core/error.h"
+#include "engine/engine_impl.h"
+
+namespace tf {
+
+int32_t Engine::Impl::take_slot(const Lane& lane) {
+  for (SlotRecord& record : slot_records) {
+    if (record.info.is_processing) continue;
+    record.info.is_processing = true;
+    record.info.request_id = lane.id;
+    record.info.n_prompt = lane.n_prompt;
+    record.info.n_prompt_cached = lane.n_cached;
+    record.info.n_tokens = 0;
+    record.tokens.clear();
+    return record.info.id;
+  }
+  fail_internal("a lane was admitted with every slot busy");
+}
+
+void Engine::Impl::leave_slot(const Lane& lane) {
+  std::lock_guard<std::mutex> lock(mutex);
+  SlotRecord& record = slot_records.at(size_t(lane.slot));
+  const int64_t n_known = std::min(lane.n_cached, int64_t(lane.tokens.size()));
+  record.tokens.assign(lane.tokens.begin(), lane.tokens.begin() + n_known);
+  record.cache_salt = lane.request.cache_salt;
+  record.info.is_processing = false;
+  record.info.n_tokens = n_known;
+  record.info.timings = lane.timings;
+}
+
+void Engine::Impl::run_tasks() {
+  std::deque<std::function<void()>> now;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    now.swap(tasks);
+  }
+  for (auto& task : now) task();
+}
+
+template <class Result>
+Result Engine::Impl::on_engine_thread(std::function<Result()> work) {
+  auto done = std::make_shared<std::promise<Result>>();
+  std::future<Result> result = done->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (stopping) fail("the server is shutting down");
+    tasks.push_back([this, done, work = std::move(work)] {
+      try {
+        if (stopping) fail("the server is shutting down");
+        done->set_value(work());
+      } catch (...) {
+        done->set_exception(std::current_exception());
+      }
+    });
+  }
+  wake.notify_all();
+  return result.get();
+}
+
+std::vector<SlotInfo> Engine::slots() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  std::vector<SlotInfo> out;
+  for (const auto& record : impl_->slot_records) out.push_back(record.info);
+  return out;
+}
+
+Engine::Impl::SlotRecord& Engine::Impl::idle_slot(int32_t id) {
+  if (id < 0 || id >= int32_t(slot_records.size()))
+    fail("there is no slot " + std::to_string(id) + " (slots are 0.." + std::to_string(slot_records.size() - 1) + ")");
+  SlotRecord& record = slot_records[size_t(id)];
+  if (record.info.is_processing)
+    fail("slot " + std::to_string(id) + " is processing a request; try again when it is idle");
+  return record;
+}
+
+SlotSnapshot Engine::save_slot(int32_t id) {
+  Impl& impl = *impl_;
+  return impl.on_engine_thread<SlotSnapshot>([&impl, id] {
+    SlotSnapshot snapshot;
+    {
+      std::lock_guard<std::mutex> lock(impl.mutex);
+      const Impl::SlotRecord& record = impl.idle_slot(id);
+      if (record.tokens.empty()) fail("slot " + std::to_string(id) + " holds no sequence to save");
+      snapshot.tokens = record.tokens;
+      snapshot.cache_salt = record.cache_salt;
+    }
+    KvCache& kv = impl.kv;
+    const int64_t block_size = kv.block_size();
+    snapshot.kv_format = kv.storage().format();
+    snapshot.block_size = block_size;
+    const BlockKey root = root_block_key(impl.options.model_id, snapshot.cache_salt);
+    const auto keys = block_keys(root, snapshot.tokens, int64_t(snapshot.tokens.size()), block_size);
+    const int64_t block_bytes = kv.storage().bytes_for(block_size);
+    bool has_taps = true;
+    for (const BlockKey& key : keys) {
+      const int32_t block = kv.cached_block(key);
+      if (block < 0) break;  // evicted since: the rest is prefilled again when used
+      const size_t offset = snapshot.kv.size();
+      snapshot.kv.resize(offset + size_t(block_bytes));
+      kv.storage().read_slots(int32_t(block * block_size), block_size, snapshot.kv.data() + offset);
+      const std::vector<float>& taps = kv.cached_extras(key);
+      if (snapshot.n_blocks == 0) snapshot.tap_width = int64_t(taps.size()) / block_size;
+      has_taps = has_taps && !taps.empty() && int64_t(taps.size()) == snapshot.tap_width * block_size;
+      snapshot.taps.insert(snapshot.taps.end(), taps.begin(), taps.end());
+      ++snapshot.n_blocks;
+    }
+    if (!has_taps || snapshot.tap_width == 0) {
+      snapshot.tap_width = 0;
+      snapshot.taps.clear();
+    }
+    return snapshot;
+  });
+}
+
+int64_t Engine::restore_slot(int32_t id, SlotSnapshot snapshot) {
+  Impl& impl = *impl_;
+  return impl.on_engine_thread<int64_t>([&impl, id, &snapshot] {
+    KvCache& kv = impl.kv;
+    {
+      std::lock_guard<std::mutex> lock(impl.mutex);
+      impl.idle_slot(id);
+    }
+    for (int32_t token : snapshot.tokens)
+      if (token < 0 || token >= impl.model->config().vocab_size)
+        fail("the saved slot has token id " + std::to_string(token) + ", outside this model's vocabulary");
+    const int64_t block_size = kv.block_size();
+    const int64_t block_bytes = kv.storage().bytes_for(block_size);
+    const bool same_form = snapshot.kv_format == kv.storage().format() && snapshot.block_size == block_size &&
+                           int64_t(snapshot.kv.size()) == snapshot.n_blocks * block_bytes;
+    // Only whole blocks of this storage's form come back; another form's K/V (another backend)
+    // would not be the bits this machine computes, so those positions are prefilled again.
+    int64_t n_restored = 0;
+    if (same_form) {
+      const BlockKey root = root_block_key(impl.options.model_id, snapshot.cache_salt);
+      const auto keys = block_keys(root, snapshot.tokens, int64_t(snapshot.tokens.size()), block_size);
+      const int64_t n = std::min({snapshot.n_blocks, int64_t(keys.size()), kv.n_free_blocks()});
+      std::vector<uint8_t> bytes(static_cast<size_t>(block_bytes));
+      for (int64_t b = 0; b < n; ++b) {
+        std::copy_n(snapshot.kv.data() + b * block_bytes, block_bytes, bytes.data());
+        std::vector<float> taps;
+        if (snapshot.tap_width > 0) {
+          const auto first = snapshot.taps.begin() + b * block_size * snapshot.tap_width;
+          taps.assign(first, first + block_size * snapshot.tap_width);
+        }
+        if (!kv.insert_cached(keys[size_t(b)], bytes, std::move(taps))) break;
+        n_restored += block_size;
+      }
+    }
+    std::lock_guard<std::mutex> lock(impl.mutex);
+    Impl::SlotRecord& record = impl.slot_records[size_t(id)];
+    record.tokens = std::move(snapshot.tokens);
+    record.cache_salt = std::move(snapshot.cache_salt);
+    record.info.n_tokens = int64_t(record.tokens.size());
+    impl.record_pool_stats();
+    return n_restored;
+  });
+}
+
+int64_t Engine::erase_slot(int32_t id) {
+  Impl& impl = *impl_;
+  return impl.on_engine_thread<int64_t>([&impl, id] {
+    std::lock_guard<std::mutex> lock(impl.mutex);
+    Impl::SlotRecord& record = impl.idle_slot(id);
+    const BlockKey root = root_block_key(impl.options.model_id, record.cache_salt);
+    for (const BlockKey& key : block_keys(root, record.tokens, int64_t(record.tokens.size()), impl.kv.block_size()))
+      impl.kv.forget(key);
+    const int64_t n_erased = int64_t(record.tokens.size());
+    record.tokens.clear();
+    record.info.n_tokens = 0;
+    impl.record_pool_stats();
+    return n_erased;
+  });
+}
+
+}  // namespace tf

@@ -1,0 +1,112 @@
+#include "server/slot_routes.h"
+
+#include <chrono>
+#include <regex>
+
+#include "app/serving_stack.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/slot_file.h"
+#include "server/openai_protocol.h"
+
+namespace tf::server {
+namespace {
+
+ApiError invalid(const std::string& param, const std::string& message) {
+  return ApiError(400, message, "invalid_request_error", param);
+}
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The file a name maps to; the name is the whole of what the client chooses.
+std::string slot_path(const std::string& save_dir, const nlohmann::json& body) {
+  const auto name = body.find("name");
+  if (name == body.end()) throw invalid("name", "Missing required parameter: 'name'.");
+  static const std::regex allowed("[A-Za-z0-9_-]{1,64}");
+  if (!name->is_string() || !std::regex_match(name->get<std::string>(), allowed))
+    throw invalid("name", "Invalid 'name': use 1 to 64 letters, digits, '_' or '-'.");
+  return save_dir + "/" + name->get<std::string>() + ".tfslot";
+}
+
+}  // namespace
+
+nlohmann::json slots_json(const Engine& engine) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const SlotInfo& slot : engine.slots()) {
+    out.push_back({{"id", slot.id},
+                   {"state", slot.is_processing ? "processing" : "idle"},
+                   {"id_task", slot.request_id},
+                   {"n_prompt_tokens", slot.n_prompt},
+                   {"n_prompt_tokens_cached", slot.n_prompt_cached},
+                   {"n_tokens", slot.n_tokens},
+                   {"timings", timings_json(slot.timings)}});
+  }
+  return out;
+}
+
+// The value of `name` in the target's query ("" when absent); slot actions are plain words.
+std::string query_value(const std::string& target, const std::string& name) {
+  const size_t query = target.find('?');
+  if (query == std::string::npos) return "";
+  std::string rest = target.substr(query + 1);
+  for (size_t at = 0; at <= rest.size();) {
+    const size_t end = std::min(rest.find('&', at), rest.size());
+    const std::string pair = rest.substr(at, end - at);
+    if (pair.compare(0, name.size() + 1, name + "=") == 0) return pair.substr(name.size() + 1);
+    at = end + 1;
+  }
+  return "";
+}
+
+nlohmann::json slot_action(Engine& engine, const ServingStack& stack, const std::string& save_dir,
+                           const std::string& path, const std::string& target, const nlohmann::json& body) {
+  const std::string id_text = path.substr(path.rfind('/') + 1);
+  const std::string action = query_value(target, "action");
+  static const std::regex digits("[0-9]{1,9}");
+  if (!std::regex_match(id_text, digits)) throw invalid("id_slot", "Invalid slot id '" + id_text + "'.");
+  const int32_t id = int32_t(std::stoi(id_text));
+  if (id >= int32_t(engine.options().n_parallel))
+    throw invalid("id_slot", "There is no slot " + id_text + " (slots are 0.." +
+                                 std::to_string(engine.options().n_parallel - 1) + ").");
+  if (!body.is_object()) throw invalid("", "The request body must be a JSON object.");
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    if (action == "erase") return {{"id_slot", id}, {"n_erased", engine.erase_slot(id)}};
+    if (action != "save" && action != "restore")
+      throw invalid("action", "Invalid 'action': expected save, restore or erase, got '" + action + "'.");
+    if (save_dir.empty())
+      throw invalid("action", "Saving slots is off on this server: start it with --slot-save-path DIR.");
+    const std::string path = slot_path(save_dir, body);
+    const std::string name = body["name"].get<std::string>();
+    if (action == "save") {
+      const SlotSnapshot snapshot = engine.save_slot(id);
+      const int64_t n_bytes = write_slot_file(path, snapshot, stack.identity());
+      return {{"id_slot", id},
+              {"name", name},
+              {"n_saved", snapshot.tokens.size()},
+              {"n_saved_kv", snapshot.n_blocks * snapshot.block_size},
+              {"n_written", n_bytes},
+              {"timings", {{"save_ms", ms_since(start)}}}};
+    }
+    int64_t n_bytes = 0;
+    SlotSnapshot snapshot = read_slot_file(path, stack.identity(), &n_bytes);
+    const int64_t n_tokens = int64_t(snapshot.tokens.size());
+    const int64_t n_restored = engine.restore_slot(id, std::move(snapshot));
+    return {{"id_slot", id},
+            {"name", name},
+            {"n_restored", n_tokens},
+            {"n_restored_kv", n_restored},
+            {"n_read", n_bytes},
+            {"timings", {{"restore_ms", ms_since(start)}}}};
+  } catch (const Error& error) {  // a busy slot, a missing or refused file: the client's to fix
+    std::string message = error.what();
+    const std::string dir = save_dir + "/";  // the client named the file; the server's folder is its own
+    for (size_t at = message.find(dir); !save_dir.empty() && at != std::string::npos; at = message.find(dir))
+      message.erase(at, dir.size());
+    throw ApiError(400, message, "invalid_request_error", action == "erase" ? "id_slot" : "name");
+  }
+}
+
+}  // namespace tf::server
