@@ -14,7 +14,7 @@ import sys
 
 RANKS = {
     "core": 0,
-    "loader": 1, "tokenizer": 1, "sampling": 1,
+    "loader": 1, "tokenizer": 1, "sampling": 1, "grammar": 1,
     "runtime": 2,
     "models": 3,
     "backends/cpu": 4, "backends/cuda": 4,
