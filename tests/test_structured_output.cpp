@@ -20,6 +20,7 @@ namespace tf {
 namespace {
 
 using nlohmann::json;
+using test::EngineRun;
 using test::run_engine;
 
 const std::string kTarget = test::source_path("models/tensorfold-code-target");
