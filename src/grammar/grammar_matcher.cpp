@@ -35,6 +35,7 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> token_bytes) : bytes_(
     size_t i = p.begin;
     nodes[p.node].first_token = uint32_t(node_tokens.size());
     while (i < p.end && bytes_[size_t(order[i])].size() == p.depth) node_tokens.push_back(order[i++]);
+    max_token_bytes = std::max(max_token_bytes, p.depth);
     nodes[p.node].n_tokens = uint32_t(node_tokens.size()) - nodes[p.node].first_token;
     nodes[p.node].first_child = uint32_t(nodes.size());
     while (i < p.end) {
@@ -108,15 +109,28 @@ GrammarState GrammarMatcher::start() {
   return state;
 }
 
+const GrammarMatcher::Step& GrammarMatcher::step(int32_t stack, uint8_t byte) {
+  const uint64_t key = (uint64_t(uint32_t(stack)) << 8) | byte;
+  auto found = step_index_.find(key);
+  if (found != step_index_.end()) return steps_[found->second];
+  GrammarState next;
+  const StackNode node = nodes_[size_t(stack)];
+  if (grammar_->matches(grammar_->code[size_t(node.position)].index, byte)) expand(node.position + 1, node.below, &next, 0);
+  normalize(&next);
+  step_index_.emplace(key, uint32_t(steps_.size()));
+  steps_.push_back({std::move(next.stacks), next.is_complete});
+  return steps_.back();
+}
+
 void GrammarMatcher::advance_into(const GrammarState& state, uint8_t byte, GrammarState* out) {
   out->stacks.clear();
   out->is_complete = false;
   for (int32_t id : state.stacks) {
-    const StackNode node = nodes_[size_t(id)];
-    if (grammar_->matches(grammar_->code[size_t(node.position)].index, byte))
-      expand(node.position + 1, node.below, out, 0);
+    const Step& next = step(id, byte);  // used before the next call can move steps_
+    out->stacks.insert(out->stacks.end(), next.stacks.begin(), next.stacks.end());
+    out->is_complete = out->is_complete || next.is_complete;
   }
-  normalize(out);
+  if (state.stacks.size() > 1) normalize(out);
 }
 
 GrammarState GrammarMatcher::advance(const GrammarState& state, uint8_t byte) {
@@ -142,7 +156,6 @@ GrammarState GrammarMatcher::advance_token(const GrammarState& state, int32_t to
 void GrammarMatcher::mark_allowed(uint32_t node_index, const GrammarState& state, int depth,
                                   std::vector<uint32_t>* mask) {
   const TokenVocabulary::Node& node = vocabulary_->nodes[node_index];
-  if (scratch_.size() <= size_t(depth)) scratch_.resize(size_t(depth) + 1);
   for (uint32_t c = 0; c < node.n_children; ++c) {
     const uint32_t child_index = node.first_child + c;
     const TokenVocabulary::Node& child = vocabulary_->nodes[child_index];
@@ -153,11 +166,8 @@ void GrammarMatcher::mark_allowed(uint32_t node_index, const GrammarState& state
       const int32_t token = vocabulary_->node_tokens[child.first_token + k];
       (*mask)[size_t(token) >> 5] |= 1u << (token & 31);
     }
-    if (!next.stacks.empty() && child.n_children > 0) {
-      // The recursion reuses deeper scratch slots only, so `next` stays intact for this loop.
-      const GrammarState held = next;
-      mark_allowed(child_index, held, depth + 1, mask);
-    }
+    // Deeper calls use deeper scratch slots only (sized before the walk), so `next` stays intact.
+    if (!next.stacks.empty() && child.n_children > 0) mark_allowed(child_index, next, depth + 1, mask);
   }
 }
 
@@ -166,6 +176,7 @@ const std::vector<uint32_t>& GrammarMatcher::allowed_tokens(const GrammarState& 
   if (found != masks_.end()) return found->second;
   if (masks_.size() >= kMaxCachedMasks) masks_.clear();
   std::vector<uint32_t> mask(size_t((vocabulary_->n_tokens() + 31) / 32), 0u);
+  scratch_.resize(vocabulary_->max_token_bytes + 1);
   if (!state.stacks.empty()) mark_allowed(0, state, 0, &mask);
   ++n_mask_computations_;
   return masks_.emplace(state, std::move(mask)).first->second;

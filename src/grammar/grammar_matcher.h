@@ -27,6 +27,7 @@ class TokenVocabulary {
   };
   std::vector<Node> nodes;  // [0] is the root (no bytes)
   std::vector<int32_t> node_tokens;
+  size_t max_token_bytes = 0;
 
  private:
   std::vector<std::string> bytes_;
@@ -65,12 +66,20 @@ class GrammarMatcher {
   // Adds every stack that `position` over `below` expands to (tops that match bytes).
   void expand(int32_t position, int32_t below, GrammarState* out, int depth);
   void advance_into(const GrammarState& state, uint8_t byte, GrammarState* out);
+  // Where one stack goes on one byte, computed once: a state's step is the union of its stacks'.
+  struct Step {
+    std::vector<int32_t> stacks;
+    bool is_complete = false;
+  };
+  const Step& step(int32_t stack, uint8_t byte);
   void mark_allowed(uint32_t node, const GrammarState& state, int depth, std::vector<uint32_t>* mask);
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   std::vector<StackNode> nodes_;
   std::unordered_map<uint64_t, int32_t> interned_;
+  std::unordered_map<uint64_t, uint32_t> step_index_;  // (stack << 8 | byte) -> steps_
+  std::vector<Step> steps_;
   std::vector<GrammarState> scratch_;  // [trie depth] states of the mask walk
 
   struct StateHash {
