@@ -155,6 +155,25 @@ TEST(LongCopy, AReplyQuotingThePromptCopiesFromTheEarliestPlace) {
   }
 }
 
+// Predicted Outputs: a copy source the prompt does not hold is copied from as if it came before the
+// prompt, so a reply quoting it gets its continuation; without it the same history proposes nothing.
+TEST(LongCopy, ACopySourceOutsideTheHistoryIsCopied) {
+  LongCopyOptions options;
+  const std::vector<int32_t> prediction = distinct_tokens(1000, 200);
+  const std::vector<int32_t> prompt = distinct_tokens(5000, 30);
+  LongCopyProposer with_prediction(options, prediction);
+  LongCopyProposer without(options);
+  std::vector<int32_t> tokens = prompt;
+  for (int64_t n_copied = 1; n_copied <= 40; ++n_copied) {
+    tokens.push_back(prediction[size_t(n_copied - 1)]);
+    const std::vector<int32_t> chain = propose_chain(with_prediction, tokens, int64_t(prompt.size()), 64);
+    ASSERT_FALSE(chain.empty()) << n_copied;
+    auto rest = prediction.begin() + n_copied;
+    EXPECT_EQ(chain, std::vector<int32_t>(rest, rest + int64_t(chain.size()))) << n_copied;
+    EXPECT_TRUE(propose_chain(without, tokens, int64_t(prompt.size()), 64).empty()) << n_copied;
+  }
+}
+
 // A reply that has copied its source is a rewrite: after a slip too long to be an edit, a match
 // of rewrite_confident_match tokens realigns the whole copy, where a reply that never copied only
 // gets a short chain from it.

@@ -2,10 +2,10 @@
 """Fails when a source file includes a layer above its own, or a sibling backend.
 
 The layers, lowest first (DESIGN.md, docs/architecture.md):
-  core <- loader, tokenizer, sampling <- runtime <- models <- backends/cpu, backends/cuda
+  core <- loader, tokenizer, sampling, grammar <- runtime <- models <- backends/cpu, backends/cuda
        <- backends (the one file that chooses a backend) <- speculation <- engine <- app <- server, cli
 A file may include its own folder and any lower layer. Folders of one rank (loader, tokenizer,
-sampling; the two backends; server and cli) may not include each other, except that cli may
+sampling, grammar; the two backends; server and cli) may not include each other, except that cli may
 start the server.
 """
 import pathlib
@@ -14,7 +14,7 @@ import sys
 
 RANKS = {
     "core": 0,
-    "loader": 1, "tokenizer": 1, "sampling": 1,
+    "loader": 1, "tokenizer": 1, "sampling": 1, "grammar": 1,
     "runtime": 2,
     "models": 3,
     "backends/cpu": 4, "backends/cuda": 4,

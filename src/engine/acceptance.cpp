@@ -10,6 +10,10 @@ namespace tf {
 // sample at that position) picks the child; the walk stops where no child holds that token. Every
 // emitted token is the target's choice, so drafts change speed, never tokens.
 void Engine::Impl::accept(Lane& lane, const LaneRows& placed) {
+  if (lane.constraint && lane.constraint->failure()) {
+    finish(lane, FinishReason::error, *lane.constraint->failure());
+    return;
+  }
   const DraftTree& tree = lane.tree;
   const Batch& batch = round_rows.batch;
   lane.timings.rounds += 1;
@@ -74,6 +78,10 @@ void Engine::Impl::commit_prefill(Lane& lane, const LaneRows& placed) {
   publish_blocks(lane);
   const int64_t logit_row = round_rows.logit_row_of[size_t(placed.first_row + placed.n_rows - 1)];
   if (logit_row < 0) return;  // more prompt to come
+  if (lane.constraint && lane.constraint->failure()) {
+    finish(lane, FinishReason::error, *lane.constraint->failure());
+    return;
+  }
   lane.timings.rounds += 1;
   const float* row_logits = nullptr;
   const int32_t token = chosen(logit_row, &row_logits);

@@ -40,6 +40,7 @@ void Engine::Impl::admit() {
     if (tokenizer) lane->decoder = std::make_unique<StreamDecoder>(*tokenizer);
     lane->stop_matcher = std::make_unique<StopMatcher>(lane->request.stop);
     lane->speculation = speculation.for_lane(lane->request.draft, options.lone_window);
+    lane->constraint = make_constraint(lane->request);
     lane->timings.prompt_n = lane->n_prompt;
     lane->admitted = EngineClock::now();
     stats.requests += 1;

@@ -99,6 +99,8 @@ SubmitResult Engine::submit(GenerationRequest request, UpdateSink sink) {
     if (id < 0 || id >= config.vocab_size)
       return invalid("replay.token_ids", "replay token id " + std::to_string(id) + " is outside the vocabulary");
   if (request.max_tokens < 1) return invalid("max_tokens", "max_tokens must be at least 1");
+  if (auto refused = check_constraints(request, config.vocab_size, impl_->tokenizer != nullptr))
+    return invalid(refused->first, refused->second);
   int64_t total = int64_t(request.prompt.size()) + request.max_tokens;
   // Past the context the prompt is at fault when it alone leaves no room for a token, else max_tokens.
   if (total > options_.n_ctx)

@@ -59,6 +59,7 @@ struct RoundRows {
   std::vector<int64_t> logit_row_of;     // [batch rows] index among logit rows, or -1
   std::vector<int64_t> host_logits_row;  // [logit rows] row in the round's logits copy, or -1
   std::vector<int32_t> penalty_paths;    // the draft paths penalties see (LogitRowPick::penalties)
+  std::vector<uint32_t> masks;           // [constrained logit rows][vocab words] (LogitConstraint::allowed)
   int64_t n_scratch = 0;                 // scratch slots given to draft rows off the main chain
 };
 
@@ -67,6 +68,7 @@ struct Engine::Impl {
   std::shared_ptr<Model> model;
   std::shared_ptr<const Tokenizer> tokenizer;
   std::vector<int32_t> eos_ids;
+  std::shared_ptr<const TokenVocabulary> grammar_tokens;  // made at the first grammar request
   KvCache kv;
   Speculation speculation;
 
@@ -121,6 +123,8 @@ struct Engine::Impl {
   void add_prefill_rows(Lane& lane, int64_t max_rows, RoundRows& rows);
   void draw_blocks(Lane& lane, int64_t n_positions);
   void add_picks(RoundRows& rows);
+  // lane_constraint.cpp
+  std::unique_ptr<LaneConstraint> make_constraint(const GenerationRequest& request);
   // acceptance.cpp
   void accept(Lane& lane, const LaneRows& placed);
   void commit_prefill(Lane& lane, const LaneRows& placed);

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/lane_constraint.h"
 #include "engine/request.h"
 #include "engine/stop_matcher.h"
 #include "runtime/kv_cache.h"
@@ -40,6 +41,7 @@ struct Lane {
   std::unique_ptr<StreamDecoder> decoder;
   std::unique_ptr<StopMatcher> stop_matcher;
   std::unique_ptr<LaneSpeculation> speculation;
+  std::unique_ptr<LaneConstraint> constraint;  // null: the request constrains nothing
   DraftTree tree;             // this round's drafts below the root
   int64_t window = 0;         // rows this round's tree could use, root included
   int64_t earned_window = 0;  // window earned by full acceptance; 0: the shared one

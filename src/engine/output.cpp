@@ -18,10 +18,11 @@ void Engine::Impl::on_token(Lane& lane, int32_t token, const float* row_logits, 
     lane.first_token = now;
     lane.timings.prompt_ms = ms_between(lane.admitted, now);
   }
-  if (!lane.request.ignore_eos && is_eos(token)) {
+  if ((!lane.request.ignore_eos && is_eos(token)) || (lane.constraint && lane.constraint->is_stop_token(token))) {
     finish(lane, FinishReason::stop);
     return;
   }
+  if (lane.constraint) lane.constraint->accept(token);
   lane.tokens.push_back(token);
   lane.completion.push_back(token);
   lane.counts[token] += 1;

@@ -2,13 +2,26 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "grammar/grammar.h"
 #include "sampling/sampler.h"
 #include "speculation/speculation.h"
 
 namespace tf {
+
+// What a request forces on its tokens; each applies identically to every verified row, so the
+// reply does not depend on drafts or neighbours.
+struct TokenConstraints {
+  std::shared_ptr<const Grammar> grammar;             // null: free text; else the reply's bytes follow it
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to the raw logits; ascending by token, unique
+  int64_t min_tokens = 0;               // EOS and stop_token_ids are refused before this many tokens
+  std::vector<int32_t> stop_token_ids;  // end the reply like EOS (not part of it), even with ignore_eos
+  bool is_empty() const { return !grammar && logit_bias.empty() && min_tokens == 0 && stop_token_ids.empty(); }
+};
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;    // token ids, non-empty
@@ -23,6 +36,7 @@ struct GenerationRequest {
   // only with requests of the same salt (tenants keep their prefixes apart).
   bool cache_prompt = true;
   std::string cache_salt;
+  TokenConstraints constraints;
   // Which proposers draft ("draft": false is none) and the replay benchmark. Tokens always come
   // from the target alone: this changes speed, never the reply.
   DraftRequest draft;

@@ -39,6 +39,7 @@ void Engine::Impl::add_decode_rows(Lane& lane, int64_t max_rows, RoundRows& rows
   // More drafts than the budget can emit would only cost rows.
   const int64_t max_nodes = std::min(max_rows - 1, lane.budget_left() - 1);
   lane.speculation->draft(lane.history(), max_nodes, round_costs(), &lane.tree);
+  if (lane.constraint) lane.constraint->prune(&lane.tree);
   const DraftTree& tree = lane.tree;
   Batch& batch = rows.batch;
   const int64_t root_row = int64_t(batch.rows.size());
@@ -85,7 +86,9 @@ void Engine::Impl::add_picks(RoundRows& rows) {
   rows.picks.clear();
   rows.host_logits_row.clear();
   rows.penalty_paths.clear();
+  rows.masks.clear();
   std::vector<std::pair<size_t, int64_t>> path_spans;  // [logit rows] offset and length in penalty_paths
+  std::vector<int64_t> mask_offsets;                    // [logit rows] offset in masks, or -1
   int64_t n_copied = 0;
   for (const LaneRows& placed : rows.placed) {
     Lane& lane = *placed.lane;
@@ -102,13 +105,30 @@ void Engine::Impl::add_picks(RoundRows& rows) {
       rows.logit_row_of[size_t(r)] = int64_t(rows.picks.size());
       const bool wants_logits = lane.request.n_top_logprobs >= 0;
       rows.host_logits_row.push_back(wants_logits ? n_copied++ : -1);
-      rows.picks.push_back({&lane.request.sampling, int64_t(row.pos) + 1, PenaltyHistory{&lane.counts}, wants_logits});
+      rows.picks.push_back({&lane.request.sampling, int64_t(row.pos) + 1, PenaltyHistory{&lane.counts}, wants_logits, {}});
+      mask_offsets.push_back(-1);
+      if (lane.constraint) {
+        // The row's token is the reply's token number completion + depth; its grammar state is the
+        // one after the row's own draft path.
+        const int32_t node = placed.is_decode ? int32_t(r - placed.first_row) - 1 : -1;
+        const int64_t completion_index = int64_t(lane.completion.size()) + lane.tree.depth(node);
+        LaneConstraint& constraint = *lane.constraint;
+        const size_t offset = rows.masks.size();
+        rows.masks.resize(offset + size_t(constraint.n_words()));
+        if (constraint.row_mask(node, completion_index, rows.masks.data() + offset))
+          mask_offsets.back() = int64_t(offset);
+        else
+          rows.masks.resize(offset);
+        rows.picks.back().constraint.bias = constraint.bias();
+        rows.picks.back().constraint.n_bias = constraint.n_bias();
+      }
     }
   }
-  // The paths are complete: their pointers stay valid for the round.
+  // The paths and masks are complete: their pointers stay valid for the round.
   for (size_t i = 0; i < rows.picks.size(); ++i) {
     rows.picks[i].penalties.path = rows.penalty_paths.data() + path_spans[i].first;
     rows.picks[i].penalties.n_path = path_spans[i].second;
+    if (mask_offsets[i] >= 0) rows.picks[i].constraint.allowed = rows.masks.data() + mask_offsets[i];
   }
 }
 

@@ -17,7 +17,7 @@ void Model::forward_and_pick(const Batch& batch, KvCache& kv, const std::vector<
   for (size_t i = 0; i < picks.size(); ++i) {
     const LogitRowPick& pick = picks[i];
     const float* row = all_logits_.data() + int64_t(i) * n_vocab;
-    tokens[i] = sampler_.sample(row, n_vocab, *pick.sampling, pick.position, pick.penalties);
+    tokens[i] = sampler_.sample(row, n_vocab, *pick.sampling, pick.position, pick.penalties, pick.constraint);
     if (pick.wants_logits) std::copy_n(row, n_vocab, logits + n_copied++ * n_vocab);
   }
 }

@@ -26,6 +26,7 @@ struct LogitRowPick {
   int64_t position = 0;                      // the index the chosen token will have in its sequence
   PenaltyHistory penalties;                  // read only when the parameters have penalties
   bool wants_logits = false;                 // also hand back the row's raw logits (logprobs)
+  LogitConstraint constraint;                // logit_bias and the allowed tokens (grammar, min_tokens)
 };
 
 class Model {

@@ -66,6 +66,14 @@ LogSoftmaxNormalizer log_softmax_normalizer(const float* logits, int64_t n_vocab
   return {max_logit, std::log(sum)};
 }
 
+// Every allowed logit at -inf leaves no best token: the lowest allowed id, never a masked one.
+int32_t allowed_or_first(int32_t token, const float* values, int64_t n_vocab, const LogitConstraint& constraint) {
+  if (values[token] != kNegativeInfinity || !constraint.allowed || is_allowed(constraint.allowed, token)) return token;
+  for (int64_t id = 0; id < n_vocab; ++id)
+    if (is_allowed(constraint.allowed, id)) return int32_t(id);
+  return token;
+}
+
 }  // namespace
 
 int32_t argmax(const float* logits, int64_t n) {
@@ -99,13 +107,23 @@ void penalty_counts(const PenaltyHistory& history, std::vector<std::pair<int32_t
   out->resize(n_unique);
 }
 
+void apply_logit_constraint(float* logits, int64_t n_vocab, const LogitConstraint& constraint) {
+  for (int64_t i = 0; i < constraint.n_bias; ++i) {
+    const auto [token, bias] = constraint.bias[i];
+    if (token >= 0 && token < n_vocab) logits[token] += bias;
+  }
+  if (!constraint.allowed) return;
+  for (int64_t id = 0; id < n_vocab; ++id)
+    if (!is_allowed(constraint.allowed, id)) logits[id] = kNegativeInfinity;
+}
+
 int32_t Sampler::sample(const float* logits, int64_t n_vocab, const SamplingParams& params,
-                        int64_t position, const PenaltyHistory& history) {
+                        int64_t position, const PenaltyHistory& history, const LogitConstraint& constraint) {
   if (n_vocab <= 0) fail("sampler: empty logits");
   const bool has_penalty_params = params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
   if (has_penalty_params) penalty_counts(history, &penalties_);
   const bool has_penalties = has_penalty_params && !penalties_.empty();
-  if (params.is_greedy() && !has_penalties) return argmax(logits, n_vocab);
+  if (params.is_greedy() && !has_penalties && constraint.is_empty()) return argmax(logits, n_vocab);
 
   const auto n = static_cast<size_t>(n_vocab);
   processed_.assign(logits, logits + n);
@@ -113,6 +131,7 @@ int32_t Sampler::sample(const float* logits, int64_t n_vocab, const SamplingPara
   for (size_t id = 0; id < n; ++id) {
     if (std::isnan(values[id])) values[id] = kNegativeInfinity;
   }
+  apply_logit_constraint(values, n_vocab, constraint);
   if (has_penalties) {
     // Each token is touched once, so the order cannot matter.
     for (const auto& [token, count] : penalties_) {
@@ -121,7 +140,7 @@ int32_t Sampler::sample(const float* logits, int64_t n_vocab, const SamplingPara
       values[token] -= presence + params.frequency_penalty * static_cast<float>(count);
     }
   }
-  if (params.is_greedy()) return argmax(values, n_vocab);
+  if (params.is_greedy()) return allowed_or_first(argmax(values, n_vocab), values, n_vocab, constraint);
 
   for (size_t id = 0; id < n; ++id) values[id] /= params.temperature;
 
@@ -142,7 +161,7 @@ int32_t Sampler::sample(const float* logits, int64_t n_vocab, const SamplingPara
   for (int32_t id : order_) max_value = std::max(max_value, values[id]);
   if (!std::isfinite(max_value)) {
     // All -inf, or some +inf: no proper distribution; take the best-ranked candidate.
-    return *std::min_element(order_.begin(), order_.end(), before);
+    return allowed_or_first(*std::min_element(order_.begin(), order_.end(), before), values, n_vocab, constraint);
   }
   float sum = 0.0f;
   for (int32_t id : order_) {

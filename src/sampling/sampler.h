@@ -40,6 +40,20 @@ struct PenaltyHistory {
 // penalties are applied is fixed by the history alone.
 void penalty_counts(const PenaltyHistory& history, std::vector<std::pair<int32_t, int32_t>>* out);
 
+// What a request forces on a row before the usual processing: logit_bias added to the raw logits,
+// then every token outside `allowed` (a grammar's mask, min_tokens) set to -inf. An empty
+// constraint leaves the row exactly as it was; every backend applies the same two steps.
+struct LogitConstraint {
+  const std::pair<int32_t, float>* bias = nullptr;  // [n_bias] ascending by token, each once
+  int64_t n_bias = 0;
+  const uint32_t* allowed = nullptr;  // [ceil(n_vocab / 32)] bit t % 32 of word t / 32: t may be chosen; null: all
+  bool is_empty() const { return n_bias == 0 && allowed == nullptr; }
+};
+
+inline bool is_allowed(const uint32_t* allowed, int64_t token) {
+  return allowed == nullptr || ((allowed[token >> 5] >> (token & 31)) & 1u) != 0;
+}
+
 struct TokenLogprob {
   int32_t token;
   float logprob;
@@ -52,7 +66,7 @@ class Sampler {
   // Picks the token at sequence position `position` (the index the token will have).
   // Reuses internal scratch buffers; one Sampler per thread.
   int32_t sample(const float* logits, int64_t n_vocab, const SamplingParams& params,
-                 int64_t position, const PenaltyHistory& history = {});
+                 int64_t position, const PenaltyHistory& history = {}, const LogitConstraint& constraint = {});
   int32_t sample(const float* logits, int64_t n_vocab, const SamplingParams& params,
                  int64_t position, const TokenCounts& counts) {
     return sample(logits, n_vocab, params, position, PenaltyHistory{&counts});
@@ -71,5 +85,8 @@ class Sampler {
 
 // argmax with ties broken toward the lower id.
 int32_t argmax(const float* logits, int64_t n);
+// logits += bias, then -inf outside `allowed`: the constraint's two steps, in place (the host twin
+// of the CUDA constraint kernel).
+void apply_logit_constraint(float* logits, int64_t n_vocab, const LogitConstraint& constraint);
 
 }  // namespace tf

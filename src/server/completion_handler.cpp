@@ -68,6 +68,7 @@ GenerationRequest to_generation_request(const CompletionRequest& request,
   generation.stop = request.stop;
   generation.n_top_logprobs = request.n_top_logprobs;
   generation.wants_provenance = request.return_provenance;
+  apply_constraint_fields(request.constraints, &generation);
   if (!request.use_draft) generation.draft.proposers = kNoProposers;
   generation.cache_prompt = request.cache_prompt;
   generation.cache_salt = request.cache_salt;
@@ -106,6 +107,8 @@ struct ReplyProgress {
   std::optional<std::vector<int32_t>> token_ids;  // kept when the request asked for them
   // Provenance of tokens not yet sent (the SSE path hands it to the next chunk it writes), when asked.
   std::optional<std::vector<TokenProvenance>> provenance;
+  // Predicted Outputs: the prediction's tokens and the completion's, for the usage figures.
+  std::optional<std::vector<int32_t>> prediction, completion_ids;
 
   // The logprobs object of this update's tokens, or null when none were requested.
   json add(const GenerationUpdate& update, Endpoint endpoint, const Tokenizer& tokenizer) {
@@ -116,6 +119,7 @@ struct ReplyProgress {
     text_bytes += int64_t(update.text.size());
     if (token_ids) token_ids->insert(token_ids->end(), update.tokens.begin(), update.tokens.end());
     if (provenance) provenance->insert(provenance->end(), update.provenance.begin(), update.provenance.end());
+    if (completion_ids) completion_ids->insert(completion_ids->end(), update.tokens.begin(), update.tokens.end());
     return logprobs;
   }
 
@@ -127,8 +131,10 @@ struct ReplyProgress {
   }
 
   ReplySummary summary(const GenerationUpdate& final_update) const {
-    return ReplySummary{final_update.finish_reason, prompt_tokens, completion_tokens,
-                        final_update.timings, final_update.token_sha, token_ids};
+    ReplySummary summary{final_update.finish_reason, prompt_tokens, completion_tokens,
+                         final_update.timings, final_update.token_sha, token_ids, std::nullopt};
+    if (prediction) summary.prediction = prediction_usage(*prediction, *completion_ids);
+    return summary;
   }
 };
 
@@ -231,10 +237,16 @@ void handle_completion(const std::shared_ptr<const ServingContext>& context, End
   progress.prompt_tokens = int64_t(prompt.size());
   if (parsed.return_token_ids) progress.token_ids.emplace();
   if (parsed.return_provenance) progress.provenance.emplace();
+  GenerationRequest generation = to_generation_request(parsed, std::move(prompt), *context);
+  if (parsed.constraints.prediction) {
+    // The prediction is a copy source for long copy: it changes speed, never tokens.
+    generation.draft.copy_source = context->tokenizer->encode(*parsed.constraints.prediction);
+    progress.prediction = generation.draft.copy_source;
+    progress.completion_ids.emplace();
+  }
   auto channel = ReplyChannel::create();
   Engine& engine = *context->engine;
-  const SubmitResult submitted =
-      engine.submit(to_generation_request(parsed, std::move(prompt), *context), channel->sink());
+  const SubmitResult submitted = engine.submit(std::move(generation), channel->sink());
   throw_if_rejected(submitted, endpoint);
   const uint64_t id = submitted.request_id;
   // From here on the lane is freed (within a round) whenever nobody waits: the client left, or

@@ -199,6 +199,7 @@ CompletionRequest parse_common(const json& body, Endpoint endpoint,
     request.replay = parse_token_ids(*ids, "replay.token_ids");
     request.replay_accept = replay_fields.integer("accept", 1, 1024).value_or(0);
   }
+  request.constraints = parse_constraint_fields(body);
   return request;
 }
 
@@ -417,10 +418,14 @@ std::vector<int32_t> parse_detokenize_request(const json& body) {
 }
 
 json usage_json(const ReplySummary& summary) {
-  return json{{"prompt_tokens", summary.prompt_tokens},
-              {"completion_tokens", summary.completion_tokens},
-              {"total_tokens", summary.prompt_tokens + summary.completion_tokens},
-              {"prompt_tokens_details", {{"cached_tokens", summary.timings.cache_n}}}};
+  json usage = {{"prompt_tokens", summary.prompt_tokens},
+                {"completion_tokens", summary.completion_tokens},
+                {"total_tokens", summary.prompt_tokens + summary.completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", summary.timings.cache_n}}}};
+  if (summary.prediction)
+    usage["completion_tokens_details"] = {{"accepted_prediction_tokens", summary.prediction->accepted},
+                                          {"rejected_prediction_tokens", summary.prediction->rejected}};
+  return usage;
 }
 
 json timings_json(const ReplyTimings& timings) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/request.h"
+#include "server/constraint_params.h"
 #include "sampling/sampler.h"
 #include "tokenizer/chat_template.h"
 
@@ -76,6 +77,7 @@ struct CompletionRequest {
   // (0: as many as the window holds), so a benchmark can force an acceptance length.
   std::vector<int32_t> replay;
   int64_t replay_accept = 0;
+  ConstraintFields constraints;  // response_format, grammar, logit_bias, ..., prediction
 };
 
 // Checks the bytes (valid UTF-8) and parses a JSON object; throws ApiError.
@@ -110,6 +112,7 @@ struct ReplySummary {
   ReplyTimings timings;
   std::string token_sha;
   std::optional<std::vector<int32_t>> token_ids;  // when the request asked for them
+  std::optional<PredictionUsage> prediction;      // when the request had a prediction
 };
 
 json usage_json(const ReplySummary& summary);

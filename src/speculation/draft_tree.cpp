@@ -29,19 +29,39 @@ int64_t DraftTree::add_chain(int32_t parent, const std::vector<int32_t>& chain, 
       is_following_existing = false;
     }
     if (size() >= max_nodes) break;
-    const bool parent_is_main = parent < 0 || is_main[size_t(parent)];
-    tokens.push_back(token);
-    parents.push_back(parent);
-    sources.push_back(source);
-    depths.push_back(depth(parent) + 1);
-    is_main.push_back(parent_is_main && !has_child_[size_t(parent + 1)]);
-    has_child_[size_t(parent + 1)] = 1;
-    has_child_.push_back(0);
-    max_depth_ = std::max(max_depth_, depths.back());
+    push_node(parent, token, source);
     parent = int32_t(size() - 1);
     ++n_added;
   }
   return n_added;
+}
+
+void DraftTree::retain(const std::vector<uint8_t>& keep) {
+  const DraftTree old = *this;
+  clear();
+  has_child_.push_back(0);
+  std::vector<int32_t> new_index(old.tokens.size(), -1);
+  for (size_t node = 0; node < old.tokens.size(); ++node) {
+    if (!keep[node]) continue;
+    const int32_t old_parent = old.parents[node];
+    const int32_t parent = old_parent < 0 ? -1 : new_index[size_t(old_parent)];
+    assert(old_parent < 0 || parent >= 0);
+    new_index[node] = int32_t(size());
+    push_node(parent, old.tokens[node], old.sources[node]);
+  }
+}
+
+// A node's first child continues a main-chain parent's chain; later siblings go to scratch.
+void DraftTree::push_node(int32_t parent, int32_t token, uint8_t source) {
+  const bool parent_is_main = parent < 0 || is_main[size_t(parent)];
+  tokens.push_back(token);
+  parents.push_back(parent);
+  sources.push_back(source);
+  depths.push_back(depth(parent) + 1);
+  is_main.push_back(parent_is_main && !has_child_[size_t(parent + 1)]);
+  has_child_[size_t(parent + 1)] = 1;
+  has_child_.push_back(0);
+  max_depth_ = std::max(max_depth_, depths.back());
 }
 
 void DraftTree::clear() {

@@ -25,9 +25,13 @@ struct DraftTree {
   // Adds `chain` below `parent` (-1 = root), reusing nodes that already hold the same token, until
   // the tree holds max_nodes nodes. Returns how many new nodes were added.
   int64_t add_chain(int32_t parent, const std::vector<int32_t>& chain, int64_t max_nodes, uint8_t source);
+  // Keeps the nodes with keep[node] set, in order (a kept node's parent must be kept); the main
+  // chain is the first kept child chain again.
+  void retain(const std::vector<uint8_t>& keep);
   void clear();
 
  private:
+  void push_node(int32_t parent, int32_t token, uint8_t source);
   std::vector<uint8_t> has_child_;  // [n_nodes + 1], [0] for the root
   int32_t max_depth_ = 0;
 };

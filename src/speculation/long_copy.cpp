@@ -197,8 +197,20 @@ struct LongCopyProposer::Automaton {
   }
 };
 
-LongCopyProposer::LongCopyProposer(LongCopyOptions options)
-    : options_(options), automaton_(std::make_unique<Automaton>()) {}
+LongCopyProposer::LongCopyProposer(LongCopyOptions options, std::vector<int32_t> copy_source)
+    : options_(options), copy_source_(std::move(copy_source)), automaton_(std::make_unique<Automaton>()) {}
+
+LaneHistory LongCopyProposer::with_source(const LaneHistory& history) {
+  if (copy_source_.empty()) return history;
+  const size_t n_source = copy_source_.size();
+  const size_t n_seen = source_and_history_.size() < n_source ? 0 : source_and_history_.size() - n_source;
+  if (source_and_history_.size() < n_source || history.tokens.size() < n_seen) {  // a different history
+    source_and_history_ = copy_source_;
+  }
+  source_and_history_.insert(source_and_history_.end(),
+                             history.tokens.begin() + int64_t(source_and_history_.size() - n_source), history.tokens.end());
+  return {source_and_history_, history.n_prompt + int64_t(n_source)};
+}
 
 LongCopyProposer::~LongCopyProposer() = default;
 
@@ -327,13 +339,14 @@ int64_t LongCopyProposer::confident_match() const {
   return is_rewrite_ ? options_.rewrite_confident_match : options_.min_confident_match;
 }
 
-void LongCopyProposer::observe(const LaneHistory& history) { catch_up(history); }
+void LongCopyProposer::observe(const LaneHistory& lane_history) { catch_up(with_source(lane_history)); }
 
 int64_t LongCopyProposer::last_match_length() const { return automaton_->match_length; }
 
 int64_t LongCopyProposer::last_match_end() const { return automaton_->match_end; }
 
-void LongCopyProposer::propose(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) {
+void LongCopyProposer::propose(const LaneHistory& lane_history, int64_t max_nodes, DraftTree* tree) {
+  const LaneHistory history = with_source(lane_history);
   catch_up(history);
   const std::vector<int32_t>& tokens = history.tokens;
   const int64_t n_tokens = int64_t(tokens.size());

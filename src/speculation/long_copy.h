@@ -64,7 +64,9 @@ struct LongCopyOptions {
 // A proposer serves one lane: the history must only grow between calls.
 class LongCopyProposer final : public Proposer {
  public:
-  explicit LongCopyProposer(LongCopyOptions options = {});
+  // copy_source: tokens to copy from besides the history (a prediction), read as if they came
+  // before the prompt, so a reply quoting it from its first token finds it first.
+  explicit LongCopyProposer(LongCopyOptions options = {}, std::vector<int32_t> copy_source = {});
   ~LongCopyProposer() override;
 
   ProposerKind kind() const override { return ProposerKind::long_copy; }
@@ -81,6 +83,8 @@ class LongCopyProposer final : public Proposer {
   struct Edit {
     std::vector<int32_t> old_tokens, new_tokens;
   };
+  // The history with the copy source in front (the history itself when there is none).
+  LaneHistory with_source(const LaneHistory& history);
   void catch_up(const LaneHistory& history);
   // Moves the source cursor past tokens[n], or notes a departure, or rejoins after one.
   void follow_source(const std::vector<int32_t>& tokens, int64_t n);
@@ -98,6 +102,8 @@ class LongCopyProposer final : public Proposer {
                                           int64_t keep_at, std::vector<int32_t>* chain) const;
 
   LongCopyOptions options_;
+  std::vector<int32_t> copy_source_;
+  std::vector<int32_t> source_and_history_;  // copy_source_, then the history seen so far
   std::unique_ptr<Automaton> automaton_;
   int64_t n_observed_ = 0;
   // The match length that aligns the copy: shorter once the reply is a rewrite.

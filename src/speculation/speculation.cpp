@@ -28,7 +28,7 @@ std::unique_ptr<LaneSpeculation> Speculation::for_lane(const DraftRequest& reque
   if (allowed(ProposerKind::long_copy)) {
     LongCopyOptions copy;
     copy.min_confident_match = options_.settings.min_confident_match;
-    proposers.push_back(std::make_unique<LongCopyProposer>(copy));
+    proposers.push_back(std::make_unique<LongCopyProposer>(copy, request.copy_source));
   }
   if (options_.drafter && allowed(ProposerKind::drafter))
     proposers.push_back(std::make_unique<DrafterProposer>(options_.drafter, options_.settings.drafter_tree));

@@ -37,6 +37,9 @@ struct DraftRequest {
   // Benchmarks and tests: a reply the replay proposer drafts, to force any acceptance length.
   std::vector<int32_t> replay;
   int64_t replay_depth = 0;  // replay tokens drafted a round; 0: the lane's window
+  // Predicted Outputs: text the reply is expected to copy (a rewrite's old file); long copy reads
+  // it as if it came before the prompt.
+  std::vector<int32_t> copy_source;
 };
 
 // What the engine measured of its rounds: what a lane's share of a round costs (what a round a

@@ -317,10 +317,16 @@ void Qwen3CudaModel::forward_and_pick(const Batch& batch, KvCache& kv, const std
                                   (end - begin) * row_bytes, cudaMemcpyDeviceToHost, stream));
     begin = end;
   }
-  if (stage_penalties(picks, n_logit_rows)) {
+  // The host sampler's order: logit_bias and the allowed mask, then penalties, then the choice.
+  const bool has_constraints = stage_constraints(picks, n_logit_rows);
+  if (has_constraints)
+    apply_logit_constraints_f32(logits_.data(), n_logit_rows, n_vocab, constraint_rows_.data(), bias_entries_.data(),
+                                allowed_masks_.data(), stream);
+  const bool has_penalties = stage_penalties(picks, n_logit_rows);
+  if (has_penalties)
     apply_penalties_f32(logits_.data(), n_logit_rows, n_vocab, penalty_rows_.data(), penalty_entries_.data(), stream);
-    argmax_f32(logits_.data(), n_logit_rows, n_vocab, argmax_.data(), stream);  // greedy rows, penalized
-  }
+  if (has_constraints || has_penalties)
+    argmax_f32(logits_.data(), n_logit_rows, n_vocab, argmax_.data(), stream);  // greedy rows, constrained or penalized
   // Sampled rows are drawn over the argmax ids; greedy rows keep their argmax (their temperature 0
   // leaves them alone).
   bool has_sampled = false;
@@ -371,6 +377,45 @@ bool Qwen3CudaModel::stage_penalties(const std::vector<LogitRowPick>& picks, int
   TF_CUDA_CHECK(cudaMemcpyAsync(penalty_entries_.data(), entries.data(), entries.size() * sizeof(int2),
                                 cudaMemcpyHostToDevice, stream_.get()));
   TF_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  return true;
+}
+
+// Uploads each logit row's logit_bias and allowed mask (LogitConstraint); false when no row has any.
+bool Qwen3CudaModel::stage_constraints(const std::vector<LogitRowPick>& picks, int64_t n_logit_rows) {
+  const int64_t n_words = (config_.vocab_size + 31) / 32;
+  std::vector<GpuConstraintRow> rows(size_t(n_logit_rows), GpuConstraintRow{0, 0, -1});
+  std::vector<GpuBiasEntry> bias;
+  std::vector<uint32_t> masks;
+  bool has_constraints = false;
+  for (int64_t i = 0; i < n_logit_rows; ++i) {
+    const LogitConstraint& constraint = picks[size_t(i)].constraint;
+    if (constraint.is_empty()) continue;
+    has_constraints = true;
+    rows[size_t(i)] = GpuConstraintRow{int32_t(bias.size()), int32_t(constraint.n_bias), -1};
+    for (int64_t k = 0; k < constraint.n_bias; ++k)
+      bias.push_back(GpuBiasEntry{constraint.bias[k].first, constraint.bias[k].second});
+    if (constraint.allowed) {
+      rows[size_t(i)].mask_offset = int64_t(masks.size());
+      masks.insert(masks.end(), constraint.allowed, constraint.allowed + n_words);
+    }
+  }
+  if (!has_constraints) return false;
+  if (constraint_rows_.size() < rows.size()) constraint_rows_ = DeviceBuffer<GpuConstraintRow>(rows.size() + rows.size() / 2);
+  if (bias_entries_.size() < std::max<size_t>(bias.size(), 1))
+    bias_entries_ = DeviceBuffer<GpuBiasEntry>(std::max<size_t>(bias.size(), 1) * 3 / 2 + 1);
+  if (allowed_masks_.size() < std::max<size_t>(masks.size(), 1))
+    allowed_masks_ = DeviceBuffer<uint32_t>(std::max<size_t>(masks.size(), 1) * 3 / 2 + 1);
+  cudaStream_t stream = stream_.get();
+  // Synchronous copies from pageable memory, as for penalties: constrained rows are the exception.
+  TF_CUDA_CHECK(cudaMemcpyAsync(constraint_rows_.data(), rows.data(), rows.size() * sizeof(GpuConstraintRow),
+                                cudaMemcpyHostToDevice, stream));
+  if (!bias.empty())
+    TF_CUDA_CHECK(cudaMemcpyAsync(bias_entries_.data(), bias.data(), bias.size() * sizeof(GpuBiasEntry),
+                                  cudaMemcpyHostToDevice, stream));
+  if (!masks.empty())
+    TF_CUDA_CHECK(cudaMemcpyAsync(allowed_masks_.data(), masks.data(), masks.size() * sizeof(uint32_t),
+                                  cudaMemcpyHostToDevice, stream));
+  TF_CUDA_CHECK(cudaStreamSynchronize(stream));
   return true;
 }
 

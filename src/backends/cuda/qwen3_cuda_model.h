@@ -9,6 +9,7 @@
 #include "backends/cuda/attention.cuh"
 #include "backends/cuda/device_buffer.cuh"
 #include "backends/cuda/qwen3_cuda_weights.h"
+#include "backends/cuda/logit_constraint.cuh"
 #include "backends/cuda/penalties.cuh"
 #include "backends/cuda/sample.cuh"
 #include "backends/cuda/stream_graph.h"
@@ -75,6 +76,7 @@ class Qwen3CudaModel : public Model {
   void finish_forward(int64_t n_rows);
   void unpack_taps(int64_t n_rows);
   bool stage_penalties(const std::vector<LogitRowPick>& picks, int64_t n_logit_rows);
+  bool stage_constraints(const std::vector<LogitRowPick>& picks, int64_t n_logit_rows);
 
   ModelConfig config_;
   Qwen3CudaWeights weights_;
@@ -121,6 +123,9 @@ class Qwen3CudaModel : public Model {
   DeviceBuffer<GpuPenaltyRow> penalty_rows_;  // [logit rows] forward_and_pick's penalties
   DeviceBuffer<int2> penalty_entries_;        // (token, count) of every penalized row
   std::vector<std::pair<int32_t, int32_t>> penalty_scratch_;
+  DeviceBuffer<GpuConstraintRow> constraint_rows_;  // [logit rows] forward_and_pick's logit constraints
+  DeviceBuffer<GpuBiasEntry> bias_entries_;         // logit_bias of every constrained row
+  DeviceBuffer<uint32_t> allowed_masks_;            // [masked rows][vocab words]
   DeviceBuffer<float> attention_scratch_;  // partials of attention's key splits (attention_scratch_floats)
   DeviceBuffer<uint16_t> tap_rows_;  // [n_tap_layers][n_rows][hidden]
   PinnedHostBuffer<uint16_t> tap_staging_;

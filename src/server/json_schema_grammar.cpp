@@ -1,0 +1,432 @@
+// JSON Schema to GBNF: one rule per schema node, shared rules for JSON's lexical parts. Output is
+// compact JSON with bounded optional whitespace, so a reply cannot pad forever.
+#include "server/json_schema_grammar.h"
+
+#include <map>
+#include <set>
+
+#include "grammar/grammar.h"
+#include "server/openai_protocol.h"
+
+namespace tf::server {
+namespace {
+
+using json = nlohmann::json;
+
+// The lexical rules every schema grammar shares.
+constexpr const char* kCommonRules = R"(ws ::= | " " | "\n" [ \t]{0,20}
+json-char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
+json-string ::= "\"" json-char* "\""
+json-integer ::= "-"? ("0" | [1-9] [0-9]{0,15})
+json-number ::= json-integer ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?
+json-boolean ::= "true" | "false"
+json-null ::= "null"
+json-value ::= json-object | json-array | json-string | json-number | json-boolean | json-null
+json-object ::= "{" ws (json-member ("," ws json-member)*)? "}"
+json-member ::= json-string ws ":" ws json-value ws
+json-array ::= "[" ws (json-value ws ("," ws json-value ws)*)? "]"
+)";
+
+constexpr int64_t kMaxCount = 1000;  // the grammar's repetition bound
+
+ApiError unsupported(const std::string& path, const std::string& what) {
+  return ApiError(400, "Invalid '" + path + "': " + what, "invalid_request_error", path);
+}
+
+// A regex (JSON Schema `pattern`, ECMA-262 subset) over a string's characters, as a GBNF
+// expression. Characters that JSON must escape (", \, controls) are not matched by classes.
+class PatternConverter {
+ public:
+  PatternConverter(const std::string& pattern, const std::string& path) : p_(pattern), path_(path) {}
+
+  std::string run() {
+    bool anchored_start = false, anchored_end = false;
+    if (!p_.empty() && p_[0] == '^') {
+      anchored_start = true;
+      ++i_;
+    }
+    std::string body = alternatives(0);
+    if (i_ < p_.size() && p_[i_] == '$') {
+      anchored_end = true;
+      ++i_;
+    }
+    if (i_ != p_.size()) error("unsupported syntax at offset " + std::to_string(i_));
+    const std::string any = "json-char*";
+    return (anchored_start ? "" : any + " ") + "(" + body + ")" + (anchored_end ? "" : " " + any);
+  }
+
+ private:
+  [[noreturn]] void error(const std::string& what) const {
+    throw unsupported(path_, "pattern " + json(p_).dump() + ": " + what +
+                                 " (supported: literals, \\d \\w \\s, [classes], groups, |, * + ? {m,n}, ^ $)");
+  }
+
+  std::string alternatives(int depth) {
+    std::string out = sequence(depth);
+    while (i_ < p_.size() && p_[i_] == '|') {
+      ++i_;
+      out += " | " + sequence(depth);
+    }
+    return out;
+  }
+
+  std::string sequence(int depth) {
+    std::string out;
+    while (i_ < p_.size()) {
+      const char c = p_[i_];
+      if (c == '|' || c == ')') break;
+      if (c == '$' && i_ + 1 == p_.size()) break;
+      std::string item;
+      if (c == '(') {
+        ++i_;
+        if (p_.compare(i_, 2, "?:") == 0) i_ += 2;
+        else if (i_ < p_.size() && p_[i_] == '?') error("lookarounds and named groups are not supported");
+        item = "(" + alternatives(depth + 1) + ")";
+        if (i_ >= p_.size() || p_[i_] != ')') error("unbalanced parenthesis");
+        ++i_;
+      } else if (c == '[') {
+        item = char_class();
+      } else if (c == '.') {
+        ++i_;
+        item = "json-char";
+      } else if (c == '\\') {
+        item = escape();
+      } else if (c == '^' || c == '$') {
+        error("anchors are supported only at the ends");
+      } else if (c == '*' || c == '+' || c == '?' || c == '{') {
+        error("a quantifier with nothing before it");
+      } else if (static_cast<unsigned char>(c) >= 0x80) {
+        item = gbnf_literal(take_char());
+      } else {
+        item = literal(c);
+        ++i_;
+      }
+      out += (out.empty() ? "" : " ") + item + quantifier();
+    }
+    return out.empty() ? "\"\"" : out;
+  }
+
+  std::string quantifier() {
+    if (i_ >= p_.size()) return "";
+    const char c = p_[i_];
+    if (c == '*' || c == '+' || c == '?') {
+      ++i_;
+      if (i_ < p_.size() && p_[i_] == '?') error("lazy quantifiers are not supported");
+      return std::string(1, c);
+    }
+    if (c != '{') return "";
+    const size_t close = p_.find('}', i_);
+    if (close == std::string::npos) error("unterminated {m,n}");
+    const std::string inside = p_.substr(i_ + 1, close - i_ - 1);
+    for (char d : inside)
+      if (!std::isdigit(static_cast<unsigned char>(d)) && d != ',') error("bad {m,n}");
+    i_ = close + 1;
+    return "{" + inside + "}";
+  }
+
+  // A character of the pattern as a GBNF literal of its JSON-escaped form.
+  static std::string literal(char c) {
+    if (c == '"') return "\"\\\\\\\"\"";  // the two characters \" inside the JSON string
+    if (c == '\\') return "\"\\\\\\\\\"";
+    return gbnf_literal(std::string(1, c));
+  }
+
+  std::string escape() {
+    ++i_;
+    if (i_ >= p_.size()) error("a trailing backslash");
+    const char c = p_[i_++];
+    switch (c) {
+      case 'd': return "[0-9]";
+      case 'D': return "[^0-9\"\\\\\\x00-\\x1F]";
+      case 'w': return "[a-zA-Z0-9_]";
+      case 'W': return "[^a-zA-Z0-9_\"\\\\\\x00-\\x1F]";
+      case 's': return "\" \"";  // the one whitespace a JSON string holds unescaped
+      case 'n': return "\"\\\\n\"";
+      case 't': return "\"\\\\t\"";
+      default:
+        if (std::isalnum(static_cast<unsigned char>(c))) error(std::string("unsupported escape \\") + c);
+        return literal(c);
+    }
+  }
+
+  // The bytes of one UTF-8 character starting at i_ (a pattern is valid UTF-8: the body was checked).
+  std::string take_char() {
+    const unsigned char lead = static_cast<unsigned char>(p_[i_]);
+    const size_t n = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+    std::string c = p_.substr(i_, n);
+    i_ += n;
+    return c;
+  }
+
+  std::string char_class() {
+    ++i_;  // [
+    std::string out = "[";
+    const bool negated = i_ < p_.size() && p_[i_] == '^';
+    if (negated) {
+      out += '^';
+      ++i_;
+    }
+    while (i_ < p_.size() && p_[i_] != ']') {
+      if (p_[i_] == '\\') {
+        if (++i_ >= p_.size()) error("a trailing backslash");
+        const char e = p_[i_++];
+        if (e == 'd') out += "0-9";
+        else if (e == 'w') out += "a-zA-Z0-9_";
+        else if (std::isalnum(static_cast<unsigned char>(e))) error(std::string("unsupported escape \\") + e + " in a class");
+        else if (e == '"' || e == '\\') error("classes may not hold '\"' or '\\'");
+        else out += std::string("\\") + e;  // a literal ], -, ^ or other punctuation
+        continue;
+      }
+      const std::string c = take_char();
+      if (c == "\"" || static_cast<unsigned char>(c[0]) < 0x20) error("classes may not hold '\"', '\\' or control characters");
+      out += c;  // a range dash stays a dash
+    }
+    if (i_ >= p_.size()) error("unterminated class");
+    ++i_;
+    // A negated class must still leave out what JSON escapes.
+    if (negated) out += "\"\\\\\\x00-\\x1F";
+    return out + "]";
+  }
+
+  const std::string& p_;
+  const std::string& path_;
+  size_t i_ = 0;
+};
+
+class SchemaConverter {
+ public:
+  // Rules are named prefix + a number, so several converters can share one grammar.
+  SchemaConverter(const json& root, std::string root_path, std::string prefix)
+      : root_(root), root_path_(std::move(root_path)), prefix_(std::move(prefix)) {}
+
+  // The expression for the root value; rules() holds the rules it uses.
+  std::string value() { return visit(root_, root_path_); }
+  std::string rules() const {
+    std::string out;
+    for (const std::string& rule : rules_) out += rule + "\n";
+    return out;
+  }
+
+ private:
+  std::string new_rule(const std::string& body) {
+    const std::string name = prefix_ + std::to_string(rules_.size());
+    rules_.push_back(name + " ::= " + body);
+    return name;
+  }
+
+  static std::string join(const std::vector<std::string>& items, const char* separator) {
+    std::string out;
+    for (const std::string& item : items) out += (out.empty() ? "" : separator) + item;
+    return out;
+  }
+
+  // One JSON value's exact text (enum, const).
+  static std::string value_literal(const json& value) { return gbnf_literal(value.dump()); }
+
+  static int64_t count(const json& schema, const char* key, const std::string& path, int64_t fallback) {
+    auto it = schema.find(key);
+    if (it == schema.end()) return fallback;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0) throw unsupported(path + "." + key, "expected a non-negative integer");
+    if (it->get<int64_t>() > kMaxCount)
+      throw unsupported(path + "." + key, "values above " + std::to_string(kMaxCount) + " are not supported");
+    return it->get<int64_t>();
+  }
+
+  // item{min,max} as GBNF (max -1: unbounded).
+  static std::string repeat(const std::string& item, int64_t min, int64_t max) {
+    if (max < 0) return min == 0 ? "(" + item + ")*" : "(" + item + "){" + std::to_string(min) + ",}";
+    return "(" + item + "){" + std::to_string(min) + "," + std::to_string(max) + "}";
+  }
+
+  std::string visit(const json& schema, const std::string& path) {
+    if (schema.is_boolean()) {
+      if (schema.get<bool>()) return "json-value";
+      throw unsupported(path, "the schema 'false' matches nothing");
+    }
+    if (!schema.is_object()) throw unsupported(path, "a schema must be an object or a boolean");
+    static const std::set<std::string> annotations = {"title", "description", "default", "examples", "$schema",
+                                                      "$id", "$comment", "$defs", "definitions", "readOnly",
+                                                      "writeOnly", "deprecated"};
+    static const std::set<std::string> known = {"type", "properties", "required", "additionalProperties", "items",
+                                                "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "$ref",
+                                                "pattern", "minLength", "maxLength"};
+    for (const auto& [key, value] : schema.items())
+      if (!annotations.count(key) && !known.count(key))
+        throw unsupported(path + "." + key, "the JSON Schema keyword '" + key + "' is not supported");
+
+    if (auto ref = schema.find("$ref"); ref != schema.end()) return reference(*ref, path + ".$ref");
+    if (auto values = schema.find("enum"); values != schema.end()) {
+      if (!values->is_array() || values->empty()) throw unsupported(path + ".enum", "expected a non-empty array");
+      std::vector<std::string> items;
+      for (const json& v : *values) items.push_back(value_literal(v));
+      return "(" + join(items, " | ") + ")";
+    }
+    if (auto value = schema.find("const"); value != schema.end()) return value_literal(*value);
+    for (const char* key : {"anyOf", "oneOf"}) {
+      auto branches = schema.find(key);
+      if (branches == schema.end()) continue;
+      if (!branches->is_array() || branches->empty())
+        throw unsupported(path + "." + key, "expected a non-empty array of schemas");
+      std::vector<std::string> items;
+      for (size_t i = 0; i < branches->size(); ++i)
+        items.push_back(visit((*branches)[i], path + "." + key + "[" + std::to_string(i) + "]"));
+      return "(" + join(items, " | ") + ")";
+    }
+    auto type = schema.find("type");
+    if (type == schema.end()) {
+      if (schema.contains("properties")) return object(schema, path);
+      if (schema.contains("items")) return array(schema, path);
+      return "json-value";
+    }
+    if (type->is_array()) {
+      std::vector<std::string> items;
+      for (const json& t : *type) {
+        if (!t.is_string()) throw unsupported(path + ".type", "expected type names");
+        items.push_back(typed(schema, t.get<std::string>(), path));
+      }
+      if (items.empty()) throw unsupported(path + ".type", "expected at least one type");
+      return "(" + join(items, " | ") + ")";
+    }
+    if (!type->is_string()) throw unsupported(path + ".type", "expected a type name or a list of them");
+    return typed(schema, type->get<std::string>(), path);
+  }
+
+  std::string typed(const json& schema, const std::string& type, const std::string& path) {
+    if (type == "object") return object(schema, path);
+    if (type == "array") return array(schema, path);
+    if (type == "string") return string(schema, path);
+    if (type == "number") return "json-number";
+    if (type == "integer") return "json-integer";
+    if (type == "boolean") return "json-boolean";
+    if (type == "null") return "json-null";
+    throw unsupported(path + ".type", "unknown type '" + type + "'");
+  }
+
+  std::string string(const json& schema, const std::string& path) {
+    if (auto pattern = schema.find("pattern"); pattern != schema.end()) {
+      if (!pattern->is_string()) throw unsupported(path + ".pattern", "expected a string");
+      if (schema.contains("minLength") || schema.contains("maxLength"))
+        throw unsupported(path + ".pattern", "pattern together with minLength/maxLength is not supported");
+      return new_rule("\"\\\"\" " + PatternConverter(pattern->get<std::string>(), path + ".pattern").run() + " \"\\\"\"");
+    }
+    const int64_t min = count(schema, "minLength", path, 0);
+    const int64_t max = count(schema, "maxLength", path, -1);
+    if (max >= 0 && max < min) throw unsupported(path + ".maxLength", "maxLength is below minLength");
+    if (min == 0 && max < 0) return "json-string";
+    return new_rule("\"\\\"\" " + repeat("json-char", min, max) + " \"\\\"\"");
+  }
+
+  std::string array(const json& schema, const std::string& path) {
+    const std::string item = schema.contains("items") ? visit(schema["items"], path + ".items") : "json-value";
+    const int64_t min = count(schema, "minItems", path, 0);
+    const int64_t max = count(schema, "maxItems", path, -1);
+    if (max >= 0 && max < min) throw unsupported(path + ".maxItems", "maxItems is below minItems");
+    if (max == 0) return "\"[\" ws \"]\"";
+    const std::string first = item + " ws";
+    const std::string rest = repeat("\",\" ws " + item + " ws", std::max<int64_t>(min - 1, 0), max < 0 ? -1 : max - 1);
+    const std::string items = first + " " + rest;
+    return new_rule("\"[\" ws " + (min == 0 ? "(" + items + ")?" : items) + " \"]\"");
+  }
+
+  std::string object(const json& schema, const std::string& path) {
+    auto properties = schema.find("properties");
+    auto additional = schema.find("additionalProperties");
+    if (properties == schema.end() || properties->empty()) {
+      if (additional == schema.end() || additional->is_boolean()) {
+        if (additional != schema.end() && !additional->get<bool>()) return "\"{\" ws \"}\"";
+        return "json-object";
+      }
+      const std::string value = visit(*additional, path + ".additionalProperties");
+      const std::string member = "json-string ws \":\" ws " + value + " ws";
+      return new_rule("\"{\" ws (" + member + " (\",\" ws " + member + ")*)? \"}\"");
+    }
+    if (!properties->is_object()) throw unsupported(path + ".properties", "expected an object");
+    if (additional != schema.end() && !additional->is_boolean())
+      throw unsupported(path + ".additionalProperties", "a schema for additional properties beside 'properties' is not supported");
+    std::set<std::string> required;
+    if (auto list = schema.find("required"); list != schema.end()) {
+      if (!list->is_array()) throw unsupported(path + ".required", "expected an array of names");
+      for (const json& name : *list) {
+        if (!name.is_string() || !properties->contains(name.get<std::string>()))
+          throw unsupported(path + ".required", "every required name must be one of 'properties'");
+        required.insert(name.get<std::string>());
+      }
+    }
+    // Members in the order of 'properties' (no others are written); an optional one may be left
+    // out. tail[i][c]: the members from i on, c = a member precedes (so the next needs a comma).
+    std::vector<std::string> members, names;
+    for (const auto& [name, sub] : properties->items()) {
+      members.push_back(gbnf_literal(json(name).dump()) + " ws \":\" ws " + visit(sub, path + ".properties." + name) + " ws");
+      names.push_back(name);
+    }
+    const size_t n = members.size();
+    std::vector<std::array<std::string, 2>> tail(n + 1, {"\"\"", "\"\""});
+    for (size_t i = n; i-- > 0;) {
+      for (int comma = 0; comma < 2; ++comma) {
+        const std::string present = (comma ? "\",\" ws " : "") + members[i] + " " + tail[i + 1][1];
+        tail[i][comma] = new_rule(required.count(names[i]) ? present : present + " | " + tail[i + 1][comma]);
+      }
+    }
+    return new_rule("\"{\" ws " + tail[0][0] + " \"}\"");
+  }
+
+  std::string reference(const json& ref, const std::string& path) {
+    if (!ref.is_string()) throw unsupported(path, "expected a string");
+    const std::string target = ref.get<std::string>();
+    for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+      const std::string p = prefix;
+      if (target.rfind(p, 0) != 0) continue;
+      const std::string name = target.substr(p.size());
+      auto found = refs_.find(target);
+      if (found != refs_.end()) return found->second;
+      const std::string container = p == "#/$defs/" ? "$defs" : "definitions";
+      if (!root_.is_object() || !root_.contains(container) || !root_[container].contains(name))
+        throw unsupported(path, "the reference '" + target + "' names no definition");
+      // Named before it is visited, so a recursive definition refers to itself.
+      const std::string rule = prefix_ + std::to_string(rules_.size());
+      rules_.push_back("");
+      refs_[target] = rule;
+      const size_t slot = rules_.size() - 1;
+      const std::string body = visit(root_[container][name], root_path_ + "." + container + "." + name);
+      rules_[slot] = rule + " ::= " + body;
+      return rule;
+    }
+    throw unsupported(path, "only references into '#/$defs/' or '#/definitions/' are supported");
+  }
+
+  const json& root_;
+  std::string root_path_;
+  std::string prefix_;
+  std::vector<std::string> rules_;
+  std::map<std::string, std::string> refs_;
+};
+
+}  // namespace
+
+std::string json_schema_gbnf(const json& schema, const std::string& param) {
+  SchemaConverter converter(schema, param, "s");
+  const std::string value = converter.value();
+  return "root ::= " + value + "\n" + kCommonRules + converter.rules();
+}
+
+std::string tool_call_gbnf(const std::vector<ToolSchema>& tools, bool is_parallel) {
+  if (tools.empty()) throw ApiError(400, "tool_choice needs at least one tool in 'tools'.", "invalid_request_error", "tools");
+  std::string rules;
+  std::vector<std::string> calls;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    SchemaConverter converter(tools[i].parameters, tools[i].param, "t" + std::to_string(i) + "-");
+    const std::string arguments = converter.value();
+    rules += converter.rules();
+    // The Qwen3 form: JSON with "name" then "arguments" inside the tags, one call per block.
+    calls.push_back("\"<tool_call>\\n{\\\"name\\\": \" " + gbnf_literal(json(tools[i].name).dump()) +
+                    " \", \\\"arguments\\\": \" " + arguments + " \"}\\n</tool_call>\"");
+  }
+  std::string call = "tool-call ::= " + calls[0];
+  for (size_t i = 1; i < calls.size(); ++i) call += " | " + calls[i];
+  const std::string root = is_parallel ? "root ::= tool-call (\"\\n\" tool-call)*\n" : "root ::= tool-call\n";
+  return root + call + "\n" + kCommonRules + rules;
+}
+
+std::string json_object_gbnf() { return std::string("root ::= json-object\n") + kCommonRules; }
+
+}  // namespace tf::server

@@ -1,0 +1,381 @@
+// The grammar engine: GBNF parsing, byte-level matching of UTF-8 classes, token masks (multi-byte
+// and partial tokens, the trie walk against a token-by-token check on the real tokenizer), the
+// JSON Schema subset and its refusals, the sampler's constraint, draft-tree pruning and the
+// Predicted Outputs usage count.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/error.h"
+#include "engine/lane_constraint.h"
+#include "grammar/grammar.h"
+#include "grammar/grammar_matcher.h"
+#include "sampling/sampler.h"
+#include "server/constraint_params.h"
+#include "server/json_schema_grammar.h"
+#include "server/openai_protocol.h"
+#include "speculation/draft_tree.h"
+#include "support/fixtures.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tf {
+namespace {
+
+using nlohmann::json;
+
+// Whether the grammar matches `text` whole (alive and complete after its bytes).
+bool matches(const std::string& gbnf, const std::string& text) {
+  auto grammar = Grammar::parse(gbnf);
+  GrammarMatcher matcher(grammar, std::make_shared<TokenVocabulary>(std::vector<std::string>{"x"}));
+  GrammarState state = matcher.advance_bytes(matcher.start(), text);
+  return state.is_complete;
+}
+
+// Whether `text` is a prefix some match continues.
+bool is_prefix(const std::string& gbnf, const std::string& text) {
+  auto grammar = Grammar::parse(gbnf);
+  GrammarMatcher matcher(grammar, std::make_shared<TokenVocabulary>(std::vector<std::string>{"x"}));
+  return !matcher.advance_bytes(matcher.start(), text).is_dead();
+}
+
+std::string schema_grammar(const json& schema) { return server::json_schema_gbnf(schema, "schema"); }
+
+TEST(GrammarTest, LiteralsClassesGroupsAndRepetitions) {
+  const std::string g = R"(root ::= "a" [b-d]+ ("x" | "yz")? digit{2,3}
+digit ::= [0-9]  # a comment
+)";
+  EXPECT_TRUE(matches(g, "ab12"));
+  EXPECT_TRUE(matches(g, "abcdyz123"));
+  EXPECT_TRUE(matches(g, "adx99"));
+  EXPECT_FALSE(matches(g, "a12"));      // + needs one
+  EXPECT_FALSE(matches(g, "ab1"));      // {2,3} needs two
+  EXPECT_FALSE(matches(g, "ab1234"));   // at most three
+  EXPECT_FALSE(matches(g, "abxyz12"));  // ? is at most one
+  EXPECT_TRUE(is_prefix(g, "abc"));
+  EXPECT_FALSE(is_prefix(g, "b"));
+}
+
+TEST(GrammarTest, RulesContinueOnTheNextLineAndEscapesWork) {
+  const std::string g = "root ::= item\n  | \"\\x41\\u00e9\\n\"\nitem ::= \"[\" [^\\]]* \"]\"\n";
+  EXPECT_TRUE(matches(g, "[abc]"));
+  EXPECT_TRUE(matches(g, "A\xC3\xA9\n"));
+  EXPECT_FALSE(matches(g, "[a]b]"));
+}
+
+TEST(GrammarTest, CodePointClassesBecomeUtf8ByteSequences) {
+  const std::string g = R"(root ::= [^"]*)";
+  EXPECT_TRUE(matches(g, "caf\xC3\xA9"));              // é, 2 bytes
+  EXPECT_TRUE(matches(g, "\xE2\x82\xAC"));             // €, 3 bytes
+  EXPECT_TRUE(matches(g, "\xF0\x9F\x98\x80"));         // 😀, 4 bytes
+  EXPECT_FALSE(is_prefix(g, "\xA9"));                  // a lone continuation byte
+  EXPECT_FALSE(is_prefix(g, "\xED\xA0\x80"));          // a surrogate's encoding
+  EXPECT_FALSE(is_prefix(g, "\xC0\xAF"));              // an overlong encoding
+  EXPECT_FALSE(is_prefix(g, "\xF4\x90\x80\x80"));      // past U+10FFFF
+  EXPECT_TRUE(is_prefix(g, "\xF0\x9F"));               // a character cut in two is alive...
+  EXPECT_FALSE(matches(g, "\xF0\x9F"));                // ...but not complete
+  EXPECT_FALSE(is_prefix(g, "\""));
+  EXPECT_TRUE(matches(R"(root ::= [α-ω]+)", "\xCE\xB1\xCF\x89"));  // α ω
+  EXPECT_FALSE(is_prefix(R"(root ::= [α-ω]+)", "a"));
+}
+
+TEST(GrammarTest, BadGrammarsAreRefusedWithTheirPlace) {
+  auto message = [](const std::string& g) {
+    try {
+      Grammar::parse(g);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("root ::= item").find("'item' is used but not defined"), std::string::npos);
+  EXPECT_NE(message("item ::= \"a\"").find("no 'root' rule"), std::string::npos);
+  EXPECT_NE(message("root ::= root \"a\" | \"b\"").find("left-recursive"), std::string::npos);
+  EXPECT_NE(message("root ::= (\"\")*").find("left-recursive"), std::string::npos);
+  EXPECT_NE(message("root ::= \"a\"\nx ::= \"unterminated").find("line 2"), std::string::npos);
+  EXPECT_NE(message("root ::= [z-a]").find("out of order"), std::string::npos);
+  EXPECT_NE(message("root ::= \"a\"{2000}").find("above"), std::string::npos);
+}
+
+// A tiny vocabulary with whole, partial and multi-byte tokens.
+std::shared_ptr<TokenVocabulary> tiny_vocabulary() {
+  return std::make_shared<TokenVocabulary>(std::vector<std::string>{
+      "\"", "a", "ab", "\xC3", "\xA9", "\xC3\xA9", "\"a", "a\"", "", "\xC3\xA9\"", "b"});
+}
+
+std::vector<int32_t> allowed_list(const std::vector<uint32_t>& mask, int64_t n) {
+  std::vector<int32_t> out;
+  for (int32_t t = 0; t < n; ++t)
+    if ((mask[size_t(t) >> 5] >> (t & 31)) & 1) out.push_back(t);
+  return out;
+}
+
+TEST(GrammarTest, TokenMasksJudgeEveryTokenByItsBytes) {
+  auto vocabulary = tiny_vocabulary();
+  GrammarMatcher matcher(Grammar::parse(R"(root ::= "\"" [^"]* "\"")"), vocabulary);
+  const int64_t n = vocabulary->n_tokens();
+  GrammarState start = matcher.start();
+  EXPECT_EQ(allowed_list(matcher.allowed_tokens(start), n), (std::vector<int32_t>{0, 6}));
+  GrammarState open = matcher.advance_token(start, 0);
+  // Inside the string: a lead byte alone is alive (partial), a continuation byte alone is not, the
+  // empty token never is, and a token closing the string is.
+  EXPECT_EQ(allowed_list(matcher.allowed_tokens(open), n), (std::vector<int32_t>{0, 1, 2, 3, 5, 7, 9, 10}));
+  GrammarState partial = matcher.advance_token(open, 3);
+  EXPECT_EQ(allowed_list(matcher.allowed_tokens(partial), n), (std::vector<int32_t>{4}));
+  GrammarState closed = matcher.advance_token(matcher.advance_token(partial, 4), 0);
+  EXPECT_TRUE(closed.is_complete);
+  EXPECT_TRUE(allowed_list(matcher.allowed_tokens(closed), n).empty());
+  EXPECT_TRUE(matcher.advance_token(closed, 1).is_dead());
+  // Masks are cached per state: asking again computes nothing.
+  const int64_t computed = matcher.n_mask_computations();
+  matcher.allowed_tokens(open);
+  EXPECT_EQ(matcher.n_mask_computations(), computed);
+}
+
+// The trie walk equals checking each token on its own, over the real tokenizer, along a walk
+// through a JSON-schema grammar.
+TEST(GrammarTest, TrieMasksEqualTokenByTokenChecksOnTheRealTokenizer) {
+  auto tokenizer = Tokenizer::from_file(test::source_path("models/tensorfold-code-target/tokenizer.json"));
+  auto vocabulary = grammar_vocabulary(*tokenizer, tokenizer->n_tokens());
+  const json schema = {{"type", "object"},
+                       {"properties",
+                        {{"name", {{"type", "string"}}},
+                         {"tags", {{"type", "array"}, {"items", {{"enum", {"a\xC3\xA9", "b"}}}}}},
+                         {"n", {{"type", "integer"}}}}},
+                       {"required", {"name", "n"}}};
+  GrammarMatcher matcher(Grammar::parse(schema_grammar(schema)), vocabulary);
+  const std::string text = "{\"n\": -12, \"name\": \"d\xC3\xA9j\xC3\xA0 vu\", \"tags\": [\"a\xC3\xA9\"]}";
+  GrammarState state = matcher.start();
+  int64_t n_checked = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i % 3 == 0 || i == text.size()) {
+      const std::vector<uint32_t>& mask = matcher.allowed_tokens(state);
+      for (int32_t t = 0; t < vocabulary->n_tokens(); ++t) {
+        const bool expected = !matcher.advance_token(state, t).is_dead();
+        ASSERT_EQ(bool((mask[size_t(t) >> 5] >> (t & 31)) & 1), expected) << "token " << t << " at byte " << i;
+      }
+      ++n_checked;
+    }
+    if (i < text.size()) {
+      state = matcher.advance(state, uint8_t(text[i]));
+      ASSERT_FALSE(state.is_dead()) << "byte " << i;
+    }
+  }
+  EXPECT_TRUE(state.is_complete);
+  EXPECT_GT(n_checked, 10);
+}
+
+TEST(JsonSchemaTest, ObjectsWithRequiredAndOptionalMembers) {
+  const json schema = {{"type", "object"},
+                       {"properties", {{"a", {{"type", "integer"}}}, {"b", {{"type", "boolean"}}}, {"c", {{"type", "null"}}}}},
+                       {"required", {"b"}}};
+  const std::string g = schema_grammar(schema);
+  EXPECT_TRUE(matches(g, R"({"b": true})"));
+  EXPECT_TRUE(matches(g, R"({"a": 3, "b": false, "c": null})"));
+  EXPECT_TRUE(matches(g, R"({"a":-7,"b":true})"));
+  EXPECT_TRUE(matches(g, "{\n  \"b\": true\n}"));
+  EXPECT_FALSE(matches(g, R"({"a": 3})"));           // b is required
+  EXPECT_FALSE(matches(g, R"({"b": true, "d": 1})"));  // no other members
+  EXPECT_FALSE(matches(g, R"({"a": 3.5, "b": true})"));  // an integer
+  EXPECT_FALSE(matches(g, R"({"b": true,})"));
+  EXPECT_FALSE(matches(g, R"({"a": 01, "b": true})"));
+}
+
+TEST(JsonSchemaTest, ArraysEnumsConstsAndNesting) {
+  const json schema = {
+      {"type", "object"},
+      {"properties",
+       {{"list", {{"type", "array"}, {"items", {{"type", "number"}}}, {"minItems", 1}, {"maxItems", 3}}},
+        {"kind", {{"enum", {"cat", "dog", 3, nullptr}}}},
+        {"version", {{"const", "v1"}}},
+        {"inner", {{"type", "object"}, {"properties", {{"x", {{"type", {"string", "null"}}}}}}, {"required", {"x"}}}}}},
+      {"required", {"list", "kind", "version", "inner"}}};
+  const std::string g = schema_grammar(schema);
+  EXPECT_TRUE(matches(g, R"({"inner": {"x": "q"}, "kind": "dog", "list": [1, 2.5e3], "version": "v1"})"));
+  EXPECT_TRUE(matches(g, R"({"inner": {"x": null}, "kind": 3, "list": [0], "version": "v1"})"));
+  EXPECT_TRUE(matches(g, R"({"inner": {"x": null}, "kind": null, "list": [1,2,3], "version": "v1"})"));
+  EXPECT_FALSE(matches(g, R"({"inner": {"x": null}, "kind": null, "list": [], "version": "v1"})"));
+  EXPECT_FALSE(matches(g, R"({"inner": {"x": null}, "kind": null, "list": [1,2,3,4], "version": "v1"})"));
+  EXPECT_FALSE(matches(g, R"({"inner": {"x": null}, "kind": "bird", "list": [1], "version": "v1"})"));
+  EXPECT_FALSE(matches(g, R"({"inner": {"x": 1}, "kind": 3, "list": [1], "version": "v1"})"));
+  EXPECT_FALSE(matches(g, R"({"inner": {"x": null}, "kind": 3, "list": [1], "version": "v2"})"));
+}
+
+TEST(JsonSchemaTest, StringsWithLengthsPatternsAndEscapes) {
+  EXPECT_TRUE(matches(schema_grammar({{"type", "string"}}), R"("tab\tquote\" \u00e9 \\")"));
+  EXPECT_FALSE(matches(schema_grammar({{"type", "string"}}), "\"raw\nnewline\""));
+  const std::string sized = schema_grammar({{"type", "string"}, {"minLength", 2}, {"maxLength", 3}});
+  EXPECT_TRUE(matches(sized, R"("ab")"));
+  EXPECT_TRUE(matches(sized, "\"a\xC3\xA9\""));  // lengths count characters
+  EXPECT_FALSE(matches(sized, R"("a")"));
+  EXPECT_FALSE(matches(sized, R"("abcd")"));
+  const std::string date = schema_grammar({{"type", "string"}, {"pattern", "^\\d{4}-[01]\\d-[0-3]\\d$"}});
+  EXPECT_TRUE(matches(date, R"("2026-12-02")"));
+  EXPECT_FALSE(matches(date, R"("2026-2-02")"));
+  EXPECT_FALSE(matches(date, R"("x2026-12-02")"));
+  const std::string word = schema_grammar({{"type", "string"}, {"pattern", "^(foo|ba[rz])+(?:!)?$"}});
+  EXPECT_TRUE(matches(word, R"("foobar!")"));
+  EXPECT_TRUE(matches(word, R"("baz")"));
+  EXPECT_FALSE(matches(word, R"("bax")"));
+  const std::string unanchored = schema_grammar({{"type", "string"}, {"pattern", "ab"}});
+  EXPECT_TRUE(matches(unanchored, R"("xxabyy")"));
+  EXPECT_FALSE(matches(unanchored, R"("xxa")"));
+  const std::string quote = schema_grammar({{"type", "string"}, {"pattern", "^a\"[^x]$"}});
+  EXPECT_TRUE(matches(quote, R"("a\"b")"));
+  EXPECT_FALSE(matches(quote, R"("a\"x")"));
+  EXPECT_FALSE(matches(quote, R"("a\""")"));  // a negated class still leaves out a bare quote
+}
+
+TEST(JsonSchemaTest, AnyOfReferencesAndRecursion) {
+  const json schema = {{"$defs", {{"node", {{"type", "object"},
+                                            {"properties", {{"v", {{"type", "integer"}}}, {"next", {{"anyOf", {{{"$ref", "#/$defs/node"}}, {{"type", "null"}}}}}}}},
+                                            {"required", {"v", "next"}}}}}},
+                       {"$ref", "#/$defs/node"}};
+  const std::string g = schema_grammar(schema);
+  EXPECT_TRUE(matches(g, R"({"next": null, "v": 1})"));
+  EXPECT_TRUE(matches(g, R"({"next": {"next": {"next": null, "v": 3}, "v": 2}, "v": 1})"));
+  EXPECT_FALSE(matches(g, R"({"next": {"v": 2}, "v": 1})"));
+  EXPECT_TRUE(matches(server::json_object_gbnf(), R"({"a": [1, {"b": null}], "c": "d"})"));
+  EXPECT_FALSE(matches(server::json_object_gbnf(), R"([1])"));
+}
+
+TEST(JsonSchemaTest, UnsupportedFeaturesAreRefusedNamingTheirPath) {
+  auto param_of = [](const json& schema) {
+    try {
+      server::json_schema_gbnf(schema, "response_format.json_schema.schema");
+    } catch (const server::ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return e.param;
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(param_of({{"type", "string"}, {"format", "email"}}), "response_format.json_schema.schema.format");
+  EXPECT_EQ(param_of({{"type", "object"}, {"properties", {{"n", {{"type", "integer"}, {"minimum", 0}}}}}}),
+            "response_format.json_schema.schema.properties.n.minimum");
+  EXPECT_EQ(param_of({{"allOf", json::array()}}), "response_format.json_schema.schema.allOf");
+  EXPECT_EQ(param_of({{"type", "string"}, {"pattern", "(?=a)"}}), "response_format.json_schema.schema.pattern");
+  EXPECT_EQ(param_of({{"type", "string"}, {"pattern", "(a)\\1"}}), "response_format.json_schema.schema.pattern");
+  EXPECT_EQ(param_of({{"$ref", "https://example.com/s.json"}}), "response_format.json_schema.schema.$ref");
+  EXPECT_EQ(param_of({{"type", "array"}, {"maxItems", 5000}}), "response_format.json_schema.schema.maxItems");
+  EXPECT_EQ(param_of({{"type", "tuple"}}), "response_format.json_schema.schema.type");
+}
+
+TEST(JsonSchemaTest, ForcedToolCallsFollowTheQwen3FormAndTheToolSchema) {
+  std::vector<server::ToolSchema> tools = {
+      {"get_weather", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", {"city"}}}, "tools[0]"},
+      {"now", json::object(), "tools[1]"}};
+  const std::string one = server::tool_call_gbnf(tools, false);
+  EXPECT_TRUE(matches(one, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
+  EXPECT_TRUE(matches(one, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(matches(one, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(matches(one, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
+  const std::string parallel = server::tool_call_gbnf(tools, true);
+  EXPECT_TRUE(matches(parallel, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n"
+                                "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(matches(one, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n"
+                            "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+}
+
+TEST(SamplerConstraintTest, BiasAndMaskApplyBeforeEverythingAndAnEmptyConstraintChangesNothing) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  std::vector<float> logits(100);
+  for (float& x : logits) x = u(rng);
+  Sampler sampler;
+  SamplingParams greedy;
+  SamplingParams sampled;
+  sampled.temperature = 0.8f;
+  sampled.top_k = 10;
+  sampled.seed = 9;
+  const int32_t best = argmax(logits.data(), 100);
+  EXPECT_EQ(sampler.sample(logits.data(), 100, greedy, 5, {}, LogitConstraint{}), best);
+  std::vector<uint32_t> mask(4, 0);
+  const int32_t only = (best + 17) % 100;
+  mask[size_t(only) >> 5] |= 1u << (only & 31);
+  LogitConstraint constraint;
+  constraint.allowed = mask.data();
+  EXPECT_EQ(sampler.sample(logits.data(), 100, greedy, 5, {}, constraint), only);
+  for (int64_t position = 0; position < 20; ++position)
+    EXPECT_EQ(sampler.sample(logits.data(), 100, sampled, position, {}, constraint), only);
+  // A bias of +100 on a token wins greedy; the same op on a copy gives the same draw.
+  const std::pair<int32_t, float> bias[] = {{int32_t(only), 100.0f}};
+  LogitConstraint biased;
+  biased.bias = bias;
+  biased.n_bias = 1;
+  EXPECT_EQ(sampler.sample(logits.data(), 100, greedy, 5, {}, biased), only);
+  std::vector<float> shifted = logits;
+  apply_logit_constraint(shifted.data(), 100, biased);
+  for (int64_t position = 0; position < 20; ++position)
+    EXPECT_EQ(sampler.sample(logits.data(), 100, sampled, position, {}, biased),
+              sampler.sample(shifted.data(), 100, sampled, position));
+  // Every allowed logit at -inf: the lowest allowed id, never a masked one.
+  std::vector<float> dead(100, -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(sampler.sample(dead.data(), 100, greedy, 0, {}, constraint), only);
+}
+
+TEST(DraftTreeTest, RetainKeepsOrderAndRebuildsTheMainChain) {
+  DraftTree tree;
+  tree.add_chain(-1, {1, 2, 3}, 100, 0);  // main chain 1-2-3
+  tree.add_chain(-1, {4, 5}, 100, 1);     // a sibling branch 4-5
+  tree.retain({0, 0, 0, 1, 1});           // the main chain's first node goes: 4-5 becomes main
+  ASSERT_EQ(tree.size(), 2);
+  EXPECT_EQ(tree.tokens, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(tree.parents, (std::vector<int32_t>{-1, 0}));
+  EXPECT_EQ(tree.is_main, (std::vector<uint8_t>{1, 1}));
+  EXPECT_EQ(tree.sources, (std::vector<uint8_t>{1, 1}));
+  EXPECT_EQ(tree.max_depth(), 2);
+}
+
+TEST(PredictionUsageTest, AcceptedTokensAreTheCommonSubsequence) {
+  EXPECT_EQ(server::prediction_usage({1, 2, 3, 4}, {1, 2, 3, 4}).accepted, 4);
+  auto usage = server::prediction_usage({1, 2, 3, 4, 5}, {1, 9, 3, 4, 8, 5});
+  EXPECT_EQ(usage.accepted, 4);
+  EXPECT_EQ(usage.rejected, 1);
+  EXPECT_EQ(server::prediction_usage({}, {1}).accepted, 0);
+  EXPECT_EQ(server::prediction_usage({7, 7}, {}).rejected, 2);
+}
+
+TEST(ConstraintParamsTest, BadValuesAreRefusedNamingTheParameter) {
+  auto param_of = [](const json& body) {
+    try {
+      server::parse_constraint_fields(body);
+    } catch (const server::ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return e.param;
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(param_of({{"response_format", {{"type", "yaml"}}}}), "response_format.type");
+  EXPECT_EQ(param_of({{"response_format", {{"type", "json_schema"}}}}), "response_format.json_schema");
+  EXPECT_EQ(param_of({{"grammar", 3}}), "grammar");
+  EXPECT_EQ(param_of({{"grammar", "root ::= \"a\""}, {"response_format", {{"type", "json_object"}}}}), "grammar");
+  EXPECT_EQ(param_of({{"logit_bias", {{"12", 101}}}}), "logit_bias");
+  EXPECT_EQ(param_of({{"logit_bias", {{"x", 1}}}}), "logit_bias");
+  EXPECT_EQ(param_of({{"min_tokens", -1}}), "min_tokens");
+  EXPECT_EQ(param_of({{"stop_token_ids", {1, -2}}}), "stop_token_ids");
+  EXPECT_EQ(param_of({{"ignore_eos", "yes"}}), "ignore_eos");
+  EXPECT_EQ(param_of({{"ignore_eos", true}, {"response_format", {{"type", "json_object"}}}}), "ignore_eos");
+  EXPECT_EQ(param_of({{"prediction", {{"type", "diff"}, {"content", "x"}}}}), "prediction.type");
+  EXPECT_EQ(param_of({{"prediction", {{"type", "content"}, {"content", {{{"type", "image"}}}}}}}), "prediction.content[0]");
+  EXPECT_EQ(param_of({{"tool_choice", "required"}}), "tools");
+  EXPECT_EQ(param_of({{"tool_choice", {{"type", "function"}, {"function", {{"name", "x"}}}}},
+                      {"tools", {{{"type", "function"}, {"function", {{"name", "y"}}}}}}}),
+            "tool_choice");
+  GenerationRequest request;
+  try {
+    server::apply_constraint_fields(server::parse_constraint_fields({{"grammar", "root ::= nope"}}), &request);
+    ADD_FAILURE() << "an undefined rule must be refused";
+  } catch (const server::ApiError& e) {
+    EXPECT_EQ(e.param, "grammar");
+  }
+  json body;
+  body["prediction"] = {{"type", "content"},
+                        {"content", json::array({{{"type", "text"}, {"text", "ab"}}, {{"type", "text"}, {"text", "c"}}})}};
+  body["logit_bias"] = {{"9", -1.5}, {"2", 3}};
+  const auto fields = server::parse_constraint_fields(body);
+  EXPECT_EQ(*fields.prediction, "abc");
+  EXPECT_EQ(fields.logit_bias, (std::vector<std::pair<int32_t, float>>{{2, 3.0f}, {9, -1.5f}}));
+}
+
+}  // namespace
+}  // namespace tf

@@ -1,0 +1,256 @@
+// Token constraints under speculation, on the embedded model with its real tokenizer and drafter:
+// a JSON-schema grammar, a GBNF grammar, logit_bias, min_tokens and stop_token_ids give the same
+// reply drafted (long copy, the drafter, n-grams, a prediction) or undrafted, alone or among other
+// lanes, greedy and sampled; constrained neighbours change no token of an unconstrained request.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/backends.h"
+#include "engine/lane_constraint.h"
+#include "grammar/grammar_matcher.h"
+#include "server/json_schema_grammar.h"
+#include "support/engine_runner.h"
+#include "support/equalities.h"
+#include "support/fixtures.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tf {
+namespace {
+
+using nlohmann::json;
+using test::EngineRun;
+using test::run_engine;
+
+const std::string kTarget = test::source_path("models/tensorfold-code-target");
+
+struct Embedded {
+  std::shared_ptr<Model> target = load_model(kTarget, {});
+  std::shared_ptr<const Tokenizer> tokenizer = Tokenizer::from_file(kTarget + "/tokenizer.json");
+  std::shared_ptr<DFlashDrafter> drafter = load_drafter(test::source_path("models/tensorfold-code-drafter"), *target, 0);
+};
+
+Embedded& embedded() {
+  static Embedded loaded;
+  return loaded;
+}
+
+const json kSchema = {
+    {"type", "object"},
+    {"properties",
+     {{"name", {{"type", "string"}, {"maxLength", 24}}},
+      {"kind", {{"enum", {"function", "class", "module"}}}},
+      {"lines", {{"type", "integer"}}},
+      {"args", {{"type", "array"}, {"items", {{"type", "string"}, {"pattern", "^[a-z_]{1,12}$"}}}, {"maxItems", 4}}},
+      {"pure", {{"type", "boolean"}}}}},
+    {"required", {"kind", "name", "lines", "args"}}};
+
+// Prompts that quote a JSON reply of the schema's shape, so long copy and n-grams propose it.
+std::vector<std::string> prompts() {
+  const std::string example =
+      R"({"args": ["items", "target"], "kind": "function", "lines": 12, "name": "binary_search", "pure": true})";
+  return {
+      "Describe def binary_search(items, target) as JSON like " + example + "\nJSON: " + example + "\nJSON: ",
+      "def parse_args(argv):\n    return argv[1:]\n# as JSON:\n",
+      "class Stack:\n    def push(self, item):\n        self.items.append(item)\n",
+      "JSON: " + example + "\n" + example + "\n",
+  };
+}
+
+std::vector<GenerationRequest> schema_requests(bool sampled) {
+  auto grammar = Grammar::parse(server::json_schema_gbnf(kSchema, "schema"));
+  std::vector<GenerationRequest> requests;
+  int i = 0;
+  for (const std::string& text : prompts()) {
+    GenerationRequest r;
+    r.prompt = embedded().tokenizer->encode(text);
+    r.max_tokens = 60;
+    r.constraints.grammar = grammar;
+    if (sampled) {
+      r.sampling.temperature = 0.9f;
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = uint64_t(70 + i);
+    }
+    requests.push_back(r);
+    ++i;
+  }
+  return requests;
+}
+
+EngineOptions options_with_windows(int64_t lane_window) {
+  EngineOptions options;
+  options.n_parallel = 8;
+  options.n_ctx = 512;
+  options.lane_window = lane_window;
+  options.speculation.min_confident_match = 4;
+  return options;
+}
+
+// The reply's text follows the grammar to its end (when it ended before its budget).
+void expect_valid_reply(const Reply& reply, const GenerationRequest& request) {
+  GrammarMatcher matcher(request.constraints.grammar,
+                         grammar_vocabulary(*embedded().tokenizer, embedded().target->config().vocab_size));
+  GrammarState state = matcher.advance_bytes(matcher.start(), embedded().tokenizer->decode(reply.tokens));
+  ASSERT_FALSE(state.is_dead()) << embedded().tokenizer->decode(reply.tokens);
+  if (reply.final_update.finish_reason == FinishReason::stop) {
+    EXPECT_TRUE(state.is_complete);
+    const json parsed = json::parse(embedded().tokenizer->decode(reply.tokens));  // throws on bad JSON
+    EXPECT_TRUE(parsed.contains("kind") && parsed.contains("name") && parsed["lines"].is_number_integer());
+  }
+}
+
+void expect_drafted_equals_undrafted_with_schema(bool sampled) {
+  auto requests = schema_requests(sampled);
+  const auto& e = embedded();
+  const EngineRun plain = run_engine(e.target, test::without_drafts(requests), options_with_windows(16), false, e.tokenizer);
+  int64_t n_stopped = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    expect_valid_reply(plain.replies[i], requests[i]);
+    n_stopped += plain.replies[i].final_update.finish_reason == FinishReason::stop;
+  }
+  EXPECT_GT(n_stopped, 0) << "some replies must complete their JSON";
+  // A prediction holding a plausible reply is one more copy source.
+  auto predicted = requests;
+  for (auto& r : predicted) r.draft.copy_source = plain.replies[0].tokens;
+  int64_t accepted = 0;
+  // Narrow windows alone (trees cut short, many rounds), wide ones together (lanes share rounds).
+  for (bool together : {false, true}) {
+    const int64_t window = together ? 16 : 3;
+    const EngineRun drafted = run_engine(e.target, requests, options_with_windows(window), together, e.tokenizer, e.drafter);
+    test::expect_same_tokens(plain.replies, drafted.replies, together ? "drafted together" : "drafted alone");
+    const EngineRun with_prediction = run_engine(e.target, predicted, options_with_windows(19 - window), together, e.tokenizer);
+    test::expect_same_tokens(plain.replies, with_prediction.replies, "with a prediction");
+    for (const auto& r : drafted.replies) accepted += r.final_update.timings.draft_accepted_n;
+    for (const auto& r : with_prediction.replies) accepted += r.final_update.timings.draft_accepted_n;
+    if (together) test::expect_rounds_shared_by_lanes(drafted.stats, "drafted together");
+  }
+  EXPECT_GT(accepted, 0) << "the test must exercise accepted drafts";
+}
+
+TEST(StructuredOutputTest, JsonSchemaDraftedEqualsUndraftedGreedy) { expect_drafted_equals_undrafted_with_schema(false); }
+TEST(StructuredOutputTest, JsonSchemaDraftedEqualsUndraftedSampled) { expect_drafted_equals_undrafted_with_schema(true); }
+
+// Constrained and unconstrained requests side by side give what each gives alone; the
+// unconstrained ones give what they give with no constrained request anywhere.
+TEST(StructuredOutputTest, ConcurrentEqualsSoloAndNeighboursChangeNoToken) {
+  const auto& e = embedded();
+  auto requests = schema_requests(false);
+  auto sampled = schema_requests(true);
+  requests.resize(2);
+  requests.insert(requests.end(), sampled.begin() + 2, sampled.end());  // two greedy, two sampled
+  auto free_text = requests;
+  for (auto& r : free_text) r.constraints = {};
+  std::vector<GenerationRequest> mixed = requests;
+  mixed.insert(mixed.end(), free_text.begin(), free_text.end());
+  EngineOptions options = options_with_windows(8);
+  options.n_parallel = int32_t(mixed.size());
+  options.prefill_chunk = 9;
+  const EngineRun together = run_engine(e.target, mixed, options, true, e.tokenizer, e.drafter);
+  test::expect_rounds_shared_by_lanes(together.stats, "constrained beside free text");
+  options.n_parallel = 1;
+  const EngineRun alone = run_engine(e.target, mixed, options, false, e.tokenizer, e.drafter);
+  test::expect_same_tokens(alone.replies, together.replies, "alone vs together");
+  for (size_t i = 0; i < requests.size(); ++i) {
+    expect_valid_reply(together.replies[i], requests[i]);
+    EXPECT_NE(together.replies[i].tokens, together.replies[requests.size() + i].tokens)
+        << "the schema must change request " << i << "'s reply";
+  }
+}
+
+// A GBNF grammar whose only replies are a few literal alternatives, with multi-byte text.
+TEST(StructuredOutputTest, GbnfGrammarWithMultiByteTextUnderDrafts) {
+  const auto& e = embedded();
+  GenerationRequest r;
+  r.prompt = e.tokenizer->encode("answer = \"caf\xC3\xA9\"  # or \"na\xC3\xAFve\"\nanswer = ");
+  r.max_tokens = 40;
+  r.constraints.grammar = Grammar::parse("root ::= \"\\\"\" (\"caf\xC3\xA9\" | \"na\xC3\xAFve\" | [a-z]{1,3}) \"\\\"\" (\" # \" [^\\n]{0,8})?\n");
+  std::vector<GenerationRequest> requests = {r, r};
+  requests[1].sampling.temperature = 1.0f;
+  requests[1].sampling.seed = 5;
+  const EngineRun plain = run_engine(e.target, test::without_drafts(requests), options_with_windows(16), false, e.tokenizer);
+  const EngineRun drafted = run_engine(e.target, requests, options_with_windows(16), true, e.tokenizer, e.drafter);
+  test::expect_same_tokens(plain.replies, drafted.replies, "gbnf");
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const std::string text = e.tokenizer->decode(plain.replies[i].tokens);
+    EXPECT_EQ(plain.replies[i].final_update.finish_reason, FinishReason::stop) << text;
+    EXPECT_EQ(text[0], '"') << text;
+  }
+}
+
+// logit_bias, min_tokens and stop_token_ids: the same in every verify row, so drafted = undrafted;
+// each does what it says.
+TEST(StructuredOutputTest, BiasMinTokensAndStopTokenIdsUnderDrafts) {
+  const auto& e = embedded();
+  GenerationRequest base;
+  base.prompt = e.tokenizer->encode(prompts()[2]);
+  base.max_tokens = 40;
+  const EngineRun reference = run_engine(e.target, {base}, options_with_windows(16), false, e.tokenizer);
+  const std::vector<int32_t>& free_reply = reference.replies[0].tokens;
+  ASSERT_GT(free_reply.size(), 6u);
+
+  std::vector<GenerationRequest> requests;
+  GenerationRequest banned = base;  // the free reply's first token can never come
+  banned.constraints.logit_bias = {{free_reply[0], -100.0f}};
+  requests.push_back(banned);
+  GenerationRequest forced = base;  // +100 on one token: greedy picks it every time
+  forced.constraints.logit_bias = {{free_reply[3], 100.0f}};
+  requests.push_back(forced);
+  GenerationRequest stopped = base;  // ends where the free reply first has that token
+  stopped.constraints.stop_token_ids = {free_reply[5]};
+  requests.push_back(stopped);
+  GenerationRequest long_enough = base;
+  long_enough.prompt = e.tokenizer->encode("x = 1\n");
+  long_enough.max_tokens = 30;
+  long_enough.constraints.min_tokens = 30;
+  requests.push_back(long_enough);
+  GenerationRequest sampled_bias = banned;
+  sampled_bias.sampling.temperature = 0.8f;
+  sampled_bias.sampling.seed = 77;
+  sampled_bias.constraints.logit_bias.push_back({free_reply[1], 2.5f});
+  requests.push_back(sampled_bias);
+
+  const EngineRun plain = run_engine(e.target, test::without_drafts(requests), options_with_windows(16), false, e.tokenizer);
+  for (bool together : {false, true}) {
+    const EngineRun drafted = run_engine(e.target, requests, options_with_windows(16), together, e.tokenizer, e.drafter);
+    test::expect_same_tokens(plain.replies, drafted.replies, together ? "together" : "alone");
+  }
+  EXPECT_NE(plain.replies[0].tokens.at(0), free_reply[0]);
+  for (int32_t token : plain.replies[1].tokens) EXPECT_EQ(token, free_reply[3]);
+  const auto first_stop = std::find(free_reply.begin(), free_reply.end(), free_reply[5]);
+  EXPECT_EQ(plain.replies[2].tokens, std::vector<int32_t>(free_reply.begin(), first_stop));
+  EXPECT_EQ(plain.replies[2].final_update.finish_reason, FinishReason::stop);
+  // min_tokens only refuses the end: the reply is the free one up to where that one ended.
+  GenerationRequest free_short = long_enough;
+  free_short.constraints = {};
+  const std::vector<int32_t> free_end = run_engine(e.target, {free_short}, options_with_windows(16), false, e.tokenizer).replies[0].tokens;
+  EXPECT_EQ(plain.replies[3].tokens.size(), 30u);
+  EXPECT_EQ(std::vector<int32_t>(plain.replies[3].tokens.begin(), plain.replies[3].tokens.begin() + int64_t(free_end.size())), free_end);
+  for (int32_t token : plain.replies[4].tokens) EXPECT_NE(token, free_reply[0]);
+}
+
+TEST(StructuredOutputTest, EngineRefusesConstraintsThatCannotRun) {
+  const auto& e = embedded();
+  Engine engine(options_with_windows(16), e.target, e.tokenizer);
+  auto refused = [&](GenerationRequest r) {
+    r.prompt = {1, 2, 3};
+    return engine.submit(r, [](const GenerationUpdate&) { return true; });
+  };
+  GenerationRequest r;
+  r.constraints.logit_bias = {{int32_t(e.target->config().vocab_size), 1.0f}};
+  EXPECT_EQ(refused(r).param, "logit_bias");
+  r = {};
+  r.constraints.stop_token_ids = {-1};
+  EXPECT_EQ(refused(r).param, "stop_token_ids");
+  r = {};
+  r.max_tokens = 4;
+  r.constraints.min_tokens = 5;
+  EXPECT_EQ(refused(r).param, "min_tokens");
+  r = {};
+  r.ignore_eos = true;
+  r.constraints.grammar = Grammar::parse("root ::= \"a\"");
+  EXPECT_EQ(refused(r).param, "ignore_eos");
+}
+
+}  // namespace
+}  // namespace tf
