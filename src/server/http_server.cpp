@@ -86,6 +86,7 @@ struct HttpServer::Impl {
         {"GET", "/app.js", true, false, [this](auto&, auto& res) { page_file("app.js", "text/javascript", res); }},
         {"GET", "/app.css", true, false, [this](auto&, auto& res) { page_file("app.css", "text/css", res); }},
         {"GET", "/v1/models", false, true, [this](auto&, auto& res) { list_models(res); }},
+        {"GET", "/props", false, true, [this](auto&, auto& res) { props(res); }},
         {"GET", "/v1/models/(.+)", false, true,
          [this](auto& req, auto& res) { show_model(req.matches[1].str(), res); }},
         {"GET", "/metrics", false, true, [this](auto&, auto& res) { metrics(res); }},
@@ -220,6 +221,13 @@ struct HttpServer::Impl {
       case LoadState::failed:
         return send_json(res, 503, {{"status", "error"}, {"message", load_error}});
     }
+  }
+
+  // The served model and what fixes its bits: replies agree bitwise only between servers whose
+  // device and numerics agree.
+  void props(httplib::Response& res) const {
+    const ModelFacts& facts = stack->facts();
+    send_json(res, 200, {{"model", facts.model_id}, {"device", facts.device}, {"numerics", facts.numerics}});
   }
 
   json model_card() const {
