@@ -234,6 +234,29 @@ TEST(Linear, F16DecodeIsExactOnEveryLevel) {
   }
 }
 
+// The four-at-once horizontal sums (linear's tiles, attention's scores) are horizontal_sum's tree
+// exactly, for every register width.
+template <int W>
+void check_horizontal_sum4(std::mt19937& rng) {
+  for (int trial = 0; trial < 200; ++trial) {
+    Lanes<W> v[4];
+    for (auto& lanes : v) lanes = load_f32<W>(random_floats(kLanes, rng, float(1 + trial)).data());
+    float four[4];
+    horizontal_sum4(v, four);
+    for (int j = 0; j < 4; ++j) {
+      const float one = horizontal_sum(v[j]);
+      ASSERT_EQ(std::memcmp(&four[j], &one, sizeof one), 0) << "W=" << W << " trial " << trial;
+    }
+  }
+}
+
+TEST(Simd, FourHorizontalSumsAreTheOneTree) {
+  std::mt19937 rng(13);
+  check_horizontal_sum4<4>(rng);
+  check_horizontal_sum4<8>(rng);
+  check_horizontal_sum4<16>(rng);
+}
+
 TEST(Linear, EmbeddingRowsMatchDequantizedValues) {
   std::mt19937 rng(3);
   std::vector<TestWeights> tables;
