@@ -107,14 +107,15 @@ struct SimdLevelGuard {
   ~SimdLevelGuard() { set_simd_level_for_testing(saved); }
 };
 
-// Checks one weight layout: accuracy against doubles, then every row of batches of M = 1..64
-// and 257 random rows, with 1..4 threads and every ISA level, bitwise equal to the row alone.
-void check_linear(const TestWeights& t, std::mt19937& rng, ThreadPool* pools) {
+// Checks one weight layout at the current SIMD level: accuracy against doubles, then every row of
+// batches of M = 1..64 and 257 random rows, with 1..4 threads, bitwise equal to the row alone.
+// Returns the rows computed alone.
+std::vector<float> check_linear_at_level(const TestWeights& t, const std::vector<float>& x, std::mt19937& rng,
+                                         ThreadPool* pools) {
   const int64_t k = t.matrix.n_cols, n = t.matrix.n_rows;
-  constexpr int64_t kPoolRows = 257;
-  const std::vector<float> x = random_floats(size_t(kPoolRows * k), rng);
-  std::vector<float> solo(static_cast<size_t>(kPoolRows * n));
-  for (int64_t i = 0; i < kPoolRows; ++i) linear(&x[size_t(i * k)], 1, t.matrix, &solo[size_t(i * n)], pools[0]);
+  const int64_t n_pool_rows = int64_t(x.size()) / k;
+  std::vector<float> solo(static_cast<size_t>(n_pool_rows * n));
+  for (int64_t i = 0; i < n_pool_rows; ++i) linear(&x[size_t(i * k)], 1, t.matrix, &solo[size_t(i * n)], pools[0]);
 
   for (int64_t i = 0; i < 8; ++i) {
     for (int64_t c = 0; c < n; ++c) {
@@ -125,14 +126,15 @@ void check_linear(const TestWeights& t, std::mt19937& rng, ThreadPool* pools) {
         magnitude += std::fabs(product);
       }
       const double tolerance = double(k / kLanes + 6) * 1.2e-7 * magnitude + 1e-30;
-      ASSERT_NEAR(solo[size_t(i * n + c)], sum, tolerance) << "row " << i << " col " << c;
+      EXPECT_NEAR(solo[size_t(i * n + c)], sum, tolerance) << "row " << i << " col " << c;
+      if (std::fabs(solo[size_t(i * n + c)] - sum) > tolerance) return solo;
     }
   }
 
-  std::uniform_int_distribution<int64_t> pick(0, kPoolRows - 1);
+  std::uniform_int_distribution<int64_t> pick(0, n_pool_rows - 1);
   std::vector<int64_t> batch_sizes;
   for (int64_t m = 1; m <= 64; ++m) batch_sizes.push_back(m);
-  batch_sizes.push_back(257);
+  batch_sizes.push_back(n_pool_rows);
   for (int64_t m : batch_sizes) {
     std::vector<int64_t> ids(static_cast<size_t>(m));
     std::vector<float> batch(static_cast<size_t>(m * k)), y(static_cast<size_t>(m * n));
@@ -142,19 +144,35 @@ void check_linear(const TestWeights& t, std::mt19937& rng, ThreadPool* pools) {
     }
     for (int threads = 1; threads <= 4; ++threads) {
       linear(batch.data(), m, t.matrix, y.data(), pools[threads - 1]);
-      for (int64_t r = 0; r < m; ++r)
+      for (int64_t r = 0; r < m; ++r) {
         expect_bitwise_equal(&y[size_t(r * n)], &solo[size_t(ids[size_t(r)] * n)], n,
                              "M=" + std::to_string(m) + " threads=" + std::to_string(threads) +
                                  " row " + std::to_string(r));
+        if (::testing::Test::HasFatalFailure()) return solo;
+      }
     }
   }
+  return solo;
+}
 
+// Checks one weight layout at every SIMD level the machine has; levels of one numerics (multiply
+// then add, or fused) must also agree with each other bit for bit.
+void check_linear(const TestWeights& t, std::mt19937& rng, ThreadPool* pools) {
+  constexpr int64_t kPoolRows = 257;
+  const std::vector<float> x = random_floats(size_t(kPoolRows * t.matrix.n_cols), rng);
   SimdLevelGuard guard;
-  std::vector<float> y(static_cast<size_t>(kPoolRows * n));
+  std::vector<float> first_of_numerics[2];
   for (SimdLevel level : supported_levels()) {
+    SCOPED_TRACE(std::string("SIMD level ") + simd_level_name(level));
     set_simd_level_for_testing(level);
-    linear(x.data(), kPoolRows, t.matrix, y.data(), pools[1]);
-    expect_bitwise_equal(y.data(), solo.data(), kPoolRows * n, "SIMD level " + std::to_string(int(level)));
+    std::vector<float> solo = check_linear_at_level(t, x, rng, pools);
+    if (::testing::Test::HasFatalFailure()) return;
+    std::vector<float>& reference = first_of_numerics[simd_level_fuses(level) ? 1 : 0];
+    if (reference.empty()) {
+      reference = std::move(solo);
+    } else {
+      expect_bitwise_equal(solo.data(), reference.data(), int64_t(solo.size()), "levels of one numerics differ");
+    }
   }
 }
 
@@ -214,6 +232,29 @@ TEST(Linear, F16DecodeIsExactOnEveryLevel) {
       for (int64_t c = 0; c < kCols; ++c)
         ASSERT_EQ(y[size_t(c * kRows + r)], f16_to_f32(bits[size_t(r * kCols + c)])) << r << "," << c;
   }
+}
+
+// The four-at-once horizontal sums (linear's tiles, attention's scores) are horizontal_sum's tree
+// exactly, for every register width.
+template <int W>
+void check_horizontal_sum4(std::mt19937& rng) {
+  for (int trial = 0; trial < 200; ++trial) {
+    Lanes<W> v[4];
+    for (auto& lanes : v) lanes = load_f32<W>(random_floats(kLanes, rng, float(1 + trial)).data());
+    float four[4];
+    horizontal_sum4(v, four);
+    for (int j = 0; j < 4; ++j) {
+      const float one = horizontal_sum(v[j]);
+      ASSERT_EQ(std::memcmp(&four[j], &one, sizeof one), 0) << "W=" << W << " trial " << trial;
+    }
+  }
+}
+
+TEST(Simd, FourHorizontalSumsAreTheOneTree) {
+  std::mt19937 rng(13);
+  check_horizontal_sum4<4>(rng);
+  check_horizontal_sum4<8>(rng);
+  check_horizontal_sum4<16>(rng);
 }
 
 TEST(Linear, EmbeddingRowsMatchDequantizedValues) {

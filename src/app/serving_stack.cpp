@@ -84,6 +84,8 @@ ModelFacts read_model_facts(const ServingOptions& options) {
   facts.drafter_dir = resolve_drafter_dir(options);
   facts.vocab_size = config.vocab_size;
   facts.context_length = config.max_position_embeddings;
+  facts.device = options.load.device;
+  facts.numerics = device_numerics(options.load.device);
   return facts;
 }
 

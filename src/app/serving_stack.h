@@ -33,6 +33,8 @@ struct ModelFacts {
   std::string drafter_dir;  // empty: no drafter
   int64_t vocab_size = 0;
   int64_t context_length = 0;  // max_position_embeddings: the most n_ctx can be
+  std::string device;          // "cpu" or "cuda"
+  std::string numerics;        // device_numerics(device): what fixes the bits of a reply here
 };
 
 // The model used when --model is not given: the embedded default under the source tree.

@@ -1,6 +1,7 @@
 // Backend choice: the only file that names both the CPU and the CUDA backend.
 #include "backends/backends.h"
 
+#include "backends/cpu/kernels/simd.h"
 #include "backends/cpu/qwen3_cpu_model.h"
 #include "core/error.h"
 #include "models/synthetic.h"
@@ -17,6 +18,12 @@ void require_device_in_build(const std::string& device) {
     fail("device 'cuda' is not available: this build has no CUDA backend (configure with -DTF_CUDA=ON, or use "
          "--device cpu)");
 #endif
+}
+
+std::string device_numerics(const std::string& device) {
+  require_device_in_build(device);
+  if (device == "cuda") return "bf16 activations and KV cache, f32 accumulation";
+  return cpu::cpu_numerics_description();
 }
 
 namespace {

@@ -19,6 +19,11 @@ struct ModelLoadOptions {
   LoadProgress progress;
 };
 
+// What fixes the bits of a forward on `device` in this process, e.g. "avx512, fused multiply-add" on
+// the CPU: chosen once at start-up from the machine, the same for every batch. Two machines with
+// different numerics may give different (each self-consistent) replies.
+std::string device_numerics(const std::string& device);
+
 // Fails unless `device` is "cpu", or "cuda" in a build with the CUDA backend.
 void require_device_in_build(const std::string& device);
 

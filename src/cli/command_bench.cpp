@@ -78,7 +78,8 @@ DeviceCeiling measure_ceiling(const BenchFlags& flags) {
             cuda::gpu_description() + "; host " + receipt_machine()};
 #endif
   return {measure_read_bandwidth(flags.n_threads), "measured read ceiling GB/s",
-          receipt_machine() + ", threads " + std::to_string(flags.n_threads) + " (0 = one per core)"};
+          receipt_machine() + ", threads " + std::to_string(flags.n_threads) + " (0 = one per core), numerics " +
+              device_numerics("cpu")};
 }
 
 void run_bench(const BenchFlags& flags, const std::string& command_line) {

@@ -1,6 +1,7 @@
 // tensorfold: the command-line entry point; each subcommand lives in its own file.
 #include <cstdio>
 
+#include "backends/backends.h"
 #include "cli/commands.h"
 #include "core/error.h"
 
@@ -13,7 +14,8 @@
 
 namespace {
 
-// "tensorfold 0.1.0 (commit abc1234; backends: cpu, cuda)": the commit is the one configured from.
+// "tensorfold 0.1.0 (commit abc1234; backends: cpu, cuda; cpu numerics: avx512, fused multiply-add)":
+// the commit is the one configured from; the numerics are this machine's (backends.h).
 std::string version_text() {
   const std::string commit = TF_GIT_COMMIT;
 #if TF_HAVE_CUDA
@@ -22,7 +24,7 @@ std::string version_text() {
   const char* backends = "cpu";
 #endif
   return std::string("tensorfold ") + TF_VERSION + " (commit " + (commit.empty() ? "unknown" : commit) +
-         "; backends: " + backends + ")";
+         "; backends: " + backends + "; cpu numerics: " + tf::device_numerics("cpu") + ")";
 }
 
 }  // namespace

@@ -104,6 +104,7 @@ struct HttpServer::Impl {
         {"GET", std::regex("/v1/models"), false, true, [this](auto&, auto&) { return list_models(); }, nullptr},
         {"GET", std::regex("/v1/models/(.+)"), false, true,
          [this](auto&, const std::smatch& match) { return show_model(match[1].str()); }, nullptr},
+        {"GET", std::regex("/props"), false, true, [this](auto&, auto&) { return props(); }, nullptr},
         {"GET", std::regex("/metrics"), false, true, [this](auto&, auto&) { return metrics(); }, nullptr},
         {"POST", std::regex("/v1/chat/completions"), false, true, nullptr, completion(Endpoint::chat)},
         {"POST", std::regex("/v1/completions"), false, true, nullptr, completion(Endpoint::completion)},
@@ -264,6 +265,13 @@ struct HttpServer::Impl {
         break;
     }
     return json_reply(503, {{"status", "error"}, {"message", load_error}});
+  }
+
+  // The served model and what fixes its bits: replies agree bitwise only between servers whose
+  // device and numerics agree.
+  HttpReply props() const {
+    const ModelFacts& facts = stack->facts();
+    return json_reply(200, {{"model", facts.model_id}, {"device", facts.device}, {"numerics", facts.numerics}});
   }
 
   json model_card() const {

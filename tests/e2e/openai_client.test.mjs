@@ -1,6 +1,7 @@
 // The server driven by the official `openai` package: chat and completions, streamed and not,
 // plus /v1/models, /metrics, /tokenize and /detokenize.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { after, before, test } from 'node:test';
 import { metrics, modelDir, modelId, openaiClient, request, startServer } from './harness.mjs';
 
@@ -154,6 +155,15 @@ test('/v1/models lists the served model', { timeout: 10_000 }, async () => {
   // The model directory names the same model.
   const reply = await client.chat.completions.create({ model: modelDir, messages, max_tokens: 2 });
   assert.equal(reply.model, modelId);
+});
+
+test('/props names the device and the numerics that tensorfold --version reports', { timeout: 10_000 }, async () => {
+  const { status, json } = await request(server, '/props', { method: 'GET' });
+  assert.equal(status, 200);
+  assert.equal(json.model, modelId);
+  assert.equal(json.device, 'cpu');
+  const version = execFileSync(process.env.TF_BINARY, ['--version'], { encoding: 'utf8' });
+  assert.ok(json.numerics.length > 0 && version.includes(`cpu numerics: ${json.numerics})`), version);
 });
 
 test('/tokenize and /detokenize round-trip', { timeout: 10_000 }, async () => {

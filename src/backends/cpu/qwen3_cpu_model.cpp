@@ -65,9 +65,8 @@ void Qwen3CpuModel::attention_block(int64_t layer, const Batch& batch, HostKvSto
   const float eps = config_.rms_norm_eps;
 
   cpu::rms_norm(hidden_.data(), n_rows, hidden, w.input_norm, eps, normed_.data());
-  cpu::linear(normed_.data(), n_rows, w.q_proj, q_.data(), pool_);
-  cpu::linear(normed_.data(), n_rows, w.k_proj, k_.data(), pool_);
-  cpu::linear(normed_.data(), n_rows, w.v_proj, v_.data(), pool_);
+  const cpu::LinearOutput qkv[] = {{&w.q_proj, q_.data()}, {&w.k_proj, k_.data()}, {&w.v_proj, v_.data()}};
+  cpu::linear_many(normed_.data(), n_rows, hidden, qkv, 3, pool_);
   cpu::rms_norm(q_.data(), n_rows * config_.n_heads, head_dim, w.q_norm, eps, q_.data());
   cpu::rms_norm(k_.data(), n_rows * config_.n_kv_heads, head_dim, w.k_norm, eps, k_.data());
   cpu::rope_apply(q_.data(), n_rows, config_.n_heads, head_dim, positions_.data(),
@@ -97,8 +96,8 @@ void Qwen3CpuModel::mlp_block(int64_t layer, int64_t n_rows) {
   const int64_t hidden = config_.hidden_size, inter = config_.intermediate_size;
   cpu::rms_norm(hidden_.data(), n_rows, hidden, w.post_attention_norm, config_.rms_norm_eps,
                 normed_.data());
-  cpu::linear(normed_.data(), n_rows, w.gate_proj, gate_.data(), pool_);
-  cpu::linear(normed_.data(), n_rows, w.up_proj, up_.data(), pool_);
+  const cpu::LinearOutput gate_up[] = {{&w.gate_proj, gate_.data()}, {&w.up_proj, up_.data()}};
+  cpu::linear_many(normed_.data(), n_rows, hidden, gate_up, 2, pool_);
   cpu::swiglu(gate_.data(), up_.data(), n_rows * inter, gate_.data());
   cpu::linear(gate_.data(), n_rows, w.down_proj, proj_.data(), pool_);
   for (int64_t i = 0; i < n_rows * hidden; ++i) hidden_[size_t(i)] += proj_[size_t(i)];

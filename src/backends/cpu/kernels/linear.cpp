@@ -1,21 +1,47 @@
 // y = x W^T on the CPU: register tiles of rows x columns over weights decoded in registers.
+//
+// The order of every sum is fixed by K: inputs go in blocks of 32, and lane l (of 16) takes input
+// 2l of a block, then input 2l+1, as one multiply-add each (fused where the level has FMA; see
+// simd.h). Pairs rather than k % 16 because a pair is what one 32-bit word of bf16 weights (or one
+// byte of 4-bit ones) holds: a shift or a mask decodes it, with no shuffle. The rows of x are put
+// into that order once per call (even inputs of a block, then odd ones), shared by every column.
 #include "backends/cpu/kernels/linear.h"
 
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backends/cpu/kernels/simd.h"
 #include "core/error.h"
 
+// Vector arguments only cross always_inline calls, so the vector-ABI notes do not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace tf::cpu {
 namespace {
+
+constexpr int64_t kBlock = 2 * kLanes;  // inputs per block: a pair in each lane
 
 // Rows that share one pass over the weights: decode (M <= 64) streams each weight row once,
 // while a prefill chunk's activations stay in L2.
 constexpr int64_t kRowChunk = 64;
 
+// Columns per unit of work a thread takes; every tile width divides it.
+constexpr int64_t kColumnBlock = 8;
+
+template <class Vector, size_t... J>
+TF_INLINE Vector even_elements(const Vector& a, const Vector& b, std::index_sequence<J...>) {
+  return __builtin_shufflevector(a, b, int(2 * J)...);
+}
+template <class Vector, size_t... J>
+TF_INLINE Vector odd_elements(const Vector& a, const Vector& b, std::index_sequence<J...>) {
+  return __builtin_shufflevector(a, b, int(2 * J + 1)...);
+}
+
 // Decoders of one weight layout. group(col, k) prepares column col from input k on (a quantized
-// group, or the whole row when dense); block<W>(group, k) returns inputs k..k+15 as f32 lanes.
+// group, or the whole row when dense); block<W>(group, k, even, odd) decodes inputs k..k+31 of a
+// block into the lanes' first (even) and second (odd) inputs.
 template <class Element, class Decode>
 struct DenseWeights {
   const Element* data;
@@ -27,36 +53,59 @@ struct DenseWeights {
   int64_t span(int64_t n_full_cols) const { return n_full_cols; }
   TF_INLINE Group group(int64_t col, int64_t) const { return {data + col * n_cols}; }
   template <int W>
-  TF_INLINE Lanes<W> block(const Group& group, int64_t k) const {
-    return Decode::template load<W>(group.row + k);
+  TF_INLINE void block(const Group& group, int64_t k, Lanes<W>& even, Lanes<W>& odd) const {
+    Decode::template load<W>(group.row + k, even, odd);
   }
-  // The last n < 16 inputs, zero-padded in the encoded form so every path decodes them alike.
+  // The last n < 32 inputs, zero-padded in the encoded form so every path decodes them alike.
   template <int W>
-  TF_INLINE Lanes<W> tail(const Group& group, int64_t k, int n) const {
-    Element buffer[kLanes] = {};
+  TF_INLINE void tail(const Group& group, int64_t k, int n, Lanes<W>& even, Lanes<W>& odd) const {
+    Element buffer[kBlock] = {};
     for (int i = 0; i < n; ++i) buffer[i] = group.row[k + i];
-    return Decode::template load<W>(buffer);
+    Decode::template load<W>(buffer, even, odd);
   }
 };
 
 struct DecodeF32 {
   template <int W>
-  TF_INLINE static Lanes<W> load(const float* p) { return load_f32<W>(p); }
+  TF_INLINE static void load(const float* p, Lanes<W>& even, Lanes<W>& odd) {
+    using V = typename Native<W>::f32;
+    for (int i = 0; i < Lanes<W>::kParts; ++i) {
+      const V a = load_vector<V>(p + 2 * i * W), b = load_vector<V>(p + 2 * i * W + W);
+      even.part[i] = even_elements(a, b, std::make_index_sequence<W>());
+      odd.part[i] = odd_elements(a, b, std::make_index_sequence<W>());
+    }
+  }
 };
+// A 32-bit word holds a pair of bf16 weights: the even one in its low half, the odd in its high.
 struct DecodeBf16 {
   template <int W>
-  TF_INLINE static Lanes<W> load(const uint16_t* p) { return load_bf16<W>(p); }
+  TF_INLINE static void load(const uint16_t* p, Lanes<W>& even, Lanes<W>& odd) {
+    using N = Native<W>;
+    for (int i = 0; i < Lanes<W>::kParts; ++i) {
+      const auto words = load_vector<typename N::u32>(p + 2 * i * W);
+      even.part[i] = __builtin_bit_cast(typename N::f32, words << 16);
+      odd.part[i] = __builtin_bit_cast(typename N::f32, words & 0xffff0000u);
+    }
+  }
 };
 struct DecodeF16 {
   template <int W>
-  TF_INLINE static Lanes<W> load(const uint16_t* p) { return load_f16<W>(p); }
+  TF_INLINE static void load(const uint16_t* p, Lanes<W>& even, Lanes<W>& odd) {
+    using N = Native<W>;
+    for (int i = 0; i < Lanes<W>::kParts; ++i) {
+      const auto words = load_vector<typename N::u32>(p + 2 * i * W);
+      even.part[i] = f16_bits_to_f32<W>(words & 0xffffu);
+      odd.part[i] = f16_bits_to_f32<W>(words >> 16);
+    }
+  }
 };
 
 using F32Weights = DenseWeights<float, DecodeF32>;
 using Bf16Weights = DenseWeights<uint16_t, DecodeBf16>;
 using F16Weights = DenseWeights<uint16_t, DecodeF16>;
 
-// MLX affine-quantized rows: whole groups of group_size (a multiple of 16) inputs.
+// MLX affine-quantized rows: whole groups of group_size (a multiple of 32) inputs, each weight
+// dequantized in f32 as scale * q, then + bias, before it meets x.
 template <int kBits>
 struct QuantizedWeights {
   const uint8_t* packed;
@@ -78,14 +127,31 @@ struct QuantizedWeights {
     return {packed + col * n_row_bytes, load_as_f32(scales, scale_dtype, index),
             load_as_f32(biases, scale_dtype, index)};
   }
+  // 4-bit: a byte holds a pair (the even weight in its low nibble); 8-bit: two bytes do.
   template <int W>
-  TF_INLINE Lanes<W> block(const Group& group, int64_t k) const {
-    Lanes<W> q = kBits == 4 ? unpack_u4<W>(group.row + k / 2) : unpack_u8<W>(group.row + k);
-    return dequantize(q, broadcast<W>(group.scale), broadcast<W>(group.bias));
+  TF_INLINE void block(const Group& group, int64_t k, Lanes<W>& even, Lanes<W>& odd) const {
+    using N = Native<W>;
+    const Lanes<W> scale = broadcast<W>(group.scale), bias = broadcast<W>(group.bias);
+    for (int i = 0; i < Lanes<W>::kParts; ++i) {
+      typename N::u32 low, high;
+      if constexpr (kBits == 4) {
+        const auto bytes = widen_u8<W>(group.row + k / 2 + i * W);
+        low = bytes & 0xfu;
+        high = bytes >> 4;
+      } else {
+        const auto pairs = widen_u16<W>(group.row + k + 2 * i * W);
+        low = pairs & 0xffu;
+        high = pairs >> 8;
+      }
+      small_u32_to_f32<W>(low, &even.part[i]);
+      small_u32_to_f32<W>(high, &odd.part[i]);
+    }
+    even = dequantize(even, scale, bias);
+    odd = dequantize(odd, scale, bias);
   }
   template <int W>
-  TF_INLINE Lanes<W> tail(const Group&, int64_t, int) const {  // never called: whole groups
-    return zero_lanes<W>();
+  TF_INLINE void tail(const Group&, int64_t, int, Lanes<W>& even, Lanes<W>& odd) const {
+    even = odd = zero_lanes<W>();  // never called: whole groups
   }
 };
 
@@ -96,70 +162,86 @@ QuantizedWeights<kBits> quantized_weights(const WeightMatrix& w) {
 }
 
 struct LinearArgs {
-  const float* x;  // [n_rows][k]
+  const float* x;  // [n_rows][k_padded]: each block's even inputs, then its odd ones; zero past k
   int64_t n_rows;
   int64_t k;
+  int64_t k_padded;  // k rounded up to a whole block
   int64_t n;
   float* y;  // [n_rows][n]
 };
 
 // One tile: kRows rows from row0 times kCols columns from col0 (columns past n repeat the last
 // one and are not stored). Each output owns one accumulator, so the tile shape never matters.
-template <int W, class Weights, int kRows, int kCols>
+template <bool kFused, int W, class Weights, int kRows, int kCols>
 TF_INLINE void linear_tile(const LinearArgs& a, const Weights& weights, int64_t row0, int64_t col0) {
   int64_t cols[kCols];
   for (int c = 0; c < kCols; ++c) cols[c] = std::min(col0 + c, a.n - 1);
   const float* x_rows[kRows];
-  for (int r = 0; r < kRows; ++r) x_rows[r] = a.x + (row0 + r) * a.k;
+  for (int r = 0; r < kRows; ++r) x_rows[r] = a.x + (row0 + r) * a.k_padded;
 
   Lanes<W> acc[kRows][kCols];
   for (int r = 0; r < kRows; ++r)
     for (int c = 0; c < kCols; ++c) acc[r][c] = zero_lanes<W>();
-  const int64_t n_full = a.k - a.k % kLanes;
+  const int64_t n_full = a.k - a.k % kBlock;
   const int64_t span = weights.span(n_full);
   for (int64_t group_begin = 0; group_begin < n_full; group_begin += span) {
     typename Weights::Group groups[kCols];
 #pragma GCC unroll 8
     for (int c = 0; c < kCols; ++c) groups[c] = weights.group(cols[c], group_begin);
-    for (int64_t k = group_begin; k < group_begin + span; k += kLanes) {
-      Lanes<W> xv[kRows];
+    for (int64_t k = group_begin; k < group_begin + span; k += kBlock) {
+      Lanes<W> x_even[kRows], x_odd[kRows];
 #pragma GCC unroll 8
-      for (int r = 0; r < kRows; ++r) xv[r] = load_f32<W>(x_rows[r] + k);
+      for (int r = 0; r < kRows; ++r) {
+        x_even[r] = load_f32<W>(x_rows[r] + k);
+        x_odd[r] = load_f32<W>(x_rows[r] + k + kLanes);
+      }
 #pragma GCC unroll 8
       for (int c = 0; c < kCols; ++c) {
-        Lanes<W> wv = weights.template block<W>(groups[c], k);
+        Lanes<W> w_even, w_odd;
+        weights.template block<W>(groups[c], k, w_even, w_odd);
 #pragma GCC unroll 8
-        for (int r = 0; r < kRows; ++r) acc[r][c] = acc[r][c] + xv[r] * wv;
+        for (int r = 0; r < kRows; ++r)
+          acc[r][c] = madd<kFused>(madd<kFused>(acc[r][c], x_even[r], w_even), x_odd[r], w_odd);
       }
     }
   }
-  if (n_full < a.k) {  // dense only: quantized rows are whole groups of 16s
+  if (n_full < a.k) {  // dense only: quantized rows are whole groups of 32s
     const int n_tail = int(a.k - n_full);
     for (int c = 0; c < kCols; ++c) {
-      Lanes<W> wv = weights.template tail<W>(weights.group(cols[c], 0), n_full, n_tail);
+      Lanes<W> w_even, w_odd;
+      weights.template tail<W>(weights.group(cols[c], 0), n_full, n_tail, w_even, w_odd);
       for (int r = 0; r < kRows; ++r)
-        acc[r][c] = acc[r][c] + load_f32_partial<W>(x_rows[r] + n_full, n_tail) * wv;
+        acc[r][c] = madd<kFused>(madd<kFused>(acc[r][c], load_f32<W>(x_rows[r] + n_full), w_even),
+                                 load_f32<W>(x_rows[r] + n_full + kLanes), w_odd);
     }
   }
   const int n_valid_cols = int(std::min<int64_t>(kCols, a.n - col0));
-  for (int r = 0; r < kRows; ++r)
-    for (int c = 0; c < n_valid_cols; ++c) a.y[(row0 + r) * a.n + col0 + c] = horizontal_sum(acc[r][c]);
+  for (int r = 0; r < kRows; ++r) {
+    float sums[kCols];
+    if constexpr (kCols % 4 == 0) {
+      for (int c = 0; c < kCols; c += 4) horizontal_sum4(&acc[r][c], sums + c);
+    } else {
+      for (int c = 0; c < kCols; ++c) sums[c] = horizontal_sum(acc[r][c]);
+    }
+    for (int c = 0; c < n_valid_cols; ++c) a.y[(row0 + r) * a.n + col0 + c] = sums[c];
+  }
 }
 
 // The rows left after whole tiles, n_left <= kRows, with the tile of exactly that height.
-template <int W, class Weights, int kRows, int kCols>
+template <bool kFused, int W, class Weights, int kRows, int kCols>
 TF_INLINE void linear_remainder_rows(const LinearArgs& a, const Weights& weights, int64_t row0,
                                      int64_t n_left, int64_t col0) {
   if constexpr (kRows > 0) {
     if (n_left == kRows) {
-      linear_tile<W, Weights, kRows, kCols>(a, weights, row0, col0);
+      linear_tile<kFused, W, Weights, kRows, kCols>(a, weights, row0, col0);
     } else {
-      linear_remainder_rows<W, Weights, kRows - 1, kCols>(a, weights, row0, n_left, col0);
+      linear_remainder_rows<kFused, W, Weights, kRows - 1, kCols>(a, weights, row0, n_left, col0);
     }
   }
 }
 
 // Tile shapes sized to each ISA's register file (W lanes per register); they change speed only.
+// `single` is for one row (decode): more columns, so more weight rows stream at once.
 struct TileShape {
   int rows;
   int cols;
@@ -167,33 +249,43 @@ struct TileShape {
 constexpr TileShape tile_shape(int native_width) {
   return native_width == 16 ? TileShape{4, 4} : native_width == 8 ? TileShape{2, 2} : TileShape{1, 2};
 }
+constexpr int single_row_cols(int native_width) { return native_width == 16 ? 8 : native_width == 8 ? 4 : 2; }
 
-// Column blocks [block_begin, block_end) of tile columns each, for all rows.
-template <int W, class Weights>
+// Column blocks [block_begin, block_end) of kColumnBlock columns each, for all rows.
+template <bool kFused, int W, class Weights>
 TF_INLINE void linear_column_blocks(const LinearArgs& a, const Weights& weights, int64_t block_begin,
                                     int64_t block_end) {
   constexpr TileShape kTile = tile_shape(W);
+  constexpr int kSingleCols = single_row_cols(W);
+  static_assert(kColumnBlock % kTile.cols == 0 && kColumnBlock % kSingleCols == 0);
   for (int64_t chunk = 0; chunk < a.n_rows; chunk += kRowChunk) {
     const int64_t chunk_end = std::min(a.n_rows, chunk + kRowChunk);
     for (int64_t block = block_begin; block < block_end; ++block) {
-      int64_t row = chunk;
-      for (; row + kTile.rows <= chunk_end; row += kTile.rows)
-        linear_tile<W, Weights, kTile.rows, kTile.cols>(a, weights, row, block * kTile.cols);
-      linear_remainder_rows<W, Weights, kTile.rows - 1, kTile.cols>(a, weights, row, chunk_end - row,
-                                                                    block * kTile.cols);
+      const int64_t block_end_col = std::min(a.n, (block + 1) * kColumnBlock);
+      if (chunk_end - chunk == 1) {
+        for (int64_t col = block * kColumnBlock; col < block_end_col; col += kSingleCols)
+          linear_tile<kFused, W, Weights, 1, kSingleCols>(a, weights, chunk, col);
+        continue;
+      }
+      for (int64_t col = block * kColumnBlock; col < block_end_col; col += kTile.cols) {
+        int64_t row = chunk;
+        for (; row + kTile.rows <= chunk_end; row += kTile.rows)
+          linear_tile<kFused, W, Weights, kTile.rows, kTile.cols>(a, weights, row, col);
+        linear_remainder_rows<kFused, W, Weights, kTile.rows - 1, kTile.cols>(a, weights, row, chunk_end - row,
+                                                                              col);
+      }
     }
   }
 }
 
 template <class Weights>
-void run_linear(const LinearArgs& a, const Weights& weights, ThreadPool& pool) {
-  const SimdLevel level = simd_level();
-  const int cols = tile_shape(level == SimdLevel::avx512 ? 16 : level == SimdLevel::avx2 ? 8 : 4).cols;
-  const int64_t n_blocks = (a.n + cols - 1) / cols;
-  pool.parallel_for(n_blocks, [&](int64_t begin, int64_t end) {
-    run_with_simd_level([&]<int W>() __attribute__((always_inline)) {
-      linear_column_blocks<W>(a, weights, begin, end);
-    });
+void run_column_blocks(const LinearArgs& a, const Weights& weights, int64_t begin, int64_t end) {
+  run_with_simd_level([&]<int W>() __attribute__((always_inline)) {
+    if constexpr (W == kGenericWidth) {
+      linear_column_blocks<false, W>(a, weights, begin, end);
+    } else {
+      linear_column_blocks<true, W>(a, weights, begin, end);
+    }
   });
 }
 
@@ -204,8 +296,8 @@ void check_weight_layout(const WeightMatrix& w) {
     return;
   }
   if (w.bits != 4 && w.bits != 8) fail("quantized weights must have 4 or 8 bits, not " + std::to_string(w.bits));
-  if (w.group_size <= 0 || w.group_size % kLanes != 0 || w.n_cols % w.group_size != 0)
-    fail("quantization group size " + std::to_string(w.group_size) + " must be a multiple of 16 dividing " +
+  if (w.group_size <= 0 || w.group_size % kBlock != 0 || w.n_cols % w.group_size != 0)
+    fail("quantization group size " + std::to_string(w.group_size) + " must be a multiple of 32 dividing " +
          std::to_string(w.n_cols) + " inputs");
 }
 
@@ -222,12 +314,72 @@ void with_weights(const WeightMatrix& w, Fn&& fn) {
   }
 }
 
+// x [n_rows][k] into the kernel's order, [n_rows][k_padded]: per block, inputs 0, 2, ..., 30,
+// then 1, 3, ..., 31, zero past k.
+void order_rows(const float* x, int64_t n_rows, int64_t k, int64_t k_padded, float* out, ThreadPool& pool) {
+  const auto order = [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* in = x + r * k;
+      float* row = out + r * k_padded;
+      int64_t b = 0;
+      for (; b + kBlock <= k; b += kBlock) {
+        for (int i = 0; i < kLanes; ++i) row[b + i] = in[b + 2 * i];
+        for (int i = 0; i < kLanes; ++i) row[b + kLanes + i] = in[b + 2 * i + 1];
+      }
+      if (b < k) {
+        float block[kBlock] = {};
+        std::copy(in + b, in + k, block);
+        for (int i = 0; i < kLanes; ++i) row[b + i] = block[2 * i];
+        for (int i = 0; i < kLanes; ++i) row[b + kLanes + i] = block[2 * i + 1];
+      }
+    }
+  };
+  // Reordering a prefill chunk is worth splitting; a decode row is not worth a wake-up.
+  if (n_rows * k >= (int64_t(1) << 16)) {
+    pool.parallel_for(n_rows, order);
+  } else {
+    order(0, n_rows);
+  }
+}
+
 }  // namespace
 
+void linear_many(const float* x, int64_t n_rows, int64_t k, const LinearOutput* outputs, int n_outputs,
+                 ThreadPool& pool) {
+  if (n_rows <= 0 || n_outputs <= 0) return;
+  for (int i = 0; i < n_outputs; ++i) {
+    check_weight_layout(*outputs[i].w);
+    if (outputs[i].w->n_cols != k)
+      fail_internal("linear_many: a matrix of " + std::to_string(outputs[i].w->n_cols) + " inputs given " +
+                    std::to_string(k));
+  }
+  const int64_t k_padded = (k + kBlock - 1) / kBlock * kBlock;
+  thread_local std::vector<float> ordered_rows;
+  ordered_rows.resize(size_t(n_rows * k_padded));
+  float* ordered = ordered_rows.data();  // the caller's buffer: inside the lambdas the name would be each worker's
+  order_rows(x, n_rows, k, k_padded, ordered, pool);
+
+  // One parallel_for over the column blocks of every matrix: each block is one matrix's.
+  std::vector<int64_t> first_block(size_t(n_outputs) + 1, 0);
+  for (int i = 0; i < n_outputs; ++i)
+    first_block[size_t(i) + 1] = first_block[size_t(i)] + (outputs[i].w->n_rows + kColumnBlock - 1) / kColumnBlock;
+  pool.parallel_for(first_block.back(), [&](int64_t begin, int64_t end) {
+    for (int i = 0; i < n_outputs; ++i) {
+      const int64_t lo = std::max(begin, first_block[size_t(i)]), hi = std::min(end, first_block[size_t(i) + 1]);
+      if (lo >= hi) continue;
+      const WeightMatrix& w = *outputs[i].w;
+      const LinearArgs args{ordered, n_rows, k, k_padded, w.n_rows, outputs[i].y};
+      with_weights(w, [&](const auto& weights) {
+        run_column_blocks(args, weights, lo - first_block[size_t(i)], hi - first_block[size_t(i)]);
+      });
+    }
+  });
+}
+
 void linear(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool) {
-  if (n_rows <= 0 || w.n_rows <= 0) return;
-  const LinearArgs args{x, n_rows, w.n_cols, w.n_rows, y};
-  with_weights(w, [&](const auto& weights) { run_linear(args, weights, pool); });
+  if (w.n_rows <= 0) return;
+  const LinearOutput output{&w, y};
+  linear_many(x, n_rows, w.n_cols, &output, 1, pool);
 }
 
 void matrix_row_f32(const WeightMatrix& w, int64_t row, float* out) {
@@ -238,12 +390,21 @@ void matrix_row_f32(const WeightMatrix& w, int64_t row, float* out) {
     for (int64_t k = 0; k < w.n_cols; ++k) out[k] = load_as_f32(w.data, w.dtype, row * w.n_cols + k);
     return;
   }
-  // The same in-register dequantization the linear kernel uses, stored instead of multiplied.
+  // The same in-register dequantization the linear kernel uses, stored in input order.
   with_weights(w, [&](const auto& weights) {
     for (int64_t group_begin = 0; group_begin < w.n_cols; group_begin += w.group_size) {
       const auto group = weights.group(row, group_begin);
-      for (int64_t k = group_begin; k < group_begin + w.group_size; k += kLanes)
-        store_f32<kGenericWidth>(out + k, weights.template block<kGenericWidth>(group, k));
+      for (int64_t k = group_begin; k < group_begin + w.group_size; k += kBlock) {
+        Lanes<kGenericWidth> even, odd;
+        weights.template block<kGenericWidth>(group, k, even, odd);
+        float even_values[kLanes], odd_values[kLanes];
+        store_f32<kGenericWidth>(even_values, even);
+        store_f32<kGenericWidth>(odd_values, odd);
+        for (int i = 0; i < kLanes; ++i) {
+          out[k + 2 * i] = even_values[i];
+          out[k + 2 * i + 1] = odd_values[i];
+        }
+      }
     }
   });
 }

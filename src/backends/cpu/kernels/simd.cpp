@@ -12,7 +12,7 @@ namespace {
 SimdLevel best_supported_level() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) return SimdLevel::avx512;
-  if (__builtin_cpu_supports("avx2")) return SimdLevel::avx2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdLevel::avx2;
   return SimdLevel::generic;
 }
 
@@ -27,9 +27,23 @@ bool simd_level_supported(SimdLevel level) {
   __builtin_cpu_init();
   switch (level) {
     case SimdLevel::avx512: return __builtin_cpu_supports("avx512f");
-    case SimdLevel::avx2: return __builtin_cpu_supports("avx2");
+    case SimdLevel::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     default: return true;
   }
+}
+
+const char* simd_level_name(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::avx512: return "avx512";
+    case SimdLevel::avx2: return "avx2";
+    default: return "generic";
+  }
+}
+
+std::string cpu_numerics_description() {
+  const SimdLevel level = simd_level();
+  return std::string(simd_level_name(level)) +
+         (simd_level_fuses(level) ? ", fused multiply-add" : ", multiply then add");
 }
 
 SimdLevel simd_level() { return current_level().load(std::memory_order_relaxed); }

@@ -1,12 +1,13 @@
 // Fixed-layout SIMD helpers shared by the CPU kernels: 16 f32 lanes, weight decoders, reductions.
 //
-// Every kernel reduces with the same lane layout (lane l owns elements k with k % 16 == l), plain
-// multiply then add (never fma: the project builds with -ffp-contract=off), and one fixed
-// horizontal tree. The 16 lanes live in one AVX-512, two AVX2 or four SSE2 registers; each lane
-// sees the same IEEE f32 operations in every case, so all ISA variants give bitwise identical
-// results (tests force each level through set_simd_level_for_testing and compare).
+// Every kernel reduces in 16 f32 lanes with a layout fixed by K alone and one fixed horizontal
+// tree. The 16 lanes live in one AVX-512, two AVX2 or four SSE2 registers. The compiler never
+// fuses a*b+c (-ffp-contract=off); only madd() does, where the level has FMA. So levels of one
+// numerics give bitwise identical results: generic (multiply, then add) on its own, avx2 and
+// avx512 (fused) together (tests force each level and compare).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <cstring>
 #include <utility>
 
@@ -22,10 +23,17 @@ constexpr int kLanes = 16;
 
 #define TF_INLINE inline __attribute__((always_inline))
 
-// The instruction sets a kernel can be compiled for; results are identical across them.
+// The instruction sets a kernel can be compiled for (avx2 includes FMA).
 enum class SimdLevel { generic, avx2, avx512 };
 
 bool simd_level_supported(SimdLevel level);
+// Whether the level's madd() is one fused multiply-add (avx2, avx512) or a multiply then an add.
+constexpr bool simd_level_fuses(SimdLevel level) { return level != SimdLevel::generic; }
+// "generic", "avx2" or "avx512".
+const char* simd_level_name(SimdLevel level);
+// What decides the bits of the CPU kernels on this machine, e.g. "avx512, fused multiply-add":
+// fixed at start-up, the same for every row count, thread count and batch.
+std::string cpu_numerics_description();
 // The level kernels dispatch to: the best supported, unless a test forced another.
 SimdLevel simd_level();
 // Forces a (supported) level so tests can compare the variants bit for bit.
@@ -87,6 +95,24 @@ TF_INLINE Lanes<W> operator*(const Lanes<W>& a, const Lanes<W>& b) {
   return result;
 }
 
+// acc + a * b: fused (one rounding) when kFused, else multiply then add. Only the levels with FMA
+// instantiate the fused form (W of 8 or 16). It is written as the instruction itself because the
+// intrinsics refuse to inline through these target-neutral templates; the registers are chosen
+// where the template lands, inside the level's target function.
+template <bool kFused, int W>
+TF_INLINE Lanes<W> madd(const Lanes<W>& acc, const Lanes<W>& a, const Lanes<W>& b) {
+  if constexpr (!kFused) {
+    return acc + a * b;
+  } else {
+    static_assert(W == 8 || W == 16, "fused multiply-add needs AVX2 or AVX-512 registers");
+    Lanes<W> result = acc;
+#pragma GCC unroll 4
+    for (int p = 0; p < Lanes<W>::kParts; ++p)
+      asm("vfmadd231ps %2, %1, %0" : "+v"(result.part[p]) : "v"(a.part[p]), "v"(b.part[p]));
+    return result;
+  }
+}
+
 template <int W>
 TF_INLINE Lanes<W> zero_lanes() {
   Lanes<W> v;
@@ -137,70 +163,49 @@ TF_INLINE void small_u32_to_f32(const typename Native<W>::u32& v, typename Nativ
   *out = __builtin_convertvector(__builtin_convertvector(v, typename N::i32), typename N::f32);
 }
 
+// Exact f16 -> f32 of the low 16 bits of each lane, with integer operations only, so no path
+// produces (slow) subnormal floats.
 template <int W>
-TF_INLINE Lanes<W> load_bf16(const uint16_t* p) {
+TF_INLINE typename Native<W>::f32 f16_bits_to_f32(const typename Native<W>::u32& h) {
   using N = Native<W>;
-  Lanes<W> v;
-  for (int i = 0; i < Lanes<W>::kParts; ++i) {
-    auto bits = __builtin_convertvector(load_vector<typename N::u16>(p + i * W), typename N::u32);
-    v.part[i] = __builtin_bit_cast(typename N::f32, bits << 16);
-  }
-  return v;
+  auto sign = (h & 0x8000u) << 16;
+  auto exponent = h & 0x7c00u;
+  auto mantissa = h & 0x3ffu;
+  auto normal = ((h & 0x7fffu) << 13) + (112u << 23);
+  auto inf_nan = 0x7f800000u | (mantissa << 13);
+  typename N::f32 subnormal_value;
+  small_u32_to_f32<W>(mantissa, &subnormal_value);
+  auto subnormal = __builtin_bit_cast(typename N::u32, subnormal_value * (1.0f / 16777216.0f));
+  auto magnitude = exponent == 0 ? subnormal : (exponent == 0x7c00u ? inf_nan : normal);
+  return __builtin_bit_cast(typename N::f32, magnitude | sign);
 }
 
-// Exact f16 -> f32 with integer operations only, so no path produces (slow) subnormal floats.
+// W bytes (or W 16-bit words) zero-extended to W 32-bit lanes. GCC 12 lowers the generic
+// conversion to a byte-by-byte extraction, so the AVX levels name the one instruction that does it
+// (their target functions are where these land; see madd).
 template <int W>
-TF_INLINE Lanes<W> load_f16(const uint16_t* p) {
-  using N = Native<W>;
-  Lanes<W> v;
-  for (int i = 0; i < Lanes<W>::kParts; ++i) {
-    auto h = __builtin_convertvector(load_vector<typename N::u16>(p + i * W), typename N::u32);
-    auto sign = (h & 0x8000u) << 16;
-    auto exponent = h & 0x7c00u;
-    auto mantissa = h & 0x3ffu;
-    auto normal = ((h & 0x7fffu) << 13) + (112u << 23);
-    auto inf_nan = 0x7f800000u | (mantissa << 13);
-    typename N::f32 subnormal_value;
-    small_u32_to_f32<W>(mantissa, &subnormal_value);
-    auto subnormal = __builtin_bit_cast(typename N::u32, subnormal_value * (1.0f / 16777216.0f));
-    auto magnitude = exponent == 0 ? subnormal : (exponent == 0x7c00u ? inf_nan : normal);
-    v.part[i] = __builtin_bit_cast(typename N::f32, magnitude | sign);
+TF_INLINE typename Native<W>::u32 widen_u8(const uint8_t* p) {
+  typename Native<W>::u32 out;
+  if constexpr (W == 16) {
+    asm("vpmovzxbd %1, %0" : "=v"(out) : "m"(*reinterpret_cast<const uint8_t(*)[16]>(p)));
+  } else if constexpr (W == 8) {
+    asm("vpmovzxbd %1, %0" : "=v"(out) : "m"(*reinterpret_cast<const uint8_t(*)[8]>(p)));
+  } else {
+    out = __builtin_convertvector(load_vector<typename Native<W>::u8>(p), typename Native<W>::u32);
   }
-  return v;
+  return out;
 }
-
-// W lanes of 4-bit values from W/2 bytes: each byte is duplicated into two lanes by a shuffle,
-// then shifted by 0 or 4 bits, so the unpacking stays in vector registers.
-template <int W, size_t... J>
-TF_INLINE typename Native<W>::u32 nibbles_to_lanes(const uint8_t* p, std::index_sequence<J...>) {
-  typedef uint8_t u8x16 __attribute__((vector_size(16)));
-  u8x16 bytes{};
-  std::memcpy(&bytes, p, W / 2);
-  auto doubled = __builtin_shufflevector(bytes, bytes, int(J / 2)...);
-  auto wide = __builtin_convertvector(doubled, typename Native<W>::u32);
-  const typename Native<W>::u32 shifts = {uint32_t(4 * (J % 2))...};
-  return (wide >> shifts) & 0xfu;
-}
-
-// 16 unsigned 4-bit values from 8 bytes, lowest bits first (MLX packing on little-endian).
 template <int W>
-TF_INLINE Lanes<W> unpack_u4(const uint8_t* p) {
-  Lanes<W> v;
-  for (int i = 0; i < Lanes<W>::kParts; ++i)
-    small_u32_to_f32<W>(nibbles_to_lanes<W>(p + i * W / 2, std::make_index_sequence<W>()), &v.part[i]);
-  return v;
-}
-
-// 16 unsigned 8-bit values from 16 bytes, lowest bits first.
-template <int W>
-TF_INLINE Lanes<W> unpack_u8(const uint8_t* p) {
-  using N = Native<W>;
-  Lanes<W> v;
-  for (int i = 0; i < Lanes<W>::kParts; ++i) {
-    auto bytes = load_vector<typename N::u8>(p + i * W);
-    small_u32_to_f32<W>(__builtin_convertvector(bytes, typename N::u32), &v.part[i]);
+TF_INLINE typename Native<W>::u32 widen_u16(const void* p) {
+  typename Native<W>::u32 out;
+  if constexpr (W == 16) {
+    asm("vpmovzxwd %1, %0" : "=v"(out) : "m"(*reinterpret_cast<const uint16_t(*)[16]>(p)));
+  } else if constexpr (W == 8) {
+    asm("vpmovzxwd %1, %0" : "=v"(out) : "m"(*reinterpret_cast<const uint16_t(*)[8]>(p)));
+  } else {
+    out = __builtin_convertvector(load_vector<typename Native<W>::u16>(p), typename Native<W>::u32);
   }
-  return v;
+  return out;
 }
 
 // MLX affine dequantization, rounded in f32: scale * q, then + bias.
@@ -218,6 +223,35 @@ TF_INLINE float horizontal_sum(const Lanes<W>& v) {
   for (int i = 0; i < 4; ++i) t[i] = t[i] + t[i + 4];
   for (int i = 0; i < 2; ++i) t[i] = t[i] + t[i + 2];
   return t[0] + t[1];
+}
+
+// Four horizontal sums at once, in exactly horizontal_sum's tree (lane i + lane i+8, then +4,
+// +2, +1), with shuffles instead of a store and scalar adds. out[j] = horizontal_sum(v[j]).
+template <int W>
+TF_INLINE void horizontal_sum4(const Lanes<W>* v, float* out) {
+  typedef float f32x8 __attribute__((vector_size(32)));
+  typedef float f32x4 __attribute__((vector_size(16)));
+  f32x8 s8[4];
+  for (int j = 0; j < 4; ++j) {
+    if constexpr (W == 16) {
+      const auto& x = v[j].part[0];
+      s8[j] = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7) +
+              __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
+    } else if constexpr (W == 8) {
+      s8[j] = v[j].part[0] + v[j].part[1];
+    } else {
+      const f32x4 low = v[j].part[0] + v[j].part[2], high = v[j].part[1] + v[j].part[3];
+      s8[j] = __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7);
+    }
+  }
+  const f32x8 s4_ab = __builtin_shufflevector(s8[0], s8[1], 0, 1, 2, 3, 8, 9, 10, 11) +
+                      __builtin_shufflevector(s8[0], s8[1], 4, 5, 6, 7, 12, 13, 14, 15);
+  const f32x8 s4_cd = __builtin_shufflevector(s8[2], s8[3], 0, 1, 2, 3, 8, 9, 10, 11) +
+                      __builtin_shufflevector(s8[2], s8[3], 4, 5, 6, 7, 12, 13, 14, 15);
+  const f32x8 s2 = __builtin_shufflevector(s4_ab, s4_cd, 0, 1, 4, 5, 8, 9, 12, 13) +
+                   __builtin_shufflevector(s4_ab, s4_cd, 2, 3, 6, 7, 10, 11, 14, 15);
+  const f32x4 s1 = __builtin_shufflevector(s2, s2, 0, 2, 4, 6) + __builtin_shufflevector(s2, s2, 1, 3, 5, 7);
+  std::memcpy(out, &s1, sizeof s1);
 }
 
 // sum a[k]*b[k] over k < n in the fixed lane layout; the order depends on n alone.
@@ -238,7 +272,7 @@ __attribute__((target("avx512f"))) void run_simd_avx512(const Body& body) {
 }
 
 template <class Body>
-__attribute__((target("avx2"))) void run_simd_avx2(const Body& body) {
+__attribute__((target("avx2,fma"))) void run_simd_avx2(const Body& body) {
   body.template operator()<8>();
 }
 
