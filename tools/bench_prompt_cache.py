@@ -5,6 +5,8 @@
          same prompt cold ("cache_prompt": false); medians and ranges over repeats.
   chat   a multi-turn chat, each turn re-sending the whole conversation: prompt tokens computed and
          wall time, with the cache and without it; every reply must be the same either way.
+  decode decode speed (the server's own timings) of the same long replies on two servers, one with
+         the cache and one started with --no-prompt-cache (--url-b), alternating: the cache's cost.
 
 Both modes check that the cached reply's token_sha equals the cold one's (resumed = fresh).
 """
@@ -89,20 +91,42 @@ def chat(args):
             "wall_cold_over_cached": outcome["cold"]["wall_s"] / outcome["cached"]["wall_s"]}
 
 
+def decode(args):
+    if not args.url_b:
+        sys.exit("decode needs --url-b: a server started with --no-prompt-cache")
+    rng = random.Random(args.seed)
+    speeds = {"cached": [], "uncached": []}
+    for repeat in range(args.repeats):
+        prompt = [rng.randrange(args.low_id, args.vocab) for _ in range(64)]
+        body = {"prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True, "draft": False}
+        shas = []
+        for label, url in (("cached", args.url), ("uncached", args.url_b)):
+            reply, _ = post(url, "/v1/completions", body)
+            timings = reply["timings"]
+            speeds[label].append(1000.0 * (timings["predicted_n"] - 1) / timings["predicted_ms"])
+            shas.append(reply["token_sha"])
+        if shas[0] != shas[1]:
+            sys.exit(f"repeat {repeat}: the two servers' replies differ")
+    ratio = [a / b for a, b in zip(speeds["cached"], speeds["uncached"])]
+    return {"mode": "decode", "max_tokens": args.max_tokens, "cached_tok_s": summary(speeds["cached"]),
+            "uncached_tok_s": summary(speeds["uncached"]), "cached_over_uncached": summary(ratio)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["ttft", "chat"])
+    parser.add_argument("mode", choices=["ttft", "chat", "decode"])
     parser.add_argument("--url", default="http://127.0.0.1:8080")
+    parser.add_argument("--url-b", help="decode: a server started with --no-prompt-cache")
     parser.add_argument("--prompt", type=int, default=4000, help="ttft: prompt tokens")
     parser.add_argument("--cached", type=int, default=3900, help="ttft: of which cached")
     parser.add_argument("--vocab", type=int, default=4096, help="ttft: prompt ids are drawn below this")
     parser.add_argument("--low-id", type=int, default=16, help="ttft: ...and from this up (past special ids)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--turns", type=int, default=10)
-    parser.add_argument("--max-tokens", type=int, default=64, help="chat: reply length per turn")
+    parser.add_argument("--max-tokens", type=int, default=64, help="chat and decode: reply length")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    print(json.dumps(ttft(args) if args.mode == "ttft" else chat(args), indent=2))
+    print(json.dumps({"ttft": ttft, "chat": chat, "decode": decode}[args.mode](args), indent=2))
 
 
 if __name__ == "__main__":

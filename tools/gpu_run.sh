@@ -6,10 +6,11 @@
 # compute-sanitizer. Each step runs under `timeout`; logs,
 # the bench receipts and a summary go to $OUT. Run from a checkout of the same commit (the tests
 # read tests/fixtures from it).
-# Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|mlx4|server|spec|linear|sanitize|all]   (defaults:
+# Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|mlx4|server|cache|spec|linear|sanitize|all]   (defaults:
 # build-cuda/bundle all; all leaves out sanitize, which is slow; mlx4: just the 4-bit decode bench and
 # configuration table; server: just the forced-acceptance runs through the HTTP server; spec: the
-# embedded model's proposers, its drafter on the GPU)
+# embedded model's proposers, its drafter on the GPU; cache: the prefix cache's time to first token and
+# decode against no cache)
 #
 # A device call carries at most 64 MiB (working tree + carried bundle.tar.xz, extracted there first);
 # the tracked models make the tree larger. Before the call, here, leave the bf16 target and the random Qwen3-tokenizer fixture out
@@ -80,6 +81,30 @@ mlx4_benches() {
     --prompt-len 512 --decode 64 --repeats 3 --verify-rows 1 2 4 8 16 32 64 128 \
     --receipt "$OUT/h200-qwen3-8b-synthetic-mlx4.md"
 }
+
+cache_benches() {
+  # The prefix cache on a synthetic qwen3-8b (bf16): time to first token of a 4,000-token prompt with
+  # 3,900 tokens cached against cold, and decode with the cache on against a --no-prompt-cache server.
+  local serve=("$BUNDLE/tensorfold" serve --device cuda --synthetic qwen3-8b --model models/tensorfold-code-target-mlx4
+               --ctx 8192 --parallel 4)
+  "${serve[@]}" --port 8211 >"$OUT/cache-server.log" 2>&1 &
+  local cached_pid=$!
+  "${serve[@]}" --port 8212 --no-prompt-cache >"$OUT/nocache-server.log" 2>&1 &
+  local uncached_pid=$!
+  for port in 8211 8212; do
+    for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.5; done
+  done
+  run_step cache-ttft-qwen3-8b 300 python3 tools/bench_prompt_cache.py ttft --url http://127.0.0.1:8211 \
+    --vocab 150000 --repeats 5
+  run_step cache-decode-qwen3-8b 300 python3 tools/bench_prompt_cache.py decode --url http://127.0.0.1:8211 \
+    --url-b http://127.0.0.1:8212 --vocab 150000 --repeats 5 --max-tokens 256
+  kill "$cached_pid" "$uncached_pid"; wait "$cached_pid" "$uncached_pid" 2>/dev/null
+}
+
+if [ "$MODE" = cache ]; then
+  cache_benches
+  cat "$OUT"/cache-*.log
+fi
 
 if [ "$MODE" = server ]; then
   server_benches

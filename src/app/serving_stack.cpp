@@ -167,6 +167,7 @@ const ModelIdentity& ServingStack::identity() const {
 std::shared_ptr<Engine> ServingStack::make_engine(const EngineOptions& options) const {
   EngineOptions named = options;
   if (named.model_id.empty()) named.model_id = parts_->facts.model_dir + "#" + parts_->facts.model_id;
+  if (named.numerics.empty()) named.numerics = parts_->facts.numerics;
   return std::make_shared<Engine>(named, parts_->model, parts_->tokenizer, parts_->drafter);
 }
 

@@ -33,6 +33,9 @@ struct EngineOptions {
   double kv_pool_fraction = 0.0;   // or this fraction of the GPU's free memory (0: by tokens)
   bool prompt_cache = true;        // the automatic prefix cache (requests may still opt out)
   std::string model_id;            // names the model in prefix-cache keys and saved slots
+  // The backend's arithmetic (the CPU kernels' instruction path): saved K/V comes back only into
+  // an engine of the same, since another path computes other bits.
+  std::string numerics;
   int32_t max_queue = 64;          // most requests waiting for a lane
   int64_t prefill_chunk = 256;     // most prompt rows of one lane per round
   int64_t max_rows_per_round = 512;
@@ -96,7 +99,7 @@ struct SlotInfo {
 struct SlotSnapshot {
   std::vector<int32_t> tokens;
   std::string cache_salt;
-  std::string kv_format;       // KvStorage::format() of the storage it came from
+  std::string kv_format;       // KvStorage::format() of the storage it came from, and the numerics
   int64_t block_size = 0;
   int64_t n_blocks = 0;        // blocks 0..n_blocks-1 of tokens have K/V below
   std::vector<uint8_t> kv;     // [n_blocks][KvStorage::bytes_for(block_size)]

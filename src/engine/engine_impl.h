@@ -133,6 +133,7 @@ struct Engine::Impl {
   int32_t take_slot(const Lane& lane);  // under mutex
   SlotRecord& idle_slot(int32_t id);    // under mutex; fails for an unknown or busy slot
   void run_tasks();
+  std::string kv_form() const;  // the storage's form and the numerics that computed it
   void leave_slot(const Lane& lane);
   // Runs `work` on the engine thread and waits for it; its exception is rethrown here.
   template <class Result>

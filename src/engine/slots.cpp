@@ -9,6 +9,10 @@
 
 namespace tf {
 
+std::string Engine::Impl::kv_form() const {
+  return kv.storage().format() + (options.numerics.empty() ? "" : ", " + options.numerics);
+}
+
 int32_t Engine::Impl::take_slot(const Lane& lane) {
   for (SlotRecord& record : slot_records) {
     if (record.info.is_processing) continue;
@@ -92,7 +96,7 @@ SlotSnapshot Engine::save_slot(int32_t id) {
     }
     KvCache& kv = impl.kv;
     const int64_t block_size = kv.block_size();
-    snapshot.kv_format = kv.storage().format();
+    snapshot.kv_format = impl.kv_form();
     snapshot.block_size = block_size;
     const BlockKey root = root_block_key(impl.options.model_id, snapshot.cache_salt);
     const auto keys = block_keys(root, snapshot.tokens, int64_t(snapshot.tokens.size()), block_size);
@@ -131,7 +135,7 @@ int64_t Engine::restore_slot(int32_t id, SlotSnapshot snapshot) {
         fail("the saved slot has token id " + std::to_string(token) + ", outside this model's vocabulary");
     const int64_t block_size = kv.block_size();
     const int64_t block_bytes = kv.storage().bytes_for(block_size);
-    const bool same_form = snapshot.kv_format == kv.storage().format() && snapshot.block_size == block_size &&
+    const bool same_form = snapshot.kv_format == impl.kv_form() && snapshot.block_size == block_size &&
                            int64_t(snapshot.kv.size()) == snapshot.n_blocks * block_bytes;
     // Only whole blocks of this storage's form come back; another form's K/V (another backend)
     // would not be the bits this machine computes, so those positions are prefilled again.

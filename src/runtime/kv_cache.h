@@ -67,6 +67,7 @@ class KvCache {
     return *storage;
   }
   KvStorage& storage() { return *storage_; }
+  const KvStorage& storage() const { return *storage_; }
   int64_t block_size() const { return block_size_; }
   int64_t n_blocks() const { return n_blocks_; }
   // Blocks a lane may still draw: free or cached, less what admitted lanes were promised.
