@@ -440,6 +440,12 @@ TEST(ModelConfig, RejectsMissingWrongAndUnsupportedFields) {
   expect_config_error([](Json& c) { c["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}}; },
                       {"gptq"});
   expect_config_error([](Json& c) { c["eos_token_id"] = "end"; }, {"eos_token_id"});
+  {
+    // Found by fuzz_model_config: a number beyond double range escaped as a JSON library exception.
+    TempDir temp;
+    write_text(temp / "config.json", R"({"architectures": ["Qwen3ForCausalLM"], "rms_norm_eps": 1e356})");
+    expect_error_naming([&] { tf::ModelConfig::load(temp.path); }, {temp / "config.json", "not valid JSON", "1e356"});
+  }
   expect_error_naming([] { tf::ModelConfig::load("/nonexistent/model"); }, {"/nonexistent/model", "config.json"});
 }
 
