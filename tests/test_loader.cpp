@@ -3,11 +3,13 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "backends/backends.h"
@@ -15,6 +17,8 @@
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
 #include "loader/safetensors.h"
+#include "loader/weight_scan.h"
+#include "models/dflash_drafter.h"
 #include "models/model.h"
 #include "models/qwen3_weights.h"
 #include "models/synthetic.h"
@@ -221,6 +225,9 @@ TEST(Safetensors, RejectsEachMalformedHeader) {
       {"end beyond data", R"({"bad.weight":{"dtype":"F32","shape":[16],"data_offsets":[0,64]}})", 16, {"bad.weight", "64"}},
       {"size mismatch", R"({"bad.weight":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8, {"bad.weight", "[3]"}},
       {"overflowing shape", R"({"bad.weight":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8, {"bad.weight"}},
+      // Zero bytes, yet TensorView::n_elements overflowed (UB) before reaching the zero.
+      {"overflow before a zero", R"({"bad.weight":{"dtype":"U8","shape":[4611686018427387904,3,0],"data_offsets":[0,0]}})", 8,
+       {"bad.weight", "overflows"}},
       {"overlap", R"({"first.weight":{)" + f32_ok + R"(},"second.weight":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 16,
        {"first.weight", "second.weight", "overlap"}},
       {"metadata not strings", R"({"__metadata__":{"format":3},"ok":{)" + f32_ok + "}}", 8, {"__metadata__", "format"}},
@@ -316,10 +323,10 @@ TEST(Checkpoint, ReportsMissingFilesAndTensors) {
                       {"model.embed_tokens.weight", "model.safetensors", "[384, 96]", "[1, 2]"});
 }
 
-// A copy of qwen3-tiny-a with its tensors changed by `edit` and its config.json changed by `edit_config`.
-std::string write_tiny_a_variant(const TempDir& temp, const std::function<void(std::vector<tf::TensorToWrite>&)>& edit,
-                                 const std::function<void(Json&)>& edit_config = {}) {
-  const std::string source = kSourceDir + "/tests/fixtures/models/qwen3-tiny-a";
+// A copy of the checkpoint in SOURCE with its tensors changed by `edit` and its config.json changed by `edit_config`.
+std::string write_variant(const TempDir& temp, const std::string& source,
+                          const std::function<void(std::vector<tf::TensorToWrite>&)>& edit,
+                          const std::function<void(Json&)>& edit_config = {}) {
   const tf::Checkpoint checkpoint = tf::Checkpoint::open(source);
   std::vector<tf::TensorToWrite> tensors;
   for (const std::string& name : checkpoint.names()) {
@@ -332,6 +339,11 @@ std::string write_tiny_a_variant(const TempDir& temp, const std::function<void(s
   if (edit_config) edit_config(config);
   write_text(temp / "config.json", config.dump(2));
   return temp.path;
+}
+
+std::string write_tiny_a_variant(const TempDir& temp, const std::function<void(std::vector<tf::TensorToWrite>&)>& edit,
+                                 const std::function<void(Json&)>& edit_config = {}) {
+  return write_variant(temp, kSourceDir + "/tests/fixtures/models/qwen3-tiny-a", edit, edit_config);
 }
 
 tf::TensorToWrite& tensor_named(std::vector<tf::TensorToWrite>& tensors, const std::string& name) {
@@ -428,6 +440,12 @@ TEST(ModelConfig, RejectsMissingWrongAndUnsupportedFields) {
   expect_config_error([](Json& c) { c["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}}; },
                       {"gptq"});
   expect_config_error([](Json& c) { c["eos_token_id"] = "end"; }, {"eos_token_id"});
+  {
+    // Found by fuzz_model_config: a number beyond double range escaped as a JSON library exception.
+    TempDir temp;
+    write_text(temp / "config.json", R"({"architectures": ["Qwen3ForCausalLM"], "rms_norm_eps": 1e356})");
+    expect_error_naming([&] { tf::ModelConfig::load(temp.path); }, {temp / "config.json", "not valid JSON", "1e356"});
+  }
   expect_error_naming([] { tf::ModelConfig::load("/nonexistent/model"); }, {"/nonexistent/model", "config.json"});
 }
 
@@ -460,6 +478,226 @@ TEST(ModelConfig, DefaultsAlternativesAndEosUnion) {
 
   write_text(temp / "generation_config.json", "{oops");
   expect_error_naming([&] { tf::ModelConfig::load(temp.path); }, {"generation_config.json"});
+}
+
+
+// A copy of `tensor` whose bytes live in `storage`, so a test can change its values.
+tf::TensorToWrite& own_bytes(tf::TensorToWrite& tensor, std::vector<uint8_t>& storage) {
+  const auto* bytes = static_cast<const uint8_t*>(tensor.data);
+  storage.assign(bytes, bytes + tensor.n_bytes);
+  tensor.data = storage.data();
+  return tensor;
+}
+
+TEST(WeightScan, FindsTheFirstNonFiniteElementOfEachFloatType) {
+  // bf16 across several scan blocks: a NaN or Inf anywhere is found at its exact index; the
+  // largest finite values, subnormals and signed zeros are not flagged.
+  std::vector<uint16_t> bf16(3 * 4096 + 17, 0x3f80);
+  bf16[5] = 0x7f7f;  // largest finite
+  bf16[6] = 0xff7f;
+  bf16[7] = 0x0001;  // subnormal
+  bf16[8] = 0x8000;  // -0
+  auto view = [](const auto& values, DType dtype, std::vector<int64_t> shape) {
+    tf::TensorView tensor;
+    tensor.name = "t";
+    tensor.dtype = dtype;
+    tensor.shape = std::move(shape);
+    tensor.data = reinterpret_cast<const uint8_t*>(values.data());
+    tensor.n_bytes = values.size() * sizeof(values[0]);
+    return tensor;
+  };
+  EXPECT_FALSE(tf::find_non_finite(view(bf16, DType::bf16, {int64_t(bf16.size())})));
+  for (size_t at : {size_t(0), size_t(4095), size_t(4096), bf16.size() - 1}) {
+    for (uint16_t bad : {uint16_t(0x7fc0), uint16_t(0x7f80), uint16_t(0xff80), uint16_t(0xff81)}) {
+      std::vector<uint16_t> values = bf16;
+      values[at] = bad;
+      if (at + 1 < values.size()) values.back() = bad;  // a later one must not win
+      const auto found = tf::find_non_finite(view(values, DType::bf16, {int64_t(values.size())}));
+      ASSERT_TRUE(found) << at;
+      EXPECT_EQ(found->index, int64_t(at));
+      EXPECT_EQ(found->is_nan, (bad & 0x7f) != 0);
+    }
+  }
+  std::vector<float> f32 = {1.0f, -3.4e38f, 1e-45f, std::numeric_limits<float>::infinity()};
+  EXPECT_EQ(tf::find_non_finite(view(f32, DType::f32, {4}))->index, 3);
+  f32[3] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(tf::find_non_finite(view(f32, DType::f32, {4}))->is_nan);
+  f32[3] = std::numeric_limits<float>::max();
+  EXPECT_FALSE(tf::find_non_finite(view(f32, DType::f32, {4})));
+  const std::vector<uint16_t> f16 = {0x3c00, 0x7bff, 0xfc00};  // 1, 65504, -Inf
+  EXPECT_EQ(tf::find_non_finite(view(f16, DType::f16, {3}))->index, 2);
+  const std::vector<double> f64 = {1.0, std::nan("")};
+  EXPECT_EQ(tf::find_non_finite(view(f64, DType::f64, {2}))->index, 1);
+  const std::vector<uint32_t> packed = {0xffffffffu};  // packed quantized weights: any bits are valid
+  EXPECT_FALSE(tf::find_non_finite(view(packed, DType::u32, {1})));
+  // Unaligned data (safetensors offsets need not be aligned) reads the same.
+  std::vector<uint8_t> unaligned(1 + 8, 0);
+  const float values[2] = {2.0f, -std::numeric_limits<float>::infinity()};
+  std::memcpy(unaligned.data() + 1, values, 8);
+  tf::TensorView shifted = view(unaligned, DType::f32, {2});
+  shifted.data += 1;
+  shifted.n_bytes = 8;
+  EXPECT_EQ(tf::find_non_finite(shifted)->index, 1);
+}
+
+TEST(Checkpoint, RefusesNonFiniteWeightsNamingTheTensor) {
+  {
+    TempDir temp;  // a NaN in a bf16 matrix, named with its row and column
+    std::vector<uint8_t> storage;
+    write_tiny_a_variant(temp, [&](auto& tensors) {
+      auto& q = own_bytes(tensor_named(tensors, "model.layers.1.self_attn.q_proj.weight"), storage);
+      const uint16_t nan = 0x7fc1;
+      std::memcpy(storage.data() + (3 * 96 + 5) * 2, &nan, 2);
+      (void)q;
+    });
+    expect_error_naming([&] { tf::Checkpoint::open(temp.path); },
+                        {"model.layers.1.self_attn.q_proj.weight", temp / "model.safetensors", "NaN", "[3, 5]", "[96, 96]"});
+  }
+  {
+    TempDir temp;  // an infinity in a norm gain stored as f32
+    static std::vector<float> gain(96, 1.0f);
+    gain[95] = -std::numeric_limits<float>::infinity();
+    write_tiny_a_variant(temp, [](auto& tensors) {
+      tensor_named(tensors, "model.norm.weight") = {"model.norm.weight", DType::f32, {96}, gain.data(), 96 * 4};
+    });
+    expect_error_naming([&] { tf::Checkpoint::open(temp.path); }, {"model.norm.weight", "infinity", "[95]"});
+  }
+  {
+    TempDir temp;  // an MLX checkpoint: scales are scanned; packed weights are not floats
+    std::vector<uint8_t> storage;
+    const std::string source = kSourceDir + "/models/tensorfold-code-target-mlx4";
+    write_variant(temp, source, [&](auto& tensors) {
+      auto& scales = own_bytes(tensor_named(tensors, "model.layers.0.mlp.down_proj.scales"), storage);
+      const uint16_t inf = scales.dtype == DType::f16 ? 0x7c00 : 0x7f80;
+      std::memcpy(storage.data() + 2, &inf, 2);
+    });
+    expect_error_naming([&] { tf::Checkpoint::open(temp.path); },
+                        {"model.layers.0.mlp.down_proj.scales", "infinity", "[0, 1]"});
+  }
+}
+
+TEST(Qwen3Weights, EveryTensorTheCheckpointHasMustBeUsed) {
+  {
+    TempDir temp;  // one layer more in the checkpoint than num_hidden_layers
+    write_tiny_a_variant(temp, [](auto& tensors) {
+      std::vector<tf::TensorToWrite> extra;
+      for (const auto& t : tensors) {
+        if (!t.name.starts_with("model.layers.1.")) continue;
+        extra.push_back(t);
+        extra.back().name = "model.layers.2." + t.name.substr(std::string("model.layers.1.").size());
+      }
+      tensors.insert(tensors.end(), extra.begin(), extra.end());
+    });
+    expect_bind_error(temp.path, {"model.layers.2.", "num_hidden_layers", "is 2", temp / "config.json",
+                                  temp / "model.safetensors", "10 more"});
+  }
+  {
+    TempDir temp;  // the config drops a layer the checkpoint still has
+    write_tiny_a_variant(temp, [](auto&) {}, [](Json& config) { config["num_hidden_layers"] = 1; });
+    expect_bind_error(temp.path, {"model.layers.1.", "num_hidden_layers", "is 1"});
+  }
+  {
+    TempDir temp;  // an LM head in a checkpoint whose config ties it to the embedding
+    write_tiny_a_variant(temp, [](auto& tensors) {
+      tf::TensorToWrite head = tensor_named(tensors, "model.embed_tokens.weight");
+      head.name = "lm_head.weight";
+      tensors.push_back(head);
+    });
+    expect_bind_error(temp.path, {"lm_head.weight", "tie_word_embeddings"});
+  }
+  {
+    TempDir temp;  // a tensor no Qwen3 has
+    static const std::vector<uint16_t> bias(96, 0);
+    write_tiny_a_variant(temp, [](auto& tensors) {
+      tensors.push_back({"model.layers.0.self_attn.q_proj.bias", DType::bf16, {96}, bias.data(), 96 * 2});
+    });
+    expect_bind_error(temp.path, {"model.layers.0.self_attn.q_proj.bias", "Qwen3ForCausalLM", "architectures"});
+  }
+  {
+    TempDir temp;  // a shard holding a tensor its index does not list
+    const std::vector<float> values = {1, 2};
+    tf::write_safetensors(temp / "a.safetensors", {{"x.weight", DType::f32, {2}, values.data(), 8},
+                                                    {"y.weight", DType::f32, {2}, values.data(), 8}});
+    write_text(temp / "model.safetensors.index.json", R"({"weight_map": {"x.weight": "a.safetensors"}})");
+    expect_error_naming([&] { tf::Checkpoint::open(temp.path); },
+                        {"y.weight", temp / "a.safetensors", "model.safetensors.index.json"});
+  }
+  {
+    TempDir temp;  // a drafter checkpoint with a layer past its num_hidden_layers
+    const std::string source = kSourceDir + "/tests/fixtures/drafter/tiny-a-drafter";
+    write_variant(temp, source, [](auto&) {}, [](Json& config) { config["num_hidden_layers"] = 1; });
+    const tf::DFlashConfig config = tf::DFlashConfig::load(temp.path);
+    const tf::Checkpoint checkpoint = tf::Checkpoint::open(temp.path);
+    expect_error_naming([&] { tf::bind_dflash_weights(checkpoint, config); },
+                        {"layers.1.", "num_hidden_layers", "is 1", temp / "config.json"});
+  }
+}
+
+// The embedded checkpoints use every tensor they have: the dense target, its MLX 4-bit copy
+// (.scales and .biases beside every matrix) and the DFlash drafter.
+TEST(Qwen3Weights, EmbeddedCheckpointsUseEveryTensor) {
+  for (const char* dir : {"models/tensorfold-code-target", "models/tensorfold-code-target-mlx4"}) {
+    SCOPED_TRACE(dir);
+    const tf::ModelConfig config = tf::ModelConfig::load(kSourceDir + "/" + dir);
+    const tf::Checkpoint checkpoint = tf::Checkpoint::open(kSourceDir + "/" + dir);
+    const tf::Qwen3Weights weights = tf::bind_qwen3_weights(checkpoint, config);
+    EXPECT_EQ(int64_t(weights.layers.size()), config.n_layers);
+  }
+  EXPECT_TRUE(tf::bind_qwen3_weights(tf::Checkpoint::open(kSourceDir + "/models/tensorfold-code-target-mlx4"),
+                                     tf::ModelConfig::load(kSourceDir + "/models/tensorfold-code-target-mlx4"))
+                  .layers[0]
+                  .q_proj.is_quantized());
+  const std::string drafter = kSourceDir + "/models/tensorfold-code-drafter";
+  const tf::DFlashConfig config = tf::DFlashConfig::load(drafter);
+  EXPECT_EQ(int64_t(tf::bind_dflash_weights(tf::Checkpoint::open(drafter), config).layers.size()), config.n_layers);
+}
+
+TEST(ModelConfig, RefusesTokenIdsOutsideInt32OrTheVocabulary) {
+  const int64_t big = int64_t(1) << 40;
+  expect_config_error([&](Json& c) { c["eos_token_id"] = big; }, {"eos_token_id", "2147483647"});
+  expect_config_error([&](Json& c) { c["eos_token_id"] = {1, big}; }, {"eos_token_id"});
+  expect_config_error([](Json& c) { c["eos_token_id"] = -2; }, {"eos_token_id"});
+  expect_config_error([](Json& c) { c["eos_token_id"] = 384; }, {"eos_token_id 384", "vocabulary of 384"});
+  expect_config_error([](Json& c) { c["vocab_size"] = int64_t(1) << 31; }, {"vocab_size", "2147483647"});
+  expect_config_error([&](Json& c) { c["num_attention_heads"] = big; c["num_key_value_heads"] = big; },
+                      {"num_attention_heads"});
+  expect_config_error([&](Json& c) { c["head_dim"] = big; }, {"head_dim"});
+
+  TempDir temp;  // the EOS token named by tokenizer_config.json, its id looked up in tokenizer.json
+  write_text(temp / "config.json", read_bytes(kSourceDir + "/tests/fixtures/models/qwen3-tiny-a/config.json"));
+  write_text(temp / "tokenizer_config.json", R"({"eos_token": "<end>"})");
+  write_text(temp / "tokenizer.json", R"({"added_tokens": [{"id": 6, "content": 7}]})");
+  expect_error_naming([&] { tf::ModelConfig::load(temp.path); }, {temp / "tokenizer.json", "added_tokens[0].content"});
+  write_text(temp / "tokenizer.json", R"({"added_tokens": [{"id": 1099511627776, "content": "<end>"}]})");
+  expect_error_naming([&] { tf::ModelConfig::load(temp.path); }, {temp / "tokenizer.json", "added_tokens[0].id"});
+  write_text(temp / "tokenizer.json", R"({"added_tokens": [{"id": 300, "content": "<end>"}]})");
+  EXPECT_EQ(tf::ModelConfig::load(temp.path).eos_token_ids, (std::vector<int32_t>{300, 383}));
+  fs::remove(temp / "tokenizer.json");
+  write_text(temp / "tokenizer_config.json",
+             R"({"eos_token": "<end>", "added_tokens_decoder": {"12abc": {"content": "<end>"}}})");
+  expect_error_naming([&] { tf::ModelConfig::load(temp.path); }, {temp / "tokenizer_config.json", "12abc"});
+  write_text(temp / "tokenizer_config.json",
+             R"({"eos_token": "<end>", "added_tokens_decoder": {"4294967297": {"content": "<end>"}}})");
+  expect_error_naming([&] { tf::ModelConfig::load(temp.path); }, {"added_tokens_decoder.4294967297"});
+  write_text(temp / "tokenizer_config.json",
+             R"({"eos_token": "<end>", "added_tokens_decoder": {"384": {"content": "<end>"}}})");
+  expect_error_naming([&] { tf::ModelConfig::load(temp.path); }, {"eos_token_id 384", "vocabulary"});
+}
+
+TEST(DFlashConfig, RefusesIdsOutsideInt32) {
+  const std::string source = kSourceDir + "/tests/fixtures/drafter/tiny-a-drafter";
+  auto expect_drafter_error = [&](const std::function<void(Json&)>& edit, const std::vector<std::string>& parts) {
+    TempDir temp;
+    Json config = Json::parse(read_bytes(source + "/config.json"));
+    edit(config);
+    write_text(temp / "config.json", config.dump());
+    std::vector<std::string> with_path = parts;
+    with_path.push_back(temp / "config.json");
+    expect_error_naming([&] { tf::DFlashConfig::load(temp.path); }, with_path);
+  };
+  expect_drafter_error([](Json& c) { c["mask_token_id"] = (int64_t(1) << 32) + 5; }, {"mask_token_id"});
+  expect_drafter_error([](Json& c) { c["mask_token_id"] = -1; }, {"mask_token_id"});
+  expect_drafter_error([](Json& c) { c["target_layer_ids"] = {0, int64_t(1) << 32}; }, {"target_layer_ids"});
 }
 
 }  // namespace

@@ -315,6 +315,20 @@ TEST(OpenAiProtocol, BadCompletionPromptsAreRejected) {
   EXPECT_EQ(completion_error({{"prompt", "x"}, {"logprobs", true}}).param, "logprobs");
 }
 
+// Token ids beyond int32 are refused here, parsed from the wire (they would otherwise wrap to
+// another token); ids inside int32 but past the vocabulary are the engine's to refuse.
+TEST(OpenAiProtocol, TokenIdsOutsideInt32AreRefused) {
+  for (const char* id : {"1099511627776", "2147483648", "18446744073709551615", "-1", "1.0", "1e3"}) {
+    SCOPED_TRACE(id);
+    const json prompt = parse_body(std::string(R"({"prompt": [5, )") + id + "]}");
+    EXPECT_EQ(completion_error(prompt).param, "prompt");
+    const json tokens = parse_body(std::string(R"({"tokens": [5, )") + id + "]}");
+    EXPECT_EQ(error_of([&] { parse_detokenize_request(tokens); }).param, "tokens");
+  }
+  EXPECT_EQ(parse_completion_request(parse_body(R"({"prompt": [2147483647]})"), test_limits()).prompt_tokens,
+            (std::vector<int32_t>{2147483647}));
+}
+
 TEST(OpenAiProtocol, BodyMustBeValidUtf8Json) {
   EXPECT_EQ(parse_body(R"({"a": 1})")["a"], 1);
   EXPECT_EQ(error_of([] { parse_body("{\"prompt\": \"\xff\xfe\"}"); }).status, 400);

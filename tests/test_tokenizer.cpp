@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include "core/error.h"
@@ -242,6 +243,52 @@ TEST_F(MalformedTokenizerFile, WrongValueType) {
   auto json = minimal();
   json["model"]["vocab"]["a"] = "zero";
   expect_error_naming_file(write("vocab.json", json.dump()), "model.vocab");
+}
+
+
+// Every JSON type error names the file and the field (not a JSON library message naming neither).
+TEST_F(MalformedTokenizerFile, TypeErrorsNameTheField) {
+  const auto expect_field = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit,
+                                const std::string& field) {
+    SCOPED_TRACE(name);
+    auto json = minimal();
+    edit(json);
+    expect_error_naming_file(write(name, json.dump()), field);
+  };
+  const auto added = [](nlohmann::json token) {
+    return [token](nlohmann::json& json) { json["added_tokens"] = {{{"id", 3}, {"content", "<s>"}}, token}; };
+  };
+  expect_field("added_content.json", added({{"id", 4}, {"content", 17}}), "added_tokens[1].content");
+  expect_field("added_id_type.json", added({{"id", "4"}, {"content", "<e>"}}), "added_tokens[1].id");
+  expect_field("added_id_big.json", added({{"id", int64_t(1) << 40}, {"content", "<e>"}}), "added_tokens[1].id");
+  expect_field("added_id_neg.json", added({{"id", -1}, {"content", "<e>"}}), "added_tokens[1].id");
+  expect_field("added_special.json", added({{"id", 4}, {"content", "<e>"}, {"special", "yes"}}),
+               "added_tokens[1].special");
+  expect_field("added_normalized.json", added({{"id", 4}, {"content", "<e>"}, {"normalized", 1}}),
+               "added_tokens[1].normalized");
+  expect_field("added_entry.json", added("<e>"), "added_tokens[1]");
+  expect_field("vocab_big.json", [](auto& j) { j["model"]["vocab"]["b"] = int64_t(1) << 40; }, "model.vocab[\"b\"]");
+  expect_field("vocab_sparse.json", [](auto& j) { j["model"]["vocab"]["b"] = 2000000000; }, "dense");
+  expect_field("model_type.json", [](auto& j) { j["model"]["type"] = 5; }, "model.type");
+  expect_field("ignore_merges.json", [](auto& j) { j["model"]["ignore_merges"] = "no"; }, "model.ignore_merges");
+  expect_field("normalizer_type.json", [](auto& j) { j["normalizer"]["type"] = {1}; }, "normalizer.type");
+  expect_field("pre_type.json", [](auto& j) { j["pre_tokenizer"]["type"] = 3; }, "pre_tokenizer.type");
+  expect_field("behavior.json", [](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = 1; },
+               "pre_tokenizer.behavior");
+  expect_field("invert.json", [](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["invert"] = "false"; },
+               "pre_tokenizer.invert");
+  expect_field("regex_type.json", [](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = 7; },
+               "pre_tokenizer.pattern");
+  expect_field("use_regex.json", [](auto& j) { j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = 0; },
+               "pre_tokenizer.use_regex");
+  expect_field("decoder_type.json", [](auto& j) { j["decoder"]["type"] = nullptr; j["decoder"]["x"] = 1; },
+               "decoder.type");
+  // Well-typed fields still load.
+  auto json = minimal();
+  json["added_tokens"] = {{{"id", 3}, {"content", "<s>"}, {"special", true}}};
+  const auto tokenizer = tf::Tokenizer::from_file(write("added_ok.json", json.dump()));
+  EXPECT_EQ(tokenizer->encode("a<s>b"), (std::vector<int32_t>{0, 3, 1}));
+  EXPECT_TRUE(tokenizer->is_special(3));
 }
 
 }  // namespace

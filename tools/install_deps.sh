@@ -4,7 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev
-          libutf8proc-dev libboost-dev libgtest-dev nodejs npm python3 chromium)
+          libutf8proc-dev libboost-dev libgtest-dev nodejs npm python3 chromium
+          clang libclang-rt-14-dev)  # clang and its libFuzzer runtime: tools/fuzz.sh
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

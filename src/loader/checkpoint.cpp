@@ -3,37 +3,44 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
 #include "loader/file_helpers.h"
+#include "loader/weight_scan.h"
 
 namespace tf {
 
 namespace {
 
-// Reads one byte of every page so the first forward does not stall on page faults.
-void touch_pages(const std::vector<std::shared_ptr<SafetensorsFile>>& files, const LoadProgress& progress) {
+// Reads every float tensor whole, refusing NaN and Inf, and one byte of every other page, so a
+// corrupt weight is named at load and the first forward does not stall on page faults.
+void scan_and_touch(const std::vector<std::shared_ptr<SafetensorsFile>>& files, const LoadProgress& progress) {
   constexpr size_t kPage = 4096;
   constexpr size_t kReportEvery = size_t(64) << 20;
   size_t total = 0;
   for (const auto& file : files) total += file->n_bytes();
-  size_t done = 0;
+  size_t done = 0, last_report = 0;
   if (progress) progress(0, total);
   volatile uint8_t sink = 0;
   for (const auto& file : files) {
     const uint8_t* bytes = file->bytes();
-    const size_t size = file->n_bytes();
-    madvise(const_cast<uint8_t*>(bytes), size, MADV_WILLNEED);  // a hint; failure is harmless
-    size_t last_report = done;
-    for (size_t offset = 0; offset < size; offset += kPage) {
-      sink = sink + bytes[offset];
-      if (progress && done + offset - last_report >= kReportEvery) {
-        last_report = done + offset;
+    madvise(const_cast<uint8_t*>(bytes), file->n_bytes(), MADV_WILLNEED);  // a hint; failure is harmless
+    std::vector<const TensorView*> by_offset;
+    for (const auto& [name, tensor] : file->tensors()) by_offset.push_back(&tensor);
+    std::sort(by_offset.begin(), by_offset.end(),
+              [](const TensorView* a, const TensorView* b) { return a->data < b->data; });
+    for (const TensorView* tensor : by_offset) {
+      check_finite(*tensor, file->path());  // the scan reads (so faults in) every page it covers
+      if (!find_non_finite_applies(tensor->dtype))
+        for (size_t offset = 0; offset < tensor->n_bytes; offset += kPage) sink = sink + tensor->data[offset];
+      if (progress && done + size_t(tensor->data + tensor->n_bytes - bytes) - last_report >= kReportEvery) {
+        last_report = done + size_t(tensor->data + tensor->n_bytes - bytes);
         progress(last_report, total);
       }
     }
-    done += size;
+    done += file->n_bytes();
     if (progress) progress(done, total);
   }
 }
@@ -73,6 +80,13 @@ Checkpoint Checkpoint::open(const std::string& model_dir, const LoadProgress& pr
         fail("tensor \"" + name + "\" named by " + index_path + " is not in its shard " + shard.path());
       checkpoint.index_[name] = {&tensor->second, &shard};
     }
+    // A tensor the index does not list would be neither bound nor reported as unused.
+    for (const auto& shard : checkpoint.files_)
+      for (const auto& [name, tensor] : shard->tensors()) {
+        auto listed = checkpoint.index_.find(name);
+        if (listed == checkpoint.index_.end() || listed->second.second != shard.get())
+          fail("tensor \"" + name + "\" in shard " + shard->path() + " is not listed for that shard in " + index_path);
+      }
   } else if (file_exists(single_path)) {
     checkpoint.files_.push_back(SafetensorsFile::open(single_path));
     const SafetensorsFile& file = *checkpoint.files_.back();
@@ -83,7 +97,7 @@ Checkpoint Checkpoint::open(const std::string& model_dir, const LoadProgress& pr
       fail("model directory " + model_dir + " does not exist");
     fail("no model.safetensors or model.safetensors.index.json in model directory " + model_dir);
   }
-  touch_pages(checkpoint.files_, progress);
+  scan_and_touch(checkpoint.files_, progress);
   return checkpoint;
 }
 
@@ -96,6 +110,7 @@ const TensorView& Checkpoint::get(const std::string& name) const {
                                                  : dir_ + "/model.safetensors.index.json";
     fail("tensor \"" + name + "\" is missing from " + where);
   }
+  used_.insert(name);
   return *it->second.first;
 }
 
@@ -110,6 +125,17 @@ const TensorView& Checkpoint::get(const std::string& name, const std::vector<int
 const std::string& Checkpoint::file_of(const std::string& name) const {
   get(name);  // the error for a missing tensor
   return index_.at(name).second->path();
+}
+
+void Checkpoint::check_all_used(const std::function<std::string(const std::string& name)>& why_unused) const {
+  std::vector<std::string> unused;
+  for (const auto& [name, entry] : index_)
+    if (!used_.count(name)) unused.push_back(name);
+  if (unused.empty()) return;
+  const std::string more =
+      unused.size() == 1 ? "" : " (" + std::to_string(unused.size() - 1) + " more tensors are unused too)";
+  fail("tensor \"" + unused[0] + "\" in " + index_.at(unused[0]).second->path() + " is not used: " +
+       why_unused(unused[0]) + more);
 }
 
 std::vector<std::string> Checkpoint::names() const {

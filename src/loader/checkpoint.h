@@ -2,6 +2,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,7 @@ class Checkpoint {
   static Checkpoint open(const std::string& model_dir, const LoadProgress& progress = {});
 
   bool has(const std::string& name) const;
-  // Throws tf::Error naming the directory and the tensor when it is missing.
+  // Throws tf::Error naming the directory and the tensor when it is missing. Marks it used.
   const TensorView& get(const std::string& name) const;
   // get() plus a shape check; the error names the file, the tensor, and both shapes.
   const TensorView& get(const std::string& name, const std::vector<int64_t>& shape) const;
@@ -27,11 +28,16 @@ class Checkpoint {
   const std::string& file_of(const std::string& name) const;
   const std::string& dir() const { return dir_; }
   std::vector<std::string> names() const;
+  // After binding: every tensor must have been used, since a tensor the config does not ask for
+  // (an extra layer, an untied head) means the config and the checkpoint disagree. Throws
+  // tf::Error naming the first unused tensor, its file, and `why_unused(name)`: the config field.
+  void check_all_used(const std::function<std::string(const std::string& name)>& why_unused) const;
 
  private:
   std::string dir_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, std::pair<const TensorView*, const SafetensorsFile*>> index_;
+  mutable std::set<std::string> used_;  // names get() handed out
 };
 
 }  // namespace tf

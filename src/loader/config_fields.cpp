@@ -1,5 +1,4 @@
-
-
+// Field readers shared by the configs the loader reads: every error names the field and the file.
 #include "loader/config_fields.h"
 
 #include "core/error.h"
@@ -29,6 +28,20 @@ int64_t required_int(const Json& object, const char* field, const std::string& p
   const Json& value = required_field(object, field, path);
   if (!value.is_number_integer()) fail_field(field, path, "must be an integer");
   return value.get<int64_t>();
+}
+
+int32_t read_index(const Json& value, const std::string& field, const std::string& path) {
+  if (value.is_number_unsigned() && value.get<uint64_t>() <= uint64_t(INT32_MAX)) return int32_t(value.get<uint64_t>());
+  if (value.is_number_integer() && !value.is_number_unsigned() && value.get<int64_t>() >= 0 &&
+      value.get<int64_t>() <= INT32_MAX)
+    return int32_t(value.get<int64_t>());
+  fail_field(field, path, "must be an integer from 0 to " + std::to_string(INT32_MAX) + ", got " + value.dump());
+}
+
+void require_in_range(int64_t value, const char* field, const std::string& path, int64_t min, int64_t max) {
+  if (value < min || value > max)
+    fail_field(field, path, "must be from " + std::to_string(min) + " to " + std::to_string(max) + ", got " +
+                                std::to_string(value));
 }
 
 double required_number(const Json& object, const char* field, const std::string& path) {

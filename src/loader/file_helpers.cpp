@@ -23,8 +23,9 @@ nlohmann::json read_json_file(const std::string& path, const std::vector<std::st
     nlohmann::json::parser_callback_t callback = nullptr;
     if (!skip_keys.empty()) callback = skip;
     return nlohmann::json::parse(text.str(), callback);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {
     // Re-thrown as tf::Error so callers catch one type; nlohmann's text gives line and column.
+    // Not only parse_error: a number too large for a double (1e400) is an out_of_range.
     fail(path + " is not valid JSON: " + error.what());
   }
 }

@@ -29,9 +29,9 @@ void add_eos_ids(const Json& object, const std::string& path, std::set<int32_t>*
   const Json* value = find_field(object, "eos_token_id");
   if (!value) return;
   if (value->is_array()) {
-    for (const Json& id : *value) ids->insert(int32_t(read_int(id, "eos_token_id", path)));
+    for (const Json& id : *value) ids->insert(read_index(id, "eos_token_id", path));
   } else {
-    ids->insert(int32_t(read_int(*value, "eos_token_id", path)));
+    ids->insert(read_index(*value, "eos_token_id", path));
   }
 }
 
@@ -57,24 +57,35 @@ void add_eos_token_from_tokenizer(const std::string& dir, std::set<int32_t>* ids
     const Json tokenizer = read_json_file(tokenizer_path, {"model"});
     const Json* added = tokenizer.is_object() ? find_field(tokenizer, "added_tokens") : nullptr;
     if (added && added->is_array()) {
-      for (const Json& token : *added) {
-        if (token.is_object() && token.value("content", "") == content && token.contains("id") &&
-            token["id"].is_number_integer()) {
-          ids->insert(token["id"].get<int32_t>());
-          return;
-        }
+      for (size_t i = 0; i < added->size(); ++i) {
+        const Json& token = (*added)[i];
+        const std::string field = "added_tokens[" + std::to_string(i) + "]";
+        if (!token.is_object()) fail_field(field, tokenizer_path, "must be an object");
+        const Json* token_content = find_field(token, "content");
+        if (!token_content || !token_content->is_string())
+          fail_field(field + ".content", tokenizer_path, "must be a string");
+        if (token_content->get_ref<const std::string&>() != content) continue;
+        const Json* id = find_field(token, "id");
+        if (!id) fail_field(field + ".id", tokenizer_path, "is missing");
+        ids->insert(read_index(*id, field + ".id", tokenizer_path));
+        return;
       }
     }
   }
   const Json* decoder = find_field(config, "added_tokens_decoder");
   if (decoder && decoder->is_object()) {
     for (const auto& [id_text, token] : decoder->items()) {
-      if (!token.is_object() || token.value("content", "") != content) continue;
-      try {
-        ids->insert(int32_t(std::stol(id_text)));
-      } catch (const std::exception&) {
-        fail("added_tokens_decoder in " + config_path + " has a non-numeric id \"" + id_text + "\"");
-      }
+      const std::string field = "added_tokens_decoder." + id_text;
+      if (!token.is_object()) fail_field(field, config_path, "must be an object");
+      const Json* token_content = find_field(token, "content");
+      if (!token_content || !token_content->is_string())
+        fail_field(field + ".content", config_path, "must be a string");
+      if (token_content->get_ref<const std::string&>() != content) continue;
+      // The key is the id: decimal digits only, within int32 (std::stol would take "12abc" as 12).
+      if (id_text.empty() || id_text.size() > 10 || id_text.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoll(id_text) > INT32_MAX)
+        fail_field(field, config_path, "has a key that is not a token id from 0 to " + std::to_string(INT32_MAX));
+      ids->insert(int32_t(std::stoll(id_text)));
       return;
     }
   }
@@ -179,13 +190,25 @@ void ModelConfig::validate(const std::string& source) const {
   require_positive(head_dim, "head_dim");
   require_positive(vocab_size, "vocab_size");
   require_positive(max_position_embeddings, "max_position_embeddings");
+  // Far above any real model; they keep products of sizes (q_dim, vocab x hidden) inside int64.
+  require_in_range(hidden_size, "hidden_size", source, 1, 1 << 20);
+  require_in_range(intermediate_size, "intermediate_size", source, 1, 1 << 22);
+  require_in_range(n_layers, "num_hidden_layers", source, 1, 4096);
+  require_in_range(n_heads, "num_attention_heads", source, 1, 4096);
+  require_in_range(n_kv_heads, "num_key_value_heads", source, 1, 4096);
+  require_in_range(head_dim, "head_dim", source, 1, 4096);
+  // Token ids are int32, so the vocabulary ends at 2^31 - 1.
+  require_in_range(vocab_size, "vocab_size", source, 1, INT32_MAX);
+  require_in_range(max_position_embeddings, "max_position_embeddings", source, 1, INT32_MAX);
   if (!(rope_theta > 0)) fail("rope_theta in " + source + " must be positive");
   if (!(rms_norm_eps > 0)) fail("rms_norm_eps in " + source + " must be positive");
   if (n_heads % n_kv_heads != 0)
     fail("num_attention_heads (" + std::to_string(n_heads) + ") in " + source +
          " must be a multiple of num_key_value_heads (" + std::to_string(n_kv_heads) + ")");
   for (int32_t id : eos_token_ids)
-    if (id < 0) fail("eos_token_id in " + source + " must not be negative");
+    if (id < 0 || id >= vocab_size)
+      fail("eos_token_id " + std::to_string(id) + " (from " + source + ", generation_config.json or "
+           "tokenizer_config.json) is outside the vocabulary of " + std::to_string(vocab_size) + " tokens");
   if (quantization.bits == 0 && quantization.group_size == 0) return;
   if (quantization.bits != 4 && quantization.bits != 8)
     fail("quantization bits in " + source + " must be 4 or 8, got " +

@@ -58,11 +58,16 @@ TensorView parse_tensor_entry(const std::string& path, const std::string& name, 
 
   auto shape = entry.find("shape");
   if (shape == entry.end() || !shape->is_array()) bad("has no shape list");
+  int64_t n_elements = 1;
   for (const Json& dim : *shape) {
     uint64_t n;
     // int64_t is what every consumer indexes with, so larger dimensions are rejected too.
     if (!read_count(dim, &n) || n > uint64_t(INT64_MAX))
       bad("has a shape that is not a list of non-negative integers: " + shape->dump());
+    // Every partial product too: TensorView::n_elements multiplies left to right, so [2^62, 3, 0]
+    // (zero bytes) would overflow there.
+    if (__builtin_mul_overflow(n_elements, int64_t(n), &n_elements))
+      bad("has a shape whose element count overflows 64-bit integers: " + shape->dump());
     view.shape.push_back(int64_t(n));
   }
 

@@ -45,6 +45,9 @@ DFlashWeights bind_dflash_weights(const Checkpoint& checkpoint, const DFlashConf
     w.down_proj = bind_matrix(checkpoint, mlp + "down_proj", hidden, intermediate, kDense);
     weights.layers.push_back(w);
   }
+  checkpoint.check_all_used([&](const std::string& name) {
+    return unused_tensor_reason(name, "layers.", config.n_layers, checkpoint.dir() + "/config.json", "DFlashDrafter");
+  });
   return weights;
 }
 
@@ -61,11 +64,8 @@ DFlashConfig DFlashConfig::load(const std::string& drafter_dir) {
   const Json& layer_ids = required_field(json, "target_layer_ids", path);
   if (!layer_ids.is_array() || layer_ids.empty())
     fail_field("target_layer_ids", path, "must be a non-empty list of layer indices");
-  for (const Json& id : layer_ids) {
-    if (!id.is_number_integer()) fail_field("target_layer_ids", path, "must hold integers");
-    config.target_layer_ids.push_back(id.get<int32_t>());
-  }
-  config.mask_token_id = int32_t(required_int(json, "mask_token_id", path));
+  for (const Json& id : layer_ids) config.target_layer_ids.push_back(read_index(id, "target_layer_ids", path));
+  config.mask_token_id = read_index(required_field(json, "mask_token_id", path), "mask_token_id", path);
   config.hidden_size = required_int(json, "hidden_size", path);
   config.intermediate_size = required_int(json, "intermediate_size", path);
   config.n_layers = required_int(json, "num_hidden_layers", path);
@@ -94,6 +94,15 @@ void DFlashConfig::validate(const std::string& source, const ModelConfig& target
   require_positive(vocab_size, "vocab_size");
   if (block_size < 2)
     fail_field("block_size", source, "must be at least 2, got " + std::to_string(block_size));
+  // Far above any real drafter; they keep products of sizes (q_dim, tap_width) inside int64.
+  require_in_range(block_size, "block_size", source, 2, 1024);
+  require_in_range(hidden_size, "hidden_size", source, 1, 1 << 20);
+  require_in_range(intermediate_size, "intermediate_size", source, 1, 1 << 22);
+  require_in_range(n_layers, "num_hidden_layers", source, 1, 4096);
+  require_in_range(n_heads, "num_attention_heads", source, 1, 4096);
+  require_in_range(n_kv_heads, "num_key_value_heads", source, 1, 4096);
+  require_in_range(head_dim, "head_dim", source, 1, 4096);
+  require_in_range(n_taps(), "target_layer_ids", source, 1, 4096);
   if (head_dim % 2 != 0) fail_field("head_dim", source, "must be even (RoPE rotates pairs)");
   if (!(rope_theta > 0)) fail_field("rope_theta", source, "must be positive");
   if (!(rms_norm_eps > 0)) fail_field("rms_norm_eps", source, "must be positive");

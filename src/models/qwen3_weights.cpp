@@ -24,6 +24,24 @@ void check_dtype_and_alignment(const Checkpoint& checkpoint, const TensorView& t
 
 }  // namespace
 
+std::string unused_tensor_reason(const std::string& name, const std::string& layer_prefix, int64_t n_layers,
+                                 const std::string& config_path, const std::string& architecture) {
+  if (name.starts_with(layer_prefix)) {
+    const std::string rest = name.substr(layer_prefix.size());
+    const size_t dot = rest.find('.');
+    const std::string digits = rest.substr(0, dot);
+    if (dot != std::string::npos && !digits.empty() && digits.size() < 10 &&
+        digits.find_first_not_of("0123456789") == std::string::npos) {
+      const int64_t layer = std::stoll(digits);
+      if (layer >= n_layers)
+        return "it belongs to layer " + digits + " but \"num_hidden_layers\" in " + config_path + " is " +
+               std::to_string(n_layers) + " (the checkpoint has more layers than the config uses)";
+    }
+  }
+  return "a " + architecture + " of the shape in " + config_path + " (\"architectures\", \"num_hidden_layers\", "
+         "\"tie_word_embeddings\", \"quantization\") has no tensor of that name";
+}
+
 WeightVector bind_vector(const Checkpoint& checkpoint, const std::string& name, int64_t n) {
   const TensorView& tensor = checkpoint.get(name, {n});
   check_dtype_and_alignment(checkpoint, tensor, /*want_float=*/true);
@@ -107,6 +125,15 @@ Qwen3Weights bind_qwen3_weights(const Checkpoint& checkpoint, const ModelConfig&
     w.down_proj = bind_matrix(checkpoint, mlp + "down_proj", hidden, intermediate, quantization);
     weights.layers.push_back(w);
   }
+  const std::string config_path = checkpoint.dir() + "/config.json";
+  checkpoint.check_all_used([&](const std::string& name) {
+    if (name == "lm_head.weight" && config.tie_word_embeddings)
+      return "\"tie_word_embeddings\" in " + config_path + " is true, so the embedding is the LM head";
+    if ((name.ends_with(".scales") || name.ends_with(".biases")) && config.quantization.bits != 0)
+      return "it has no quantized \".weight\" beside it, yet \"quantization\" in " + config_path +
+             " is set (a stray " + name.substr(name.rfind('.')) + " tensor)";
+    return unused_tensor_reason(name, "model.layers.", config.n_layers, config_path, config.architecture);
+  });
   return weights;
 }
 

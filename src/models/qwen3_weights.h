@@ -32,8 +32,14 @@ struct Qwen3Weights {
 
 // Binds tensor names "model.layers.{i}.self_attn.q_proj.weight" etc. A quantized linear layer has
 // ".weight" (u32), ".scales" and ".biases". Throws tf::Error naming the file and tensor on a
-// missing tensor, a wrong shape or dtype.
+// missing tensor, a wrong shape or dtype, and on a tensor the config does not use.
 Qwen3Weights bind_qwen3_weights(const Checkpoint& checkpoint, const ModelConfig& config);
+
+// Why a tensor a binding left unused is an error, in terms of the config field that disagrees:
+// a layer at or past num_hidden_layers (layers are named LAYER_PREFIX{i}.), or else a tensor the
+// architecture has no use for. `config_path` is the config.json the message names.
+std::string unused_tensor_reason(const std::string& name, const std::string& layer_prefix, int64_t n_layers,
+                                 const std::string& config_path, const std::string& architecture);
 
 // One norm gain NAME of n floats (f32, f16 or bf16), checked for shape, dtype and alignment.
 WeightVector bind_vector(const Checkpoint& checkpoint, const std::string& name, int64_t n);

@@ -20,20 +20,19 @@ bool is_unset_or(const nlohmann::json& model, const char* key, const nlohmann::j
 
 BpeModel::BpeModel(const nlohmann::json& model, const std::string& file_path) {
   if (!model.is_object()) fail_in_file(file_path, "model", "expected an object");
-  const std::string type = model.value("type", std::string("BPE"));
+  const std::string type = string_member(model, "type", "BPE", file_path, "model.type");
   if (type != "BPE") fail_in_file(file_path, "model.type", "unsupported model type '" + type + "' (only BPE)");
   if (!is_unset_or(model, "continuing_subword_prefix", "") || !is_unset_or(model, "end_of_word_suffix", "")) {
     fail_in_file(file_path, "model", "continuing_subword_prefix / end_of_word_suffix are not supported");
   }
   if (!is_unset_or(model, "byte_fallback", false)) fail_in_file(file_path, "model.byte_fallback", "not supported");
   if (!is_unset_or(model, "dropout", 0.0)) fail_in_file(file_path, "model.dropout", "not supported");
-  is_ignore_merges_ = model.value("ignore_merges", false);
+  is_ignore_merges_ = bool_member(model, "ignore_merges", false, file_path, "model.ignore_merges");
 
   if (!model.contains("vocab") || !model["vocab"].is_object()) fail_in_file(file_path, "model.vocab", "missing or not an object");
   vocab_.reserve(model["vocab"].size());
   for (const auto& [token, id] : model["vocab"].items()) {
-    if (!id.is_number_integer()) fail_in_file(file_path, "model.vocab", "id of '" + token + "' is not an integer");
-    vocab_.emplace(token, id.get<int32_t>());
+    vocab_.emplace(token, token_id_value(id, file_path, "model.vocab[\"" + token + "\"]"));
   }
   for (int b = 0; b < 256; ++b) {
     const auto found = vocab_.find(byte_level::char_of_byte(static_cast<uint8_t>(b)));

@@ -70,7 +70,7 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
 PreTokenizer::PreTokenizer(const nlohmann::json& config, const std::string& file_path) {
   if (!config.is_object()) fail_in_file(file_path, "pre_tokenizer", "missing or not an object");
   std::vector<nlohmann::json> steps;
-  if (config.value("type", "") == "Sequence") {
+  if (string_member(config, "type", "", file_path, "pre_tokenizer.type") == "Sequence") {
     if (!config.contains("pretokenizers") || !config["pretokenizers"].is_array()) {
       fail_in_file(file_path, "pre_tokenizer.pretokenizers", "missing or not an array");
     }
@@ -80,18 +80,20 @@ PreTokenizer::PreTokenizer(const nlohmann::json& config, const std::string& file
   }
   bool has_byte_level = false;
   for (const nlohmann::json& step : steps) {
-    const std::string type = step.is_object() ? step.value("type", "") : "";
+    const std::string type =
+        step.is_object() ? string_member(step, "type", "", file_path, "pre_tokenizer.pretokenizers[].type") : "";
     if (type == "Split") {
       if (has_byte_level) fail_in_file(file_path, "pre_tokenizer", "Split after ByteLevel is not supported");
-      if (!step.contains("pattern") || !step["pattern"].is_object() || !step["pattern"].contains("Regex")) {
+      if (!step.contains("pattern") || !step["pattern"].is_object() || !step["pattern"].contains("Regex") ||
+          !step["pattern"]["Regex"].is_string()) {
         fail_in_file(file_path, "pre_tokenizer.pattern", "only {\"Regex\": ...} patterns are supported");
       }
-      if (step.value("behavior", "") != "Isolated") fail_in_file(file_path, "pre_tokenizer.behavior", "only Isolated is supported");
-      if (step.value("invert", false)) fail_in_file(file_path, "pre_tokenizer.invert", "only false is supported");
+      if (string_member(step, "behavior", "", file_path, "pre_tokenizer.behavior") != "Isolated") fail_in_file(file_path, "pre_tokenizer.behavior", "only Isolated is supported");
+      if (bool_member(step, "invert", false, file_path, "pre_tokenizer.invert")) fail_in_file(file_path, "pre_tokenizer.invert", "only false is supported");
       splitters_.push_back(std::make_unique<RegexSplitter>(step["pattern"]["Regex"].get<std::string>(), file_path));
     } else if (type == "ByteLevel") {
-      if (step.value("add_prefix_space", false)) fail_in_file(file_path, "pre_tokenizer.add_prefix_space", "only false is supported");
-      if (step.value("use_regex", true)) fail_in_file(file_path, "pre_tokenizer.use_regex", "only false is supported");
+      if (bool_member(step, "add_prefix_space", false, file_path, "pre_tokenizer.add_prefix_space")) fail_in_file(file_path, "pre_tokenizer.add_prefix_space", "only false is supported");
+      if (bool_member(step, "use_regex", true, file_path, "pre_tokenizer.use_regex")) fail_in_file(file_path, "pre_tokenizer.use_regex", "only false is supported");
       has_byte_level = true;
     } else {
       fail_in_file(file_path, "pre_tokenizer.type", "unsupported pre-tokenizer type '" + type + "'");

@@ -23,19 +23,21 @@ const nlohmann::json& require(const nlohmann::json& root, const char* field, con
   return root[field];
 }
 
-std::string type_of(const nlohmann::json& component) {
-  return component.is_object() ? component.value("type", std::string()) : std::string();
+// The "type" of a pipeline component; "" when it is not an object or has none.
+std::string type_of(const nlohmann::json& component, const std::string& file_path, const std::string& field) {
+  return component.is_object() ? string_member(component, "type", "", file_path, field + ".type") : std::string();
 }
 
 // Only NFC (alone or in a Sequence) is supported; returns whether text is normalized at all.
 bool read_normalizer(const nlohmann::json& root, const std::string& file_path) {
   if (!root.contains("normalizer") || root["normalizer"].is_null()) return false;
   const nlohmann::json& normalizer = root["normalizer"];
-  const std::string type = type_of(normalizer);
+  const std::string type = type_of(normalizer, file_path, "normalizer");
   if (type == "NFC") return true;
   if (type == "Sequence" && normalizer.contains("normalizers") && normalizer["normalizers"].is_array()) {
     for (const nlohmann::json& step : normalizer["normalizers"]) {
-      if (type_of(step) != "NFC") fail_in_file(file_path, "normalizer.normalizers", "unsupported normalizer type '" + type_of(step) + "'");
+      const std::string step_type = type_of(step, file_path, "normalizer.normalizers[]");
+      if (step_type != "NFC") fail_in_file(file_path, "normalizer.normalizers", "unsupported normalizer type '" + step_type + "'");
     }
     return !normalizer["normalizers"].empty();
   }
@@ -47,7 +49,7 @@ void check_byte_level_or_null(const nlohmann::json& root, const char* field, con
                               bool is_null_allowed) {
   const bool is_null = !root.contains(field) || root[field].is_null();
   if (is_null && is_null_allowed) return;
-  const std::string type = is_null ? "null" : type_of(root[field]);
+  const std::string type = is_null ? "null" : type_of(root[field], file_path, field);
   if (type != "ByteLevel") fail_in_file(file_path, std::string(field) + ".type", "unsupported type '" + type + "' (only ByteLevel)");
 }
 
@@ -55,19 +57,24 @@ std::vector<AddedToken> read_added_tokens(const nlohmann::json& root, const std:
   std::vector<AddedToken> tokens;
   if (!root.contains("added_tokens") || root["added_tokens"].is_null()) return tokens;
   if (!root["added_tokens"].is_array()) fail_in_file(file_path, "added_tokens", "not an array");
-  for (const nlohmann::json& entry : root["added_tokens"]) {
-    if (!entry.is_object() || !entry.contains("id") || !entry.contains("content")) {
-      fail_in_file(file_path, "added_tokens", "each entry needs an id and a content");
-    }
+  const nlohmann::json& entries = root["added_tokens"];
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const nlohmann::json& entry = entries[i];
+    const std::string field = "added_tokens[" + std::to_string(i) + "]";
+    if (!entry.is_object()) fail_in_file(file_path, field, "must be an object with an id and a content");
+    const nlohmann::json* id = member(entry, "id");
+    const nlohmann::json* content = member(entry, "content");
+    if (!id || !content) fail_in_file(file_path, field, "each entry needs an id and a content");
+    if (!content->is_string())
+      fail_in_file(file_path, field + ".content", "must be a string, got " + std::string(content->type_name()));
     AddedToken token;
-    token.id = entry["id"].get<int32_t>();
-    token.content = entry["content"].get<std::string>();
-    token.is_special = entry.value("special", false);
-    token.lstrip = entry.value("lstrip", false);
-    token.rstrip = entry.value("rstrip", false);
-    token.single_word = entry.value("single_word", false);
-    token.normalized = entry.value("normalized", !token.is_special);
-    if (token.id < 0) fail_in_file(file_path, "added_tokens", "negative id for '" + token.content + "'");
+    token.id = token_id_value(*id, file_path, field + ".id");
+    token.content = content->get<std::string>();
+    token.is_special = bool_member(entry, "special", false, file_path, field + ".special");
+    token.lstrip = bool_member(entry, "lstrip", false, file_path, field + ".lstrip");
+    token.rstrip = bool_member(entry, "rstrip", false, file_path, field + ".rstrip");
+    token.single_word = bool_member(entry, "single_word", false, file_path, field + ".single_word");
+    token.normalized = bool_member(entry, "normalized", !token.is_special, file_path, field + ".normalized");
     tokens.push_back(std::move(token));
   }
   return tokens;
@@ -95,12 +102,15 @@ class HfTokenizer final : public Tokenizer {
     int32_t max_id = -1;
     for (const auto& [token, id] : bpe_.vocab()) max_id = std::max(max_id, id);
     for (const AddedToken& token : added_tokens) max_id = std::max(max_id, token.id);
+    // Tables are indexed by id, so ids must be about as dense as the tokens the file defines.
+    const int64_t n_defined = int64_t(bpe_.vocab().size() + added_tokens.size());
+    if (int64_t(max_id) >= 2 * n_defined + 1024)
+      fail_in_file(file_path, "model.vocab / added_tokens",
+                   "token id " + std::to_string(max_id) + " is far past the " + std::to_string(n_defined) +
+                       " tokens the file defines (ids must be dense)");
     bytes_of_id_.resize(static_cast<size_t>(max_id) + 1);
     is_special_.resize(static_cast<size_t>(max_id) + 1, false);
-    for (const auto& [token, id] : bpe_.vocab()) {
-      if (id < 0) fail_in_file(file_path, "model.vocab", "negative id for '" + token + "'");
-      bytes_of_id_[id] = byte_level::decode(token);
-    }
+    for (const auto& [token, id] : bpe_.vocab()) bytes_of_id_[id] = byte_level::decode(token);
     // Added tokens go through the ByteLevel decoder too, as in the reference.
     for (const AddedToken& token : added_tokens) {
       bytes_of_id_[token.id] = byte_level::decode(token.content);
@@ -203,12 +213,9 @@ std::shared_ptr<const Tokenizer> Tokenizer::from_file(const std::string& tokeniz
     fail("tokenizer file " + tokenizer_json_path + ": not valid JSON: " + e.what());
   }
   if (!root.is_object()) fail("tokenizer file " + tokenizer_json_path + ": not a JSON object");
-  try {
-    return std::make_shared<HfTokenizer>(root, tokenizer_json_path, read_added_tokens(root, tokenizer_json_path));
-  } catch (const nlohmann::json::exception& e) {
-    // A field of the wrong JSON type somewhere the readers did not check by hand.
-    fail("tokenizer file " + tokenizer_json_path + ": unexpected value: " + e.what());
-  }
+  // Every field is read with a type check that names it, so a JSON library exception escaping
+  // here is a bug (an internal error), not the file's fault.
+  return std::make_shared<HfTokenizer>(root, tokenizer_json_path, read_added_tokens(root, tokenizer_json_path));
 }
 
 std::string StreamDecoder::push(int32_t id) {
