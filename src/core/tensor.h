@@ -39,6 +39,11 @@ struct WeightMatrix {
 
   bool is_quantized() const { return bits != 0; }
   int64_t n_groups_per_row() const { return group_size ? n_cols / group_size : 0; }
+  // Bytes a pass over every weight reads (packed values, scales and biases when quantized).
+  int64_t n_stored_bytes() const {
+    if (!is_quantized()) return n_rows * n_cols * int64_t(dtype_size(dtype));
+    return n_rows * n_cols * bits / 8 + 2 * n_rows * n_groups_per_row() * int64_t(dtype_size(scale_dtype));
+  }
 };
 
 // A vector of per-channel weights (norm gains).

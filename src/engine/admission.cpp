@@ -16,7 +16,9 @@ void Engine::Impl::admit() {
     const int64_t n_positions = int64_t(prompt.size()) + next.request.max_tokens;
     // The prompt's last position is always computed: its logits give the first token. A partly
     // filled block is recomputed too (only full blocks are keyed).
-    const bool uses_cache = options.prompt_cache && next.request.cache_prompt;
+    // A hybrid's recurrent state is not yet checkpointed at block boundaries, so its lanes cannot
+    // start past position 0: they neither adopt nor publish (they prefill cold, as exactly).
+    const bool uses_cache = options.prompt_cache && next.request.cache_prompt && !model->config().is_hybrid();
     const BlockKey root = root_block_key(options.model_id, next.request.cache_salt);
     std::vector<BlockKey> keys;
     if (uses_cache) keys = block_keys(root, prompt, int64_t(prompt.size()) - 1, kv.block_size());

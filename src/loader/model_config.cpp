@@ -119,6 +119,39 @@ QuantizationConfig read_quantization(const Json& config, const std::string& path
   return quantization;
 }
 
+// The Gated DeltaNet fields and the layer schedule of a hybrid's text config; each is required.
+HybridConfig read_hybrid_fields(const Json& text, const std::string& path, int64_t head_dim) {
+  HybridConfig hybrid;
+  const Json& types = required_field(text, "layer_types", path);
+  if (!types.is_array()) fail_field("layer_types", path, "must be a list of \"linear_attention\" / \"full_attention\"");
+  for (const Json& type : types) {
+    if (type == "linear_attention") {
+      hybrid.layer_kinds.push_back(LayerKind::linear_attention);
+    } else if (type == "full_attention") {
+      hybrid.layer_kinds.push_back(LayerKind::full_attention);
+    } else {
+      fail_field("layer_types", path, "holds " + type.dump() + " (each entry must be \"linear_attention\" or \"full_attention\")");
+    }
+  }
+  hybrid.linear_n_key_heads = required_int(text, "linear_num_key_heads", path);
+  hybrid.linear_n_value_heads = required_int(text, "linear_num_value_heads", path);
+  hybrid.linear_key_head_dim = required_int(text, "linear_key_head_dim", path);
+  hybrid.linear_value_head_dim = required_int(text, "linear_value_head_dim", path);
+  hybrid.conv_kernel = required_int(text, "linear_conv_kernel_dim", path);
+  // transformers reads partial_rotary_factor from rope_parameters; older files keep it at the top.
+  const Json* factor = nullptr;
+  if (const Json* parameters = find_field(text, "rope_parameters"); parameters && parameters->is_object())
+    factor = find_field(*parameters, "partial_rotary_factor");
+  if (!factor) factor = find_field(text, "partial_rotary_factor");
+  if (!factor) fail_field("partial_rotary_factor", path, "is missing (looked in rope_parameters and at the top level)");
+  const double rotary_fraction = read_number(*factor, "partial_rotary_factor", path);
+  if (!(rotary_fraction > 0 && rotary_fraction <= 1)) fail_field("partial_rotary_factor", path, "must be in (0, 1]");
+  hybrid.rotary_dim = int64_t(double(head_dim) * rotary_fraction);  // int(), as transformers
+  if (const Json* activation = find_field(text, "hidden_act"); activation && *activation != "silu")
+    fail_field("hidden_act", path, "must be \"silu\", got " + activation->dump());
+  return hybrid;
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::load(const std::string& model_dir) {
@@ -126,44 +159,62 @@ ModelConfig ModelConfig::load(const std::string& model_dir) {
   const Json json = read_config_object(model_dir, "model", &path);
   ModelConfig config;
   config.architecture = config_architecture(json, path);
-  if (config.architecture != "Qwen3ForCausalLM")
+  const bool is_nested = config.architecture == "Qwen3_5ForConditionalGeneration";
+  const bool is_hybrid = is_nested || config.architecture == "Qwen3_5ForCausalLM";
+  if (config.architecture != "Qwen3ForCausalLM" && !is_hybrid)
     fail("unsupported architecture " + config.architecture + " in " + path +
-         " (supported: Qwen3ForCausalLM)");
+         " (supported: Qwen3ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3_5ForCausalLM)");
+  if (const Json* type = find_field(json, "model_type"); type && type->is_string()) config.model_type = type->get<std::string>();
 
-  config.hidden_size = required_int(json, "hidden_size", path);
-  config.intermediate_size = required_int(json, "intermediate_size", path);
-  config.n_layers = required_int(json, "num_hidden_layers", path);
-  config.n_heads = required_int(json, "num_attention_heads", path);
-  config.n_kv_heads = required_int(json, "num_key_value_heads", path);
-  config.vocab_size = required_int(json, "vocab_size", path);
-  config.max_position_embeddings = required_int(json, "max_position_embeddings", path);
-  config.rms_norm_eps = float(required_number(json, "rms_norm_eps", path));
+  // The multimodal layout keeps the text model's fields under "text_config" (the vision tower is ignored).
+  const Json* text_object = &json;
+  std::string text_path = path;
+  if (is_nested) {
+    text_object = &required_field(json, "text_config", path);
+    if (!text_object->is_object()) fail_field("text_config", path, "must be an object");
+    text_path = path + " (text_config)";
+  }
+  const Json& text = *text_object;
+  config.hidden_size = required_int(text, "hidden_size", text_path);
+  config.intermediate_size = required_int(text, "intermediate_size", text_path);
+  config.n_layers = required_int(text, "num_hidden_layers", text_path);
+  config.n_heads = required_int(text, "num_attention_heads", text_path);
+  config.n_kv_heads = required_int(text, "num_key_value_heads", text_path);
+  config.vocab_size = required_int(text, "vocab_size", text_path);
+  config.max_position_embeddings = required_int(text, "max_position_embeddings", text_path);
+  config.rms_norm_eps = float(required_number(text, "rms_norm_eps", text_path));
 
-  if (const Json* head_dim = find_field(json, "head_dim")) {
-    config.head_dim = read_int(*head_dim, "head_dim", path);
+  if (const Json* head_dim = find_field(text, "head_dim")) {
+    config.head_dim = read_int(*head_dim, "head_dim", text_path);
   } else {
-    if (config.n_heads <= 0) fail_field("num_attention_heads", path, "must be positive");
+    if (config.n_heads <= 0) fail_field("num_attention_heads", text_path, "must be positive");
     config.head_dim = config.hidden_size / config.n_heads;
   }
 
   // Newer transformers versions move rope_theta into "rope_parameters".
-  if (const Json* theta = find_field(json, "rope_theta")) {
-    config.rope_theta = read_number(*theta, "rope_theta", path);
-  } else if (const Json* parameters = find_field(json, "rope_parameters");
+  if (const Json* theta = find_field(text, "rope_theta")) {
+    config.rope_theta = read_number(*theta, "rope_theta", text_path);
+  } else if (const Json* parameters = find_field(text, "rope_parameters");
              parameters && parameters->is_object() && find_field(*parameters, "rope_theta")) {
-    config.rope_theta = read_number((*parameters)["rope_theta"], "rope_parameters.rope_theta", path);
+    config.rope_theta = read_number((*parameters)["rope_theta"], "rope_parameters.rope_theta", text_path);
   } else {
-    fail_field("rope_theta", path, "is missing (looked at the top level and in rope_parameters)");
+    fail_field("rope_theta", text_path, "is missing (looked at the top level and in rope_parameters)");
   }
 
-  if (const Json* tie = find_field(json, "tie_word_embeddings")) {
-    if (!tie->is_boolean()) fail_field("tie_word_embeddings", path, "must be true or false");
-    config.tie_word_embeddings = tie->get<bool>();
+  // The composite model's own flag decides; the text config's is the fallback.
+  for (const Json* object : {&json, &text}) {
+    if (const Json* tie = find_field(*object, "tie_word_embeddings")) {
+      if (!tie->is_boolean()) fail_field("tie_word_embeddings", path, "must be true or false");
+      config.tie_word_embeddings = tie->get<bool>();
+      break;
+    }
   }
+  if (is_hybrid) config.hybrid = read_hybrid_fields(text, text_path, config.head_dim);
   config.quantization = read_quantization(json, path);
 
   std::set<int32_t> eos_ids;
   add_eos_ids(json, path, &eos_ids);
+  if (is_nested) add_eos_ids(text, text_path, &eos_ids);
   const std::string generation_path = model_dir + "/generation_config.json";
   if (file_exists(generation_path)) {
     const Json generation = read_json_file(generation_path);
@@ -209,6 +260,7 @@ void ModelConfig::validate(const std::string& source) const {
     if (id < 0 || id >= vocab_size)
       fail("eos_token_id " + std::to_string(id) + " (from " + source + ", generation_config.json or "
            "tokenizer_config.json) is outside the vocabulary of " + std::to_string(vocab_size) + " tokens");
+  if (is_hybrid()) validate_hybrid(source);
   if (quantization.bits == 0 && quantization.group_size == 0) return;
   if (quantization.bits != 4 && quantization.bits != 8)
     fail("quantization bits in " + source + " must be 4 or 8, got " +
@@ -217,6 +269,28 @@ void ModelConfig::validate(const std::string& source) const {
       quantization.group_size != 128)
     fail("quantization group_size in " + source + " must be 32, 64 or 128, got " +
          std::to_string(quantization.group_size));
+}
+
+void ModelConfig::validate_hybrid(const std::string& source) const {
+  const HybridConfig& h = hybrid;
+  if (int64_t(h.layer_kinds.size()) != n_layers)
+    fail("layer_types in " + source + " has " + std::to_string(h.layer_kinds.size()) + " entries for " +
+         std::to_string(n_layers) + " layers (num_hidden_layers)");
+  auto require_positive = [&](int64_t value, const char* field) {
+    if (value <= 0) fail(std::string(field) + " in " + source + " must be positive, got " + std::to_string(value));
+  };
+  require_positive(h.linear_n_key_heads, "linear_num_key_heads");
+  require_positive(h.linear_n_value_heads, "linear_num_value_heads");
+  require_positive(h.linear_key_head_dim, "linear_key_head_dim");
+  require_positive(h.linear_value_head_dim, "linear_value_head_dim");
+  require_positive(h.conv_kernel, "linear_conv_kernel_dim");
+  if (h.conv_kernel > 16) fail("linear_conv_kernel_dim in " + source + " must be at most 16");
+  if (h.linear_n_value_heads % h.linear_n_key_heads != 0)
+    fail("linear_num_value_heads (" + std::to_string(h.linear_n_value_heads) + ") in " + source +
+         " must be a multiple of linear_num_key_heads (" + std::to_string(h.linear_n_key_heads) + ")");
+  if (h.rotary_dim <= 0 || h.rotary_dim % 2 != 0 || h.rotary_dim > head_dim)
+    fail("partial_rotary_factor in " + source + " gives " + std::to_string(h.rotary_dim) +
+         " rotary dimensions of head_dim " + std::to_string(head_dim) + " (must be even and positive)");
 }
 
 }  // namespace tf

@@ -43,14 +43,24 @@ void store_as(DType dtype, float value, uint8_t* bytes, int64_t i) {
   }
 }
 
-// The linear projections and the embedding, as mlx-lm quantizes them; norms stay dense.
-bool is_quantized_layer(const std::string& name, const TensorView& tensor) {
-  auto ends_with = [&](const std::string& suffix) {
-    return name.size() >= suffix.size() &&
-           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return tensor.shape.size() == 2 &&
-         (ends_with("_proj.weight") || name == "model.embed_tokens.weight" || name == "lm_head.weight");
+bool ends_with(const std::string& name, const std::string& suffix) {
+  return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_lm_head(const std::string& name) { return name == "lm_head.weight" || name == "language_model.lm_head.weight"; }
+
+// The linear projections and the embedding, as mlx-lm quantizes them; norms stay dense. In a hybrid
+// the convolution, A_log and dt_bias stay dense too (not 2-D projections), and so do the vision
+// tower and the MTP head (not served), and, as mlx-lm leaves them, projections whose input width
+// is not a multiple of the group size.
+bool is_quantized_layer(const std::string& name, const TensorView& tensor, const ModelConfig& config,
+                        int group_size) {
+  const bool is_deltanet_input = name.find(".linear_attn.in_proj_") != std::string::npos && ends_with(name, ".weight");
+  const bool is_projection = tensor.shape.size() == 2 && (ends_with(name, "_proj.weight") || is_deltanet_input ||
+                                                          ends_with(name, "embed_tokens.weight") || is_lm_head(name));
+  if (!is_projection || !config.is_hybrid()) return is_projection;
+  if (name.rfind("model.visual.", 0) == 0 || name.rfind("mtp.", 0) == 0) return false;
+  return tensor.shape[1] % group_size == 0;
 }
 
 // One group as MLX's affine quantizer does it: besides min/max, the endpoint of larger magnitude
@@ -173,8 +183,8 @@ void quantize_model_dir(const std::string& in_dir, const std::string& out_dir,
     const TensorView& tensor = checkpoint.get(name);
     done_bytes += tensor.n_bytes;
     // mlx-lm drops a tied head: the embedding serves as both.
-    if (name == "lm_head.weight" && config.tie_word_embeddings) continue;
-    if (is_quantized_layer(name, tensor)) {
+    if (is_lm_head(name) && config.tie_word_embeddings) continue;
+    if (is_quantized_layer(name, tensor, config, options.group_size)) {
       quantized.push_back(quantize_tensor(name, checkpoint.file_of(name), tensor, options));
     } else {
       outputs.push_back({name, tensor.dtype, tensor.shape, tensor.data, tensor.n_bytes});

@@ -25,18 +25,12 @@ Qwen3CpuModel::Qwen3CpuModel(ModelConfig config, Qwen3Weights weights,
       pool_(n_threads),
       inverse_frequencies_(rope_inverse_frequencies(config_.head_dim, config_.rope_theta)) {}
 
-static int64_t matrix_bytes(const WeightMatrix& w) {
-  if (!w.is_quantized()) return w.n_rows * w.n_cols * int64_t(dtype_size(w.dtype));
-  int64_t groups = w.n_rows * w.n_groups_per_row();
-  return w.n_rows * w.n_cols * w.bits / 8 + 2 * groups * int64_t(dtype_size(w.scale_dtype));
-}
-
 int64_t Qwen3CpuModel::weight_bytes_per_step() const {
-  int64_t total = matrix_bytes(weights_.lm_head);
+  int64_t total = weights_.lm_head.n_stored_bytes();
   for (const auto& l : weights_.layers)
     for (const WeightMatrix* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj,
                                   &l.up_proj, &l.down_proj})
-      total += matrix_bytes(*w);
+      total += w->n_stored_bytes();
   return total;
 }
 

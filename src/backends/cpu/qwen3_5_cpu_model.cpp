@@ -1,0 +1,417 @@
+// Qwen3.5-class hybrid forward on the CPU. The Gated DeltaNet recurrence runs token by token in f32
+// in every path, parallel over value heads only; see hybrid_state_storage.h for how accepted rows
+// reach a lane's state.
+#include "backends/cpu/qwen3_5_cpu_model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/kernels/activation.h"
+#include "backends/cpu/kernels/attention.h"
+#include "backends/cpu/kernels/gated_delta_net.h"
+#include "backends/cpu/kernels/linear.h"
+#include "backends/cpu/kernels/norm.h"
+#include "backends/cpu/kernels/rope.h"
+#include "core/error.h"
+#include "models/rope_frequencies.h"
+
+namespace tf {
+
+namespace {
+
+// One token's DeltaNet inputs as the recurrence reads them: the convolution over the token and its
+// conv_kernel - 1 predecessors (window, oldest first), silu, then L2-normalised q (also divided by
+// sqrt(key_head_dim)) and k of every key head. The pass and the replay both call this.
+void prepare_token(const Qwen35LayerWeights& w, const HybridConfig& h, const float* const* window, float* out) {
+  cpu::causal_conv_silu(window, w.conv, h.conv_dim(), h.conv_kernel, out);
+  const int64_t dk = h.linear_key_head_dim;
+  const float q_divisor = float(std::sqrt(double(dk)));
+  for (int64_t head = 0; head < h.linear_n_key_heads; ++head) {
+    cpu::l2_normalize(out + head * dk, dk, q_divisor);
+    cpu::l2_normalize(out + h.linear_key_dim() + head * dk, dk, 1.0f);
+  }
+}
+
+// Per-row record kept for replay: pre-conv channels, then g and beta of every value head.
+int64_t input_stride(const HybridConfig& h) { return h.conv_dim() + 2 * h.linear_n_value_heads; }
+
+}  // namespace
+
+Qwen35CpuModel::Qwen35CpuModel(ModelConfig config, Qwen35Weights weights, std::shared_ptr<const void> storage,
+                               int n_threads)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      storage_(std::move(storage)),
+      pool_(n_threads),
+      inverse_frequencies_(rope_inverse_frequencies(config_.hybrid.rotary_dim, config_.rope_theta)) {
+  if (config_.hybrid.linear_value_head_dim > cpu::kMaxValueHeadDim)
+    fail("linear_value_head_dim " + std::to_string(config_.hybrid.linear_value_head_dim) +
+         " is wider than the CPU backend's Gated DeltaNet takes (" + std::to_string(cpu::kMaxValueHeadDim) + ")");
+}
+
+int64_t Qwen35CpuModel::weight_bytes_per_step() const {
+  int64_t total = weights_.lm_head.n_stored_bytes();
+  for (const auto& l : weights_.layers)
+    for (const WeightMatrix* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.in_proj_qkv, &l.in_proj_z,
+                                  &l.in_proj_b, &l.in_proj_a, &l.out_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+      total += w->n_stored_bytes();
+  return total;
+}
+
+std::shared_ptr<DFlashDrafter> Qwen35CpuModel::load_drafter(const std::string& drafter_dir, int) const {
+  fail("the block drafter in " + drafter_dir + " cannot run beside a " + config_.architecture +
+       " model yet (hybrid targets have no hidden-state taps); use --drafter none");
+}
+
+std::unique_ptr<KvStorage> Qwen35CpuModel::make_kv_storage(int64_t n_slots) const {
+  return std::make_unique<HybridStateStorage>(config_, n_slots);
+}
+
+// Groups the rows by lane, finds what each lane's state must replay (the positions committed since
+// its last pass, through the tags its slots carry) and where each row's convolution window lies.
+void Qwen35CpuModel::plan_lanes(const Batch& batch, const KvCache& kv, HybridStateStorage& storage) {
+  const auto& rows = batch.rows;
+  const int64_t n_rows = int64_t(rows.size());
+  const int64_t history = config_.hybrid.conv_kernel - 1;
+  lane_passes_.clear();
+  pass_of_row_.assign(size_t(n_rows), -1);
+  last_child_.assign(size_t(n_rows), -1);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const BatchRow& row = rows[size_t(r)];
+    int32_t index = -1;
+    for (size_t i = 0; i < lane_passes_.size(); ++i)
+      if (lane_passes_[i].lane == row.lane) index = int32_t(i);
+    if (index < 0) {
+      index = int32_t(lane_passes_.size());
+      lane_passes_.push_back({row.lane, -1, {}, {}});
+    }
+    LanePass& pass = lane_passes_[size_t(index)];
+    if (row.parent < 0) {
+      if (pass.root_row >= 0 || !pass.rows.empty())
+        fail_internal("lane " + std::to_string(row.lane) + " has more than one row without an in-batch parent, or "
+                      "one that is not its first row (a hybrid's lane state has one starting point per pass)");
+      pass.root_row = int32_t(r);
+    } else {
+      last_child_[size_t(row.parent)] = int32_t(r);
+    }
+    pass_of_row_[size_t(r)] = index;
+    pass.rows.push_back(int32_t(r));
+  }
+
+  const uint64_t pass_id = ++n_passes_;
+  for (LanePass& pass : lane_passes_) {
+    const int32_t root_pos = rows[size_t(pass.root_row)].pos;
+    LaneRecurrence& state = storage.lane(pass.lane);
+    if (root_pos == 0) storage.reset_lane(pass.lane);  // a new sequence on this lane
+    if (state.position > root_pos)
+      fail_internal("lane " + std::to_string(pass.lane) + "'s recurrent state is at position " +
+                    std::to_string(state.position) + ", past its row at " + std::to_string(root_pos) +
+                    " (a hybrid's recurrent state does not roll back)");
+    for (int64_t p = state.position; p < root_pos; ++p) {
+      const SlotOrigin& origin = storage.origin(kv.slot(pass.lane, p));
+      if (origin.pass == 0 || origin.pass != state.pass || origin.lane != pass.lane)
+        fail_internal("position " + std::to_string(p) + " of lane " + std::to_string(pass.lane) +
+                      " holds no recurrent inputs from the lane's last pass (a prefix whose recurrent state was "
+                      "never computed on this lane, such as a cached one, cannot be resumed by a hybrid yet)");
+      pass.replay.push_back(origin.row);
+    }
+  }
+  // Tags for this pass, after every lookup above: a row's slot now names the row.
+  for (const LanePass& pass : lane_passes_)
+    for (size_t i = 0; i < pass.rows.size(); ++i)
+      storage.origin(rows[size_t(pass.rows[i])].kv_slot) = {pass_id, pass.lane, int32_t(i)};
+  for (LanePass& pass : lane_passes_) {
+    LaneRecurrence& state = storage.lane(pass.lane);
+    state.pass = pass_id;
+  }
+
+  // The convolution window of each row: its in-batch ancestors, then the lane's conv history.
+  conv_sources_.assign(size_t(n_rows * history), 0);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t back = 1; back <= history; ++back) {
+      int32_t at = int32_t(r);
+      int64_t steps = 0;
+      while (steps < back && rows[size_t(at)].parent >= 0) {
+        at = rows[size_t(at)].parent;
+        ++steps;
+      }
+      conv_sources_[size_t(r * history + back - 1)] = steps == back ? at : int32_t(-1 - (history - (back - steps)));
+    }
+  }
+}
+
+void Qwen35CpuModel::attention_block(int64_t layer, int64_t attention_index, const Batch& batch,
+                                     HybridStateStorage& kv) {
+  const auto& w = weights_.layers[size_t(layer)];
+  const int64_t n_rows = int64_t(batch.rows.size());
+  const int64_t hidden = config_.hidden_size, head_dim = config_.head_dim;
+  const int64_t n_heads = config_.n_heads, n_kv_heads = config_.n_kv_heads, kv_dim = config_.kv_dim();
+  const int64_t rotary_dim = config_.hybrid.rotary_dim;
+  const float eps = config_.rms_norm_eps;
+
+  cpu::rms_norm(hidden_.data(), n_rows, hidden, w.input_norm, eps, normed_.data());
+  cpu::linear(normed_.data(), n_rows, w.q_proj, query_gate_.data(), pool_);
+  cpu::linear(normed_.data(), n_rows, w.k_proj, k_.data(), pool_);
+  cpu::linear(normed_.data(), n_rows, w.v_proj, v_.data(), pool_);
+  // q_proj gives, per head, head_dim query values then head_dim gate values.
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (int64_t head = 0; head < n_heads; ++head) {
+      const float* source = query_gate_.data() + (r * n_heads + head) * 2 * head_dim;
+      std::memcpy(q_.data() + (r * n_heads + head) * head_dim, source, size_t(head_dim) * sizeof(float));
+      std::memcpy(gate_.data() + (r * n_heads + head) * head_dim, source + head_dim, size_t(head_dim) * sizeof(float));
+    }
+  cpu::rms_norm(q_.data(), n_rows * n_heads, head_dim, w.q_norm, eps, q_.data());
+  cpu::rms_norm(k_.data(), n_rows * n_kv_heads, head_dim, w.k_norm, eps, k_.data());
+  // Partial rotary: the first rotary_dim values of each head turn, the rest pass through.
+  for (auto [x, n_x_heads] : {std::pair{q_.data(), n_heads}, std::pair{k_.data(), n_kv_heads}}) {
+    for (int64_t i = 0; i < n_rows * n_x_heads; ++i)
+      std::memcpy(rotary_.data() + i * rotary_dim, x + i * head_dim, size_t(rotary_dim) * sizeof(float));
+    cpu::rope_apply(rotary_.data(), n_rows, n_x_heads, rotary_dim, positions_.data(), inverse_frequencies_);
+    for (int64_t i = 0; i < n_rows * n_x_heads; ++i)
+      std::memcpy(x + i * head_dim, rotary_.data() + i * rotary_dim, size_t(rotary_dim) * sizeof(float));
+  }
+
+  // Keys and values go to the cache first; attention reads every key from there (see qwen3_cpu_model).
+  float* k_cache = kv.keys(attention_index);
+  float* v_cache = kv.values(attention_index);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const int64_t slot = batch.rows[size_t(r)].kv_slot;
+    std::memcpy(k_cache + slot * kv_dim, k_.data() + r * kv_dim, size_t(kv_dim) * sizeof(float));
+    std::memcpy(v_cache + slot * kv_dim, v_.data() + r * kv_dim, size_t(kv_dim) * sizeof(float));
+  }
+  cpu::AttentionShape shape{n_heads, n_kv_heads, head_dim, float(1.0 / std::sqrt(double(head_dim)))};
+  cpu::attention(q_.data(), n_rows, k_cache, v_cache, key_slot_lists_.data(), key_slots_.n_keys.data(), shape,
+                 attn_out_.data(), pool_);
+  for (int64_t i = 0; i < n_rows * n_heads * head_dim; ++i)
+    attn_out_[size_t(i)] = attn_out_[size_t(i)] * cpu::sigmoid(gate_[size_t(i)]);
+  cpu::linear(attn_out_.data(), n_rows, w.o_proj, proj_.data(), pool_);
+  for (int64_t i = 0; i < n_rows * hidden; ++i) hidden_[size_t(i)] += proj_[size_t(i)];
+}
+
+// Folds the lane's committed rows of its previous pass into its state and conv history, token by
+// token, with the same kernels as the pass.
+void Qwen35CpuModel::replay_lane(const Qwen35LayerWeights& w, int64_t linear_index, const LanePass& pass,
+                                 LaneRecurrence& state) {
+  const HybridConfig& h = config_.hybrid;
+  const int64_t n = int64_t(pass.replay.size());
+  if (n == 0) return;
+  const int64_t channels = h.conv_dim(), history = h.conv_kernel - 1, stride = input_stride(h);
+  float* conv_history = state.conv.data() + linear_index * history * channels;
+  const std::vector<float>& inputs = state.inputs[size_t(linear_index)];
+  // The timeline: the history, then the replayed rows' pre-conv channels.
+  auto timeline = [&](int64_t t) -> const float* {
+    return t < history ? conv_history + t * channels : inputs.data() + pass.replay[size_t(t - history)] * stride;
+  };
+  std::vector<float> prepared(static_cast<size_t>(n * channels));
+  pool_.parallel_for(n, [&](int64_t begin, int64_t end) {
+    std::vector<const float*> window(static_cast<size_t>(h.conv_kernel));
+    for (int64_t j = begin; j < end; ++j) {
+      for (int64_t i = 0; i < h.conv_kernel; ++i) window[size_t(i)] = timeline(j + i);
+      prepare_token(w, h, window.data(), prepared.data() + j * channels);
+    }
+  });
+  std::vector<float> new_history(static_cast<size_t>(history * channels));
+  for (int64_t i = 0; i < history; ++i)
+    std::memcpy(new_history.data() + i * channels, timeline(n + i), size_t(channels) * sizeof(float));
+  std::memcpy(conv_history, new_history.data(), new_history.size() * sizeof(float));
+
+  const int64_t dk = h.linear_key_head_dim, dv = h.linear_value_head_dim;
+  const int64_t heads_per_key = h.linear_n_value_heads / h.linear_n_key_heads;
+  pool_.parallel_for(h.linear_n_value_heads, [&](int64_t begin, int64_t end) {
+    std::vector<float> out(static_cast<size_t>(dv));
+    for (int64_t head = begin; head < end; ++head) {
+      float* s = state.state.data() + (linear_index * h.linear_n_value_heads + head) * dk * dv;
+      const int64_t key_head = head / heads_per_key;
+      for (int64_t j = 0; j < n; ++j) {
+        const float* token = prepared.data() + j * channels;
+        const float* record = inputs.data() + pass.replay[size_t(j)] * stride + channels;
+        cpu::gated_delta_step(s, token + key_head * dk, token + h.linear_key_dim() + key_head * dk,
+                              token + 2 * h.linear_key_dim() + head * dv, record[head],
+                              record[h.linear_n_value_heads + head], dk, dv, out.data());
+      }
+    }
+  });
+}
+
+// Every row's recurrence from its parent's state (or its lane's), parallel over value heads. A row's
+// state buffer passes to its last child in place and is copied for the others, so a chain of any
+// length holds one buffer per head and a tree one per open branch.
+void Qwen35CpuModel::recurrence(int64_t linear_index, const Batch& batch, HybridStateStorage& storage) {
+  const HybridConfig& h = config_.hybrid;
+  const int64_t n_rows = int64_t(batch.rows.size());
+  const int64_t dk = h.linear_key_head_dim, dv = h.linear_value_head_dim, channels = h.conv_dim();
+  const int64_t heads_per_key = h.linear_n_value_heads / h.linear_n_key_heads;
+  const int64_t state_size = dk * dv;
+  pool_.parallel_for(h.linear_n_value_heads, [&](int64_t begin, int64_t end) {
+    std::vector<std::vector<float>> live(static_cast<size_t>(n_rows));
+    std::vector<std::vector<float>> spare;
+    for (int64_t head = begin; head < end; ++head) {
+      const int64_t key_head = head / heads_per_key;
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const BatchRow& row = batch.rows[size_t(r)];
+        std::vector<float> s;
+        if (row.parent >= 0 && last_child_[size_t(row.parent)] == int32_t(r)) {
+          s = std::move(live[size_t(row.parent)]);
+        } else {
+          if (!spare.empty()) {
+            s = std::move(spare.back());
+            spare.pop_back();
+          }
+          const float* from = row.parent >= 0
+                                  ? live[size_t(row.parent)].data()
+                                  : storage.lane(row.lane).state.data() +
+                                        (linear_index * h.linear_n_value_heads + head) * state_size;
+          s.assign(from, from + state_size);
+        }
+        const float* token = conv_out_.data() + r * channels;
+        const float* g_beta = decay_beta_.data() + r * 2 * h.linear_n_value_heads;
+        cpu::gated_delta_step(s.data(), token + key_head * dk, token + h.linear_key_dim() + key_head * dk,
+                              token + 2 * h.linear_key_dim() + head * dv, g_beta[head],
+                              g_beta[h.linear_n_value_heads + head], dk, dv,
+                              attn_out_.data() + r * h.linear_value_dim() + head * dv);
+        if (last_child_[size_t(r)] >= 0) {
+          live[size_t(r)] = std::move(s);
+        } else {
+          spare.push_back(std::move(s));
+        }
+      }
+      for (auto& buffer : live)
+        if (!buffer.empty()) spare.push_back(std::move(buffer));
+    }
+  });
+}
+
+void Qwen35CpuModel::delta_net_block(int64_t layer, int64_t linear_index, const Batch& batch,
+                                     HybridStateStorage& storage) {
+  const auto& w = weights_.layers[size_t(layer)];
+  const HybridConfig& h = config_.hybrid;
+  const int64_t n_rows = int64_t(batch.rows.size());
+  const int64_t hidden = config_.hidden_size, channels = h.conv_dim(), n_value_heads = h.linear_n_value_heads;
+  const int64_t history = h.conv_kernel - 1, stride = input_stride(h);
+
+  cpu::rms_norm(hidden_.data(), n_rows, hidden, w.input_norm, config_.rms_norm_eps, normed_.data());
+  cpu::linear(normed_.data(), n_rows, w.in_proj_qkv, mixed_.data(), pool_);
+  cpu::linear(normed_.data(), n_rows, w.in_proj_z, z_.data(), pool_);
+  cpu::linear(normed_.data(), n_rows, w.in_proj_b, b_.data(), pool_);
+  cpu::linear(normed_.data(), n_rows, w.in_proj_a, a_.data(), pool_);
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (int64_t head = 0; head < n_value_heads; ++head) {
+      float* g_beta = decay_beta_.data() + r * 2 * n_value_heads;
+      g_beta[head] = cpu::delta_decay(a_[size_t(r * n_value_heads + head)], w.a_log[head], w.dt_bias[head]);
+      g_beta[n_value_heads + head] = cpu::delta_beta(b_[size_t(r * n_value_heads + head)]);
+    }
+
+  // Each lane's state catches up with its committed positions, then keeps this pass's inputs.
+  for (const LanePass& pass : lane_passes_) {
+    LaneRecurrence& state = storage.lane(pass.lane);
+    replay_lane(w, linear_index, pass, state);
+    std::vector<float>& inputs = state.inputs[size_t(linear_index)];
+    inputs.resize(pass.rows.size() * size_t(stride));
+    for (size_t i = 0; i < pass.rows.size(); ++i) {
+      const int64_t r = pass.rows[i];
+      std::memcpy(inputs.data() + i * size_t(stride), mixed_.data() + r * channels, size_t(channels) * sizeof(float));
+      std::memcpy(inputs.data() + i * size_t(stride) + size_t(channels), decay_beta_.data() + r * 2 * n_value_heads,
+                  size_t(2 * n_value_heads) * sizeof(float));
+    }
+  }
+
+  pool_.parallel_for(n_rows, [&](int64_t begin, int64_t end) {
+    std::vector<const float*> window(static_cast<size_t>(h.conv_kernel));
+    for (int64_t r = begin; r < end; ++r) {
+      const float* conv_history = storage.lane(batch.rows[size_t(r)].lane).conv.data() +
+                                  linear_index * history * channels;
+      for (int64_t i = 0; i < history; ++i) {
+        const int32_t source = conv_sources_[size_t(r * history + (history - i) - 1)];
+        window[size_t(i)] = source >= 0 ? mixed_.data() + source * channels : conv_history + (-1 - source) * channels;
+      }
+      window[size_t(history)] = mixed_.data() + r * channels;
+      prepare_token(w, h, window.data(), conv_out_.data() + r * channels);
+    }
+  });
+  recurrence(linear_index, batch, storage);
+
+  // Gated RMSNorm per value head (a plain gain), times silu(z), then the output projection.
+  const int64_t value_dim = h.linear_value_dim();
+  cpu::rms_norm(attn_out_.data(), n_rows * n_value_heads, h.linear_value_head_dim, w.gated_norm,
+                config_.rms_norm_eps, attn_out_.data());
+  for (int64_t i = 0; i < n_rows * value_dim; ++i)
+    attn_out_[size_t(i)] = attn_out_[size_t(i)] * cpu::silu(z_[size_t(i)]);
+  cpu::linear(attn_out_.data(), n_rows, w.out_proj, proj_.data(), pool_);
+  for (int64_t i = 0; i < n_rows * hidden; ++i) hidden_[size_t(i)] += proj_[size_t(i)];
+}
+
+void Qwen35CpuModel::mlp_block(int64_t layer, int64_t n_rows) {
+  const auto& w = weights_.layers[size_t(layer)];
+  const int64_t hidden = config_.hidden_size, inter = config_.intermediate_size;
+  cpu::rms_norm(hidden_.data(), n_rows, hidden, w.post_attention_norm, config_.rms_norm_eps, normed_.data());
+  cpu::linear(normed_.data(), n_rows, w.gate_proj, gate_.data(), pool_);
+  cpu::linear(normed_.data(), n_rows, w.up_proj, up_.data(), pool_);
+  cpu::swiglu(gate_.data(), up_.data(), n_rows * inter, gate_.data());
+  cpu::linear(gate_.data(), n_rows, w.down_proj, proj_.data(), pool_);
+  for (int64_t i = 0; i < n_rows * hidden; ++i) hidden_[size_t(i)] += proj_[size_t(i)];
+}
+
+void Qwen35CpuModel::forward(const Batch& batch, KvCache& kv, float* logits) {
+  const int64_t n_rows = int64_t(batch.rows.size());
+  if (n_rows == 0) return;
+  const HybridConfig& h = config_.hybrid;
+  const int64_t hidden = config_.hidden_size;
+  const size_t rows = size_t(n_rows);
+  hidden_.resize(rows * size_t(hidden));
+  normed_.resize(rows * size_t(hidden));
+  proj_.resize(rows * size_t(hidden));
+  query_gate_.resize(rows * size_t(2 * config_.q_dim()));
+  q_.resize(rows * size_t(config_.q_dim()));
+  gate_.resize(rows * size_t(std::max(config_.q_dim(), config_.intermediate_size)));
+  k_.resize(rows * size_t(config_.kv_dim()));
+  v_.resize(rows * size_t(config_.kv_dim()));
+  rotary_.resize(rows * size_t(config_.n_heads * h.rotary_dim));
+  attn_out_.resize(rows * size_t(std::max(config_.q_dim(), h.linear_value_dim())));
+  up_.resize(rows * size_t(config_.intermediate_size));
+  mixed_.resize(rows * size_t(h.conv_dim()));
+  conv_out_.resize(rows * size_t(h.conv_dim()));
+  z_.resize(rows * size_t(h.linear_value_dim()));
+  b_.resize(rows * size_t(h.linear_n_value_heads));
+  a_.resize(rows * size_t(h.linear_n_value_heads));
+  decay_beta_.resize(rows * size_t(2 * h.linear_n_value_heads));
+
+  batch.check_token_ids(config_.vocab_size);
+  HybridStateStorage& storage = kv.storage_as<HybridStateStorage>();
+  positions_.resize(rows);
+  std::vector<int32_t> tokens(rows);
+  for (size_t r = 0; r < rows; ++r) {
+    tokens[r] = batch.rows[r].token;
+    positions_[r] = batch.rows[r].pos;
+  }
+  resolve_key_slots(batch, kv, key_slots_);  // also checks every parent
+  key_slot_lists_.resize(rows);
+  for (size_t r = 0; r < rows; ++r) key_slot_lists_[r] = key_slots_.slots.data() + key_slots_.offsets[r];
+  plan_lanes(batch, kv, storage);
+  cpu::embedding_rows(weights_.embed_tokens, tokens.data(), n_rows, hidden_.data());
+
+  int64_t attention_index = 0, linear_index = 0;
+  for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
+    if (weights_.layers[size_t(layer)].kind == LayerKind::full_attention) {
+      attention_block(layer, attention_index++, batch, storage);
+    } else {
+      delta_net_block(layer, linear_index++, batch, storage);
+    }
+    mlp_block(layer, n_rows);
+  }
+  for (const LanePass& pass : lane_passes_)
+    storage.lane(pass.lane).position = batch.rows[size_t(pass.root_row)].pos;
+
+  // Only rows that asked for logits pay for the final norm and the LM head.
+  int64_t n_out = 0;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    if (!batch.rows[size_t(r)].wants_logits) continue;
+    if (n_out != r)
+      std::memcpy(hidden_.data() + n_out * hidden, hidden_.data() + r * hidden, size_t(hidden) * sizeof(float));
+    ++n_out;
+  }
+  if (n_out == 0) return;
+  cpu::rms_norm(hidden_.data(), n_out, hidden, weights_.final_norm, config_.rms_norm_eps, normed_.data());
+  cpu::linear(normed_.data(), n_out, weights_.lm_head, logits, pool_);
+}
+
+}  // namespace tf

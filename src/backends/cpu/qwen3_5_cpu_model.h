@@ -1,0 +1,77 @@
+// Qwen3.5-class hybrids on the CPU backend (the reference): Gated DeltaNet layers run token by token
+// in f32, gated attention layers (query + output gate, QK-norm, partial RoPE) over the KV cache.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/hybrid_state_storage.h"
+#include "core/thread_pool.h"
+#include "models/model.h"
+#include "models/qwen3_5_weights.h"
+#include "runtime/kv_cache.h"
+
+namespace tf {
+
+class Qwen35CpuModel : public Model {
+ public:
+  // `storage` keeps whatever the weight views point into (mapped files or owned buffers) alive.
+  Qwen35CpuModel(ModelConfig config, Qwen35Weights weights, std::shared_ptr<const void> storage, int n_threads);
+
+  const ModelConfig& config() const override { return config_; }
+  void forward(const Batch& batch, KvCache& kv, float* logits) override;
+  std::unique_ptr<KvStorage> make_kv_storage(int64_t n_slots) const override;
+  int64_t weight_bytes_per_step() const override;
+  std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, int n_threads) const override;
+
+ private:
+  // One lane's rows in this pass and the committed positions its state must replay first.
+  struct LanePass {
+    int32_t lane = -1;
+    int32_t root_row = -1;       // its row whose parent is committed
+    std::vector<int32_t> rows;   // batch rows, in batch order
+    std::vector<int32_t> replay; // rows of the lane's previous pass to fold in, in position order
+  };
+  void plan_lanes(const Batch& batch, const KvCache& kv, HybridStateStorage& storage);
+  void attention_block(int64_t layer, int64_t attention_index, const Batch& batch, HybridStateStorage& storage);
+  void delta_net_block(int64_t layer, int64_t linear_index, const Batch& batch, HybridStateStorage& storage);
+  void replay_lane(const Qwen35LayerWeights& w, int64_t linear_index, const LanePass& pass, LaneRecurrence& state);
+  void recurrence(int64_t linear_index, const Batch& batch, HybridStateStorage& storage);
+  void mlp_block(int64_t layer, int64_t n_rows);
+
+  ModelConfig config_;
+  Qwen35Weights weights_;
+  std::shared_ptr<const void> storage_;
+  ThreadPool pool_;
+  std::vector<float> inverse_frequencies_;  // of the rotary dimensions only
+  uint64_t n_passes_ = 0;
+
+  // Per forward.
+  std::vector<LanePass> lane_passes_;
+  std::vector<int32_t> pass_of_row_;   // [n_rows] index into lane_passes_
+  std::vector<int32_t> last_child_;    // [n_rows] the last row whose parent it is, or -1
+  std::vector<int32_t> conv_sources_;  // [n_rows][conv_kernel - 1]: row >= 0, or -1 - j for the lane's conv history j
+  std::vector<int32_t> positions_;
+  KeySlots key_slots_;
+  std::vector<const int32_t*> key_slot_lists_;
+
+  // Scratch, resized per forward.
+  std::vector<float> hidden_;     // [n_rows][hidden]
+  std::vector<float> normed_;     // [n_rows][hidden]
+  std::vector<float> proj_;       // [n_rows][hidden]
+  std::vector<float> query_gate_; // [n_rows][n_heads * 2 * head_dim]
+  std::vector<float> q_;          // [n_rows][n_heads * head_dim]
+  std::vector<float> gate_;       // [n_rows][max(n_heads * head_dim, intermediate)]
+  std::vector<float> k_;          // [n_rows][n_kv_heads * head_dim]
+  std::vector<float> v_;          // [n_rows][n_kv_heads * head_dim]
+  std::vector<float> rotary_;     // [n_rows][n_heads][rotary_dim]
+  std::vector<float> attn_out_;   // [n_rows][max(n_heads * head_dim, value_dim)]
+  std::vector<float> up_;         // [n_rows][intermediate]
+  std::vector<float> mixed_;      // [n_rows][conv_dim] pre-conv q/k/v
+  std::vector<float> conv_out_;   // [n_rows][conv_dim] after conv, silu and q/k normalisation
+  std::vector<float> z_;          // [n_rows][value_dim]
+  std::vector<float> b_;          // [n_rows][n_value_heads]
+  std::vector<float> a_;          // [n_rows][n_value_heads]
+  std::vector<float> decay_beta_; // [n_rows][2 * n_value_heads]: g then beta per head
+};
+
+}  // namespace tf

@@ -1,0 +1,638 @@
+// Qwen3.5-class hybrids (Gated DeltaNet + gated attention) on the CPU: parity with transformers on
+// tiny random checkpoints of both layouts, loader errors, bitwise batch invariance of the forward,
+// recurrent state after verify-and-accept equal to plain decoding (the engine's equalities on hybrids
+// are in test_hybrid_engine.cpp).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "backends/backends.h"
+#include "backends/cpu/hybrid_state_storage.h"
+#include "loader/quantize.h"
+#include "loader/safetensors.h"
+#include "models/synthetic.h"
+#include "models/model.h"
+#include "support/expect_error.h"
+#include "support/fixtures.h"
+#include "support/forward_runs.h"
+
+namespace tf {
+namespace {
+
+namespace fs = std::filesystem;
+
+// float32 on both sides; transformers' prefill runs the chunked (UT transform) form of the delta
+// rule and we run the recurrence, so sums differ in order only.
+constexpr float kLogitTolerance = 1e-4f;
+constexpr size_t kMinGreedySteps = 8;
+
+const char* const kHybrids[] = {"qwen3.5-tiny-a", "qwen3.5-tiny-b", "qwen3.5-tiny-c"};
+
+std::shared_ptr<Model> load_hybrid(const std::string& name, int n_threads = 0) {
+  ModelLoadOptions options;
+  options.n_threads = n_threads;
+  return load_model(test::fixture_model(name), options);
+}
+
+class HybridParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HybridParity, PrefillLogitsMatchTransformers) {
+  const std::string dir = test::fixture_model(GetParam());
+  auto ref = test::read_json(dir + "/reference.json");
+  auto model = load_hybrid(GetParam());
+  ASSERT_TRUE(model->config().is_hybrid());
+  const auto ids = ref["prompt_ids"].get<std::vector<int32_t>>();
+  const std::vector<float> logits = test::prefill_logits(*model, ids);
+  const int64_t n_vocab = model->config().vocab_size;
+  ASSERT_EQ(ref["logits"].size(), ids.size());
+  float worst = 0, largest = 0;
+  for (size_t p = 0; p < ids.size(); ++p)
+    for (int64_t v = 0; v < n_vocab; ++v) {
+      const float expected = ref["logits"][p][size_t(v)].get<float>();
+      worst = std::max(worst, std::fabs(logits[p * size_t(n_vocab) + size_t(v)] - expected));
+      largest = std::max(largest, std::fabs(expected));
+    }
+  EXPECT_LT(worst, kLogitTolerance) << "largest logit difference over every position";
+  EXPECT_GT(largest, 0.5f) << "the reference logits are too small to tell anything";
+  const auto argmax = ref["argmax"].get<std::vector<int32_t>>();
+  for (size_t p = 0; p < ids.size(); ++p) {
+    const float* row = logits.data() + p * size_t(n_vocab);
+    EXPECT_FLOAT_EQ(*std::max_element(row, row + n_vocab), row[argmax[p]]) << "position " << p;
+  }
+}
+
+// Greedy through the engine against transformers' cached decoding (its token-by-token path), up to
+// the first thin margin, with the top logits of every compared step.
+TEST_P(HybridParity, GreedyTokensMatchTransformers) {
+  const std::string dir = test::fixture_model(GetParam());
+  auto ref = test::read_json(dir + "/reference.json");
+  auto model = load_hybrid(GetParam());
+  const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
+  const auto expected = ref["greedy_tokens"].get<std::vector<int32_t>>();
+  const auto margins = ref["greedy_top2_margins"].get<std::vector<float>>();
+  const auto got = test::greedy_generate(model, prompt, int64_t(expected.size()));
+  ASSERT_EQ(got.size(), expected.size());
+  size_t compared = 0;
+  for (; compared < expected.size() && margins[compared] >= 10 * kLogitTolerance; ++compared)
+    EXPECT_EQ(got[compared], expected[compared]) << "step " << compared;
+  EXPECT_GE(compared, kMinGreedySteps);
+
+  // The logits of each compared step, computed as plain decode rows.
+  std::vector<int32_t> sequence = prompt;
+  sequence.insert(sequence.end(), expected.begin(), expected.begin() + int64_t(compared));
+  const std::vector<float> logits = test::prefill_logits(*model, sequence);
+  const int64_t n_vocab = model->config().vocab_size;
+  for (size_t step = 0; step < compared; ++step) {
+    const float* row = logits.data() + (prompt.size() - 1 + step) * size_t(n_vocab);
+    const auto& top = ref["greedy_step_top"][step];
+    for (size_t i = 0; i < top["ids"].size(); ++i)
+      EXPECT_NEAR(row[top["ids"][i].get<int32_t>()], top["values"][i].get<float>(), kLogitTolerance)
+          << "step " << step;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyHybrids, HybridParity,
+                         ::testing::Values("qwen3.5-tiny-a", "qwen3.5-tiny-b", "qwen3.5-tiny-c"));
+
+TEST(HybridParity, ChatSizedVocabularyTopLogitsMatch) {
+  const std::string dir = test::fixture_model("qwen3.5-tiny-chat");
+  auto ref = test::read_json(dir + "/reference.json");
+  auto model = load_hybrid("qwen3.5-tiny-chat");
+  const auto ids = ref["prompt_ids"].get<std::vector<int32_t>>();
+  const std::vector<float> logits = test::prefill_logits(*model, ids);
+  const float* last = logits.data() + (ids.size() - 1) * size_t(model->config().vocab_size);
+  const auto top = ref["logits_last_top"].get<std::vector<int32_t>>();
+  const auto values = ref["logits_last_top_values"].get<std::vector<float>>();
+  for (size_t i = 0; i < top.size(); ++i) EXPECT_NEAR(last[top[i]], values[i], kLogitTolerance);
+}
+
+// ---- Loader ----
+
+TEST(HybridLoader, BothLayoutsGiveTheScheduleAndShapes) {
+  const ModelConfig nested = ModelConfig::load(test::fixture_model("qwen3.5-tiny-a"));
+  EXPECT_EQ(nested.architecture, "Qwen3_5ForConditionalGeneration");
+  EXPECT_EQ(nested.hidden_size, 64);
+  EXPECT_TRUE(nested.tie_word_embeddings);
+  EXPECT_EQ(nested.hybrid.rotary_dim, 12);  // 48 * 0.25
+  EXPECT_EQ(nested.hybrid.n_layers_of(LayerKind::linear_attention), 3);
+  EXPECT_EQ(nested.hybrid.layer_kinds.back(), LayerKind::full_attention);
+  const ModelConfig flat = ModelConfig::load(test::fixture_model("qwen3.5-tiny-b"));
+  EXPECT_EQ(flat.architecture, "Qwen3_5ForCausalLM");
+  EXPECT_EQ(flat.model_type, "qwen3_5_text");
+  const std::vector<LayerKind> expected = {LayerKind::linear_attention, LayerKind::full_attention,
+                                           LayerKind::linear_attention, LayerKind::linear_attention,
+                                           LayerKind::full_attention};
+  EXPECT_EQ(flat.hybrid.layer_kinds, expected);
+  EXPECT_EQ(flat.hybrid.linear_n_value_heads / flat.hybrid.linear_n_key_heads, 3);
+  EXPECT_FALSE(flat.tie_word_embeddings);
+}
+
+// A copy of a fixture directory whose config.json `edit` changes.
+std::string edited_copy(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+  const fs::path from = test::fixture_model(name);
+  const fs::path to = fs::temp_directory_path() / ("tf-hybrid-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(to);
+  fs::create_directories(to);
+  for (const auto& entry : fs::directory_iterator(from)) fs::copy(entry.path(), to / entry.path().filename());
+  nlohmann::json config = test::read_json((to / "config.json").string());
+  edit(config);
+  std::ofstream((to / "config.json").string(), std::ios::trunc) << config.dump(2);
+  return to.string();
+}
+
+TEST(HybridLoader, AMissingHybridFieldIsAnErrorNamingIt) {
+  for (const char* field : {"layer_types", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                            "linear_value_head_dim", "linear_conv_kernel_dim"}) {
+    const std::string dir = edited_copy("qwen3.5-tiny-a", [&](nlohmann::json& c) { c["text_config"].erase(field); });
+    test::expect_error_naming([&] { ModelConfig::load(dir); }, {field, dir + "/config.json", "text_config"});
+    fs::remove_all(dir);
+  }
+  const std::string dir = edited_copy("qwen3.5-tiny-b", [](nlohmann::json& c) {
+    c.erase("partial_rotary_factor");
+    c["rope_parameters"].erase("partial_rotary_factor");
+  });
+  test::expect_error_naming([&] { ModelConfig::load(dir); }, {"partial_rotary_factor", dir + "/config.json"});
+  fs::remove_all(dir);
+  const std::string short_schedule =
+      edited_copy("qwen3.5-tiny-b", [](nlohmann::json& c) { c["layer_types"].erase(c["layer_types"].size() - 1); });
+  test::expect_error_naming([&] { ModelConfig::load(short_schedule); }, {"layer_types", "4 entries", "5 layers"});
+  fs::remove_all(short_schedule);
+  const std::string bad_kind =
+      edited_copy("qwen3.5-tiny-b", [](nlohmann::json& c) { c["layer_types"][0] = "sliding_attention"; });
+  test::expect_error_naming([&] { ModelConfig::load(bad_kind); }, {"layer_types", "sliding_attention"});
+  fs::remove_all(bad_kind);
+}
+
+// The layout mlx-lm saves: the text model under language_model.model.* (its head under
+// language_model.lm_head), the convolution as [C][K][1], and the zero-centred norms already shifted
+// to 1 + w. Stored here in f32 (1 + w formed in f32, as the loader forms it), the copy must give the
+// transformers layout's logits bit for bit.
+TEST(HybridLoader, MlxLmLayoutGivesTheSameLogits) {
+  for (const char* name : {"qwen3.5-tiny-a", "qwen3.5-tiny-c"}) {
+    SCOPED_TRACE(name);
+    const std::string from = test::fixture_model(name);
+    const fs::path to = fs::temp_directory_path() / ("tf-hybrid-mlxlm-" + std::string(name) + "-" + std::to_string(::getpid()));
+    fs::remove_all(to);
+    fs::create_directories(to);
+    fs::copy(from + "/config.json", to / "config.json");
+    const Checkpoint checkpoint = Checkpoint::open(from);
+    std::vector<TensorToWrite> tensors;
+    std::vector<std::vector<float>> shifted;
+    shifted.reserve(checkpoint.names().size());
+    auto ends_with = [](const std::string& s, const std::string& suffix) {
+      return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    for (const std::string& tensor_name : checkpoint.names()) {
+      if (tensor_name.rfind("model.visual.", 0) == 0) continue;  // mlx-lm drops the vision tower
+      const TensorView& t = checkpoint.get(tensor_name);
+      std::string renamed = tensor_name;
+      if (renamed.rfind("model.language_model.", 0) == 0) renamed = "language_model.model." + renamed.substr(21);
+      if (renamed == "lm_head.weight") renamed = "language_model.lm_head.weight";
+      std::vector<int64_t> shape = t.shape;
+      if (ends_with(renamed, "conv1d.weight")) shape = {t.shape[0], t.shape[2], 1};
+      const bool is_centred_norm = t.shape.size() == 1 && ends_with(renamed, "norm.weight") &&
+                                   !ends_with(renamed, "linear_attn.norm.weight");
+      if (is_centred_norm) {
+        auto& values = shifted.emplace_back(size_t(t.shape[0]));
+        for (int64_t i = 0; i < t.shape[0]; ++i) values[size_t(i)] = 1.0f + load_as_f32(t.data, t.dtype, i);
+        tensors.push_back({renamed, DType::f32, shape, values.data(), values.size() * sizeof(float)});
+      } else {
+        tensors.push_back({renamed, t.dtype, shape, t.data, t.n_bytes});
+      }
+    }
+    write_safetensors((to / "model.safetensors").string(), tensors, {{"format", "mlx"}});
+    auto hf = load_hybrid(name, 2);
+    auto mlx = load_model(to.string(), {});
+    std::mt19937 rng(3);
+    const auto ids = test::random_ids(rng, 20, hf->config().vocab_size);
+    const std::vector<float> a = test::prefill_logits(*hf, ids), b = test::prefill_logits(*mlx, ids);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+    fs::remove_all(to);
+  }
+}
+
+TEST(HybridLoader, CudaRefusesAHybridByModelType) {
+  ModelLoadOptions options;
+  options.device = "cuda";
+  test::expect_error_naming([&] { load_model(test::fixture_model("qwen3.5-tiny-a"), options); },
+                            {"qwen3_5", "Qwen3_5ForConditionalGeneration", "--device cpu"});
+}
+
+std::vector<float> hybrid_chunked_logits(Model& model, const std::vector<int32_t>& ids,
+                                         const std::vector<int64_t>& chunks, int noise, std::mt19937& rng);
+
+// `tensorfold quantize` on hybrids of both layouts: the projections and the embedding become MLX
+// affine, the convolution, norms, A_log and dt_bias (and any projection whose input width is not a
+// multiple of the group) stay dense; the copy loads, stays close to the dense model, and keeps
+// every invariance of the forward.
+TEST(HybridQuantize, MlxCopiesOfBothLayoutsLoadAndStayClose) {
+  for (const char* name : {"qwen3.5-tiny-a", "qwen3.5-tiny-b"}) {
+    SCOPED_TRACE(name);
+    const fs::path out = fs::temp_directory_path() / ("tf-hybrid-mlx-" + std::string(name) + "-" + std::to_string(::getpid()));
+    fs::remove_all(out);
+    quantize_model_dir(test::fixture_model(name), out.string(), QuantizeOptions{8, 32});
+    const Checkpoint checkpoint = Checkpoint::open(out.string());
+    const std::string text = std::string(name) == "qwen3.5-tiny-a" ? "model.language_model." : "model.";
+    const bool is_a = std::string(name) == "qwen3.5-tiny-a";
+    // Group 32: tiny-a's hidden width 64 divides; its out_proj reads 80 values (2 heads of 40) and
+    // stays dense. tiny-b's hidden width 80 does not divide, so only its wider inputs are quantized.
+    const std::vector<std::pair<std::string, bool>> expected =
+        is_a ? std::vector<std::pair<std::string, bool>>{{"layers.0.linear_attn.in_proj_qkv", true},
+                                                         {"layers.0.linear_attn.in_proj_a", true},
+                                                         {"embed_tokens", true},
+                                                         {"layers.3.self_attn.q_proj", true},
+                                                         {"layers.3.mlp.down_proj", true},
+                                                         {"layers.0.linear_attn.out_proj", false}}
+             : std::vector<std::pair<std::string, bool>>{{"layers.0.mlp.down_proj", true},
+                                                         {"layers.1.self_attn.o_proj", true},
+                                                         {"layers.0.linear_attn.in_proj_qkv", false},
+                                                         {"embed_tokens", false}};
+    for (const auto& [tensor, is_quantized] : expected)
+      EXPECT_EQ(checkpoint.has(text + tensor + ".scales"), is_quantized) << tensor;
+    for (const char* dense : {"layers.0.linear_attn.conv1d", "layers.0.linear_attn.norm", "layers.0.input_layernorm",
+                              "layers.0.linear_attn.A_log", "layers.0.linear_attn.dt_bias"})
+      EXPECT_FALSE(checkpoint.has(text + dense + ".scales")) << dense;
+
+    // Random tiny weights amplify rounding, so the check is that the error shrinks as bits grow (a
+    // misread layout would not): 8-bit well under the 4-bit copy's error, and small next to the logits.
+    auto dense = load_hybrid(name, 2);
+    auto quantized = load_model(out.string(), {});
+    EXPECT_EQ(quantized->config().quantization.bits, 8);
+    const fs::path out4 = out.string() + "-4bit";
+    fs::remove_all(out4);
+    quantize_model_dir(test::fixture_model(name), out4.string(), QuantizeOptions{4, 32});
+    auto quantized4 = load_model(out4.string(), {});
+    std::mt19937 rng(5);
+    const auto ids = test::random_ids(rng, 30, dense->config().vocab_size);
+    const std::vector<float> a = test::prefill_logits(*dense, ids), b = test::prefill_logits(*quantized, ids),
+                             b4 = test::prefill_logits(*quantized4, ids);
+    float worst = 0, worst4 = 0, largest = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      worst = std::max(worst, std::fabs(a[i] - b[i]));
+      worst4 = std::max(worst4, std::fabs(a[i] - b4[i]));
+      largest = std::max(largest, std::fabs(a[i]));
+    }
+    EXPECT_GT(worst, 0.0f) << "the copy is really quantized";
+    EXPECT_LT(worst, worst4 / 4) << "8-bit error against the 4-bit copy's";
+    EXPECT_LT(worst, 0.25f * largest) << "8-bit logits against the dense ones (largest " << largest << ")";
+    const std::vector<float> chunked = hybrid_chunked_logits(*quantized, ids, {7, 1, 13, 9}, 9, rng);
+    EXPECT_EQ(0, std::memcmp(chunked.data(), b.data(), b.size() * sizeof(float))) << "chunked among neighbours";
+    fs::remove_all(out4);
+    fs::remove_all(out);
+  }
+}
+
+// The benchmark shape: Qwen3.6-27B's widths with its 3:1 schedule (only the config: the weights are 27B).
+TEST(HybridSynthetic, Qwen36Shape) {
+  const ModelConfig c = synthetic_config("qwen3.6-27b");
+  c.validate("synthetic qwen3.6-27b");
+  EXPECT_TRUE(c.is_hybrid());
+  EXPECT_EQ(c.n_layers, 64);
+  EXPECT_EQ(c.hidden_size, 5120);
+  EXPECT_EQ(c.intermediate_size, 17408);
+  EXPECT_EQ(c.hybrid.n_layers_of(LayerKind::linear_attention), 48);
+  EXPECT_EQ(c.hybrid.n_layers_of(LayerKind::full_attention), 16);
+  EXPECT_EQ(c.hybrid.layer_kinds[3], LayerKind::full_attention);
+  EXPECT_EQ(c.n_heads, 24);
+  EXPECT_EQ(c.n_kv_heads, 4);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.hybrid.rotary_dim, 64);
+  EXPECT_EQ(c.hybrid.linear_key_dim(), 16 * 128);
+  EXPECT_EQ(c.hybrid.linear_value_dim(), 48 * 128);
+  EXPECT_EQ(c.vocab_size, 248320);
+  const auto names = synthetic_model_names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "qwen3.6-27b"), names.end());
+  ModelLoadOptions cuda;
+  cuda.device = "cuda";
+  test::expect_error_naming([&] { make_synthetic_model("qwen3.6-27b", 4, cuda); }, {"qwen3_5", "--device cpu"});
+}
+
+// ---- Batch invariance ----
+
+// Lanes of unrelated sequences that share passes with the rows under test: each adds a chain of
+// random length continuing its own committed sequence (a hybrid lane always resumes where its state is).
+struct Neighbours {
+  KvCache& kv;
+  std::mt19937& rng;
+  int64_t vocab;
+  std::vector<int32_t> lanes;
+  std::vector<int32_t> lengths;
+
+  Neighbours(KvCache& cache, std::mt19937& random, int64_t n_vocab, int n) : kv(cache), rng(random), vocab(n_vocab) {
+    for (int i = 0; i < n; ++i) {
+      lanes.push_back(kv.lane_open());
+      lengths.push_back(0);
+    }
+  }
+  // Up to `n_rows` rows over the lanes, each lane's rows a chain; its rows are then committed.
+  void add(Batch& batch, int64_t n_rows) { add_rows(batch, n_rows); }
+  void add_rows(Batch& batch, int64_t n_rows) {
+    while (n_rows > 0 && !lanes.empty()) {
+      const size_t i = rng() % lanes.size();
+      const int64_t n = std::min<int64_t>(n_rows, 1 + int64_t(rng() % 9));
+      if (lengths[i] + n > 400) {  // start over on the same lane: its state resets at position 0
+        lengths[i] = 0;
+      }
+      if (!kv.lane_reserve(lanes[i], lengths[i] + n)) FAIL() << "the test's KV cache is too small";
+      const int32_t first = int32_t(batch.rows.size());
+      for (int64_t j = 0; j < n; ++j) {
+        const int32_t pos = lengths[i] + int32_t(j);
+        batch.rows.push_back({int32_t(rng() % uint32_t(vocab)), pos, lanes[i], j == 0 ? -1 : first + int32_t(j) - 1,
+                              kv.slot(lanes[i], pos), bool(rng() % 2)});
+      }
+      lengths[i] += int32_t(n);
+      n_rows -= n;
+      // A lane appears once per pass.
+      std::swap(lanes[i], lanes.back());
+      std::swap(lengths[i], lengths.back());
+      parked.push_back({lanes.back(), lengths.back()});
+      lanes.pop_back();
+      lengths.pop_back();
+    }
+  }
+  void end_pass() {
+    for (auto [lane, length] : parked) {
+      lanes.push_back(lane);
+      lengths.push_back(length);
+    }
+    parked.clear();
+  }
+  std::vector<std::pair<int32_t, int32_t>> parked;
+};
+
+// Logits of every position of `ids` on one lane, prefilled in `chunks`, each pass with up to
+// `noise` neighbour rows before and after.
+std::vector<float> hybrid_chunked_logits(Model& model, const std::vector<int32_t>& ids,
+                                         const std::vector<int64_t>& chunks, int noise, std::mt19937& rng) {
+  const int64_t n_vocab = model.config().vocab_size;
+  KvCache kv = make_kv_cache(model, 512);
+  const int32_t lane = kv.lane_open();
+  kv.lane_reserve(lane, int64_t(ids.size()));
+  Neighbours neighbours(kv, rng, n_vocab, 48);
+  std::vector<float> out;
+  int64_t done = 0;
+  for (int64_t chunk : chunks) {
+    Batch batch;
+    neighbours.add(batch, noise ? int64_t(rng() % uint32_t(noise + 1)) : 0);
+    const size_t ours = batch.rows.size();
+    for (int64_t i = 0; i < chunk; ++i) {
+      const int32_t pos = int32_t(done + i);
+      batch.rows.push_back({ids[size_t(pos)], pos, lane, i == 0 ? -1 : int32_t(ours + size_t(i) - 1),
+                            kv.slot(lane, pos), true});
+    }
+    neighbours.add(batch, noise ? int64_t(rng() % uint32_t(noise + 1)) : 0);
+    neighbours.end_pass();
+    std::vector<float> logits(size_t(batch.n_logit_rows() * n_vocab));
+    model.forward(batch, kv, logits.data());
+    int64_t logit_row = 0;
+    for (size_t r = 0; r < batch.rows.size(); ++r) {
+      if (!batch.rows[r].wants_logits) continue;
+      if (r >= ours && r < ours + size_t(chunk))
+        out.insert(out.end(), logits.begin() + logit_row * n_vocab, logits.begin() + (logit_row + 1) * n_vocab);
+      ++logit_row;
+    }
+    done += chunk;
+  }
+  return out;
+}
+
+class HybridInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HybridInvariance, ChunkingNeighboursAndThreadsDoNotChangeLogits) {
+  std::mt19937 rng(42);
+  auto model = load_hybrid(GetParam(), 1);
+  const int64_t n = 70;  // crosses an attention chunk (64 keys)
+  const auto ids = test::random_ids(rng, n, model->config().vocab_size);
+  const std::vector<float> reference = hybrid_chunked_logits(*model, ids, {n}, 0, rng);
+  for (int trial = 0; trial < 6; ++trial) {
+    const int threads = 1 + trial % 4;
+    auto threaded = load_hybrid(GetParam(), threads);
+    const std::vector<float> got = hybrid_chunked_logits(*threaded, ids, test::random_chunks(rng, n), trial * 5, rng);
+    ASSERT_EQ(got.size(), reference.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), reference.data(), got.size() * sizeof(float)))
+        << "trial " << trial << " with " << threads << " threads";
+  }
+}
+
+// One decode row alone and among M - 1 neighbour rows, for M = 1 ... 64 and 257.
+TEST_P(HybridInvariance, DecodeRowIsTheSameAmongAnyNumberOfRows) {
+  std::mt19937 rng(7);
+  auto model = load_hybrid(GetParam(), 3);
+  const auto ids = test::random_ids(rng, 12, model->config().vocab_size);
+  const std::vector<float> alone = hybrid_chunked_logits(*model, ids, {11, 1}, 0, rng);
+  std::vector<int> sizes;
+  for (int m = 1; m <= 64; ++m) sizes.push_back(m);
+  sizes.push_back(257);
+  for (int m : sizes) {
+    const std::vector<float> crowded = hybrid_chunked_logits(*model, ids, {11, 1}, m - 1, rng);
+    EXPECT_EQ(0, std::memcmp(crowded.data(), alone.data(), alone.size() * sizeof(float))) << m;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyHybrids, HybridInvariance,
+                         ::testing::Values("qwen3.5-tiny-a", "qwen3.5-tiny-b", "qwen3.5-tiny-c"));
+
+TEST(HybridInvariance, PicksEqualTheSamplerOnTheLogits) {
+  std::mt19937 rng(9);
+  auto model = load_hybrid("qwen3.5-tiny-c", 3);
+  test::expect_picks_match_logits(*model, test::random_ids(rng, 37, model->config().vocab_size));
+}
+
+// ---- Recurrent state under speculation ----
+
+// A draft tree below a root row: node i's parent (-1 the root) and token; nodes on the main chain
+// write to the lane's slots, the others to scratch.
+struct Tree {
+  std::vector<int32_t> parents, tokens;
+  std::vector<bool> is_main;
+  int32_t depth(int32_t node) const { return node < 0 ? 0 : 1 + depth(parents[size_t(node)]); }
+};
+
+struct LaneSnapshot {
+  std::vector<float> logits;  // of the row after the accepted path
+  std::vector<float> state, conv;
+  std::vector<float> accepted_logits;  // of the root and the accepted rows, in order
+};
+
+LaneSnapshot lane_after(KvCache& kv, int32_t lane, const std::vector<float>& last_logits) {
+  LaneRecurrence& state = kv.storage_as<HybridStateStorage>().lane(lane);
+  return {last_logits, state.state, state.conv, {}};
+}
+
+// Prompt, then the root token and `accepted` committed one row a pass, then `next` alone.
+LaneSnapshot plain_decoding(Model& model, const std::vector<int32_t>& prompt, int32_t root,
+                            const std::vector<int32_t>& accepted, int32_t next) {
+  const int64_t vocab = model.config().vocab_size;
+  KvCache kv = make_kv_cache(model, 64);
+  const int32_t lane = kv.lane_open();
+  kv.lane_reserve(lane, int64_t(prompt.size() + accepted.size()) + 2);
+  Batch prefill;
+  for (size_t i = 0; i < prompt.size(); ++i)
+    prefill.rows.push_back({prompt[i], int32_t(i), lane, int32_t(i) - 1, kv.slot(lane, int64_t(i)), false});
+  model.forward(prefill, kv, nullptr);
+  std::vector<int32_t> steps = {root};
+  steps.insert(steps.end(), accepted.begin(), accepted.end());
+  steps.push_back(next);
+  std::vector<float> logits(static_cast<size_t>(vocab)), path_logits;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const int32_t pos = int32_t(prompt.size() + i);
+    Batch step;
+    step.rows.push_back({steps[i], pos, lane, -1, kv.slot(lane, pos), true});
+    model.forward(step, kv, logits.data());
+    if (i + 1 < steps.size()) path_logits.insert(path_logits.end(), logits.begin(), logits.end());
+  }
+  LaneSnapshot snapshot = lane_after(kv, lane, logits);
+  snapshot.accepted_logits = path_logits;
+  return snapshot;
+}
+
+// Prompt, then one verify pass of the root and `tree` (with neighbour lanes' rows around it), then the
+// accepted nodes' slots moved home as the engine does, then `next` alone.
+LaneSnapshot verified_decoding(Model& model, const std::vector<int32_t>& prompt, int32_t root, const Tree& tree,
+                               const std::vector<int32_t>& accepted_nodes, int32_t next, std::mt19937& rng) {
+  const int64_t vocab = model.config().vocab_size;
+  KvCache kv = make_kv_cache(model, 128);
+  const int32_t lane = kv.lane_open();
+  const int32_t scratch = kv.lane_open();
+  kv.lane_reserve(lane, int64_t(prompt.size()) + 300);
+  kv.lane_reserve(scratch, 300);
+  Neighbours neighbours(kv, rng, vocab, 3);
+  Batch prefill;
+  for (size_t i = 0; i < prompt.size(); ++i)
+    prefill.rows.push_back({prompt[i], int32_t(i), lane, int32_t(i) - 1, kv.slot(lane, int64_t(i)), false});
+  neighbours.add(prefill, 5);
+  neighbours.end_pass();
+  std::vector<float> prefill_logits(size_t(prefill.n_logit_rows() * vocab));
+  model.forward(prefill, kv, prefill_logits.data());
+
+  Batch verify;
+  neighbours.add(verify, 4);
+  const int32_t root_row = int32_t(verify.rows.size());
+  const int32_t root_pos = int32_t(prompt.size());
+  verify.rows.push_back({root, root_pos, lane, -1, kv.slot(lane, root_pos), true});
+  int32_t n_scratch = 0;
+  for (size_t node = 0; node < tree.tokens.size(); ++node) {
+    const int32_t pos = root_pos + tree.depth(int32_t(node));
+    const int32_t parent = tree.parents[node] < 0 ? root_row : root_row + 1 + tree.parents[node];
+    const int32_t slot = tree.is_main[node] ? kv.slot(lane, pos) : kv.slot(scratch, n_scratch++);
+    verify.rows.push_back({tree.tokens[node], pos, lane, parent, slot, true});
+  }
+  neighbours.add(verify, 4);
+  neighbours.end_pass();
+  std::vector<float> logits(size_t(verify.n_logit_rows() * vocab));
+  model.forward(verify, kv, logits.data());
+  // The logits of the root and the accepted rows, in path order.
+  auto logit_row_of = [&](int32_t row) {
+    int64_t index = 0;
+    for (int32_t r = 0; r < row; ++r) index += verify.rows[size_t(r)].wants_logits;
+    return logits.begin() + index * vocab;
+  };
+  std::vector<float> path_logits(logit_row_of(root_row), logit_row_of(root_row) + vocab);
+  for (int32_t node : accepted_nodes) {
+    const BatchRow& row = verify.rows[size_t(root_row + 1 + node)];
+    const int32_t home = kv.slot(lane, row.pos);
+    if (row.kv_slot != home) kv.copy_slot(row.kv_slot, home);
+    path_logits.insert(path_logits.end(), logit_row_of(root_row + 1 + node), logit_row_of(root_row + 1 + node) + vocab);
+  }
+
+  Batch step;
+  neighbours.add(step, 3);
+  const int32_t pos = root_pos + 1 + int32_t(accepted_nodes.size());
+  const int32_t next_row = int32_t(step.rows.size());
+  step.rows.push_back({next, pos, lane, -1, kv.slot(lane, pos), true});
+  neighbours.end_pass();
+  std::vector<float> step_logits(size_t(step.n_logit_rows() * vocab));
+  model.forward(step, kv, step_logits.data());
+  int64_t index = 0;
+  for (int32_t r = 0; r < next_row; ++r) index += step.rows[size_t(r)].wants_logits;
+  LaneSnapshot snapshot =
+      lane_after(kv, lane, {step_logits.begin() + index * vocab, step_logits.begin() + (index + 1) * vocab});
+  snapshot.accepted_logits = path_logits;
+  return snapshot;
+}
+
+void expect_same_lane(const LaneSnapshot& plain, const LaneSnapshot& verified, const char* what) {
+  ASSERT_EQ(plain.state.size(), verified.state.size());
+  EXPECT_EQ(0, std::memcmp(plain.state.data(), verified.state.data(), plain.state.size() * sizeof(float)))
+      << what << ": recurrent state";
+  EXPECT_EQ(0, std::memcmp(plain.conv.data(), verified.conv.data(), plain.conv.size() * sizeof(float)))
+      << what << ": conv state";
+  EXPECT_EQ(0, std::memcmp(plain.logits.data(), verified.logits.data(), plain.logits.size() * sizeof(float)))
+      << what << ": logits of the next row";
+  ASSERT_EQ(plain.accepted_logits.size(), verified.accepted_logits.size());
+  EXPECT_EQ(0, std::memcmp(plain.accepted_logits.data(), verified.accepted_logits.data(),
+                           plain.accepted_logits.size() * sizeof(float)))
+      << what << ": logits of the verified rows on the accepted path";
+}
+
+class HybridSpeculation : public ::testing::TestWithParam<std::string> {};
+
+// Siblings at the root and below it, chains beneath; the accepted path runs through scratch rows.
+TEST_P(HybridSpeculation, AcceptedSiblingPathEqualsPlainDecoding) {
+  std::mt19937 rng(11);
+  auto model = load_hybrid(GetParam(), 2);
+  const int64_t vocab = model->config().vocab_size;
+  const auto prompt = test::random_ids(rng, 9, vocab);
+  auto token = [&] { return int32_t(rng() % uint32_t(vocab)); };
+  // 0-1-2-3 main chain; 4 sibling of 0 with 5-6 below; 7 sibling of 5; 8 below 1.
+  Tree tree;
+  tree.parents = {-1, 0, 1, 2, -1, 4, 5, 4, 1};
+  tree.is_main = {true, true, true, true, false, false, false, false, false};
+  for (size_t i = 0; i < tree.parents.size(); ++i) tree.tokens.push_back(token());
+  const int32_t root = token(), next = token();
+  for (const std::vector<int32_t>& path : {std::vector<int32_t>{4, 5, 6}, std::vector<int32_t>{4, 7},
+                                           std::vector<int32_t>{0, 1, 8}, std::vector<int32_t>{0, 1, 2, 3}}) {
+    std::vector<int32_t> accepted;
+    for (int32_t node : path) accepted.push_back(tree.tokens[size_t(node)]);
+    expect_same_lane(plain_decoding(*model, prompt, root, accepted, next),
+                     verified_decoding(*model, prompt, root, tree, path, next, rng), "sibling path");
+  }
+}
+
+TEST_P(HybridSpeculation, RejectedEverywhereLeavesNoTrace) {
+  std::mt19937 rng(12);
+  auto model = load_hybrid(GetParam(), 2);
+  const int64_t vocab = model->config().vocab_size;
+  const auto prompt = test::random_ids(rng, 13, vocab);
+  Tree tree;
+  tree.parents = {-1, 0, 1, -1, 3, -1};
+  tree.is_main = {true, true, true, false, false, false};
+  for (size_t i = 0; i < tree.parents.size(); ++i) tree.tokens.push_back(int32_t(rng() % uint32_t(vocab)));
+  const int32_t root = int32_t(rng() % uint32_t(vocab)), next = int32_t(rng() % uint32_t(vocab));
+  expect_same_lane(plain_decoding(*model, prompt, root, {}, next),
+                   verified_decoding(*model, prompt, root, tree, {}, next, rng), "all rejected");
+}
+
+// The lone long-copy driver's widest window: a 256-row chain accepted whole, and cut halfway.
+TEST_P(HybridSpeculation, CopyChainOf256RowsEqualsPlainDecoding) {
+  std::mt19937 rng(13);
+  auto model = load_hybrid(GetParam(), 4);
+  const int64_t vocab = model->config().vocab_size;
+  const auto prompt = test::random_ids(rng, 5, vocab);
+  Tree tree;
+  for (int32_t i = 0; i < 256; ++i) {
+    tree.parents.push_back(i - 1);
+    tree.is_main.push_back(true);
+    tree.tokens.push_back(int32_t(rng() % uint32_t(vocab)));
+  }
+  const int32_t root = int32_t(rng() % uint32_t(vocab)), next = int32_t(rng() % uint32_t(vocab));
+  for (int32_t n_accepted : {256, 131}) {
+    std::vector<int32_t> path, accepted;
+    for (int32_t i = 0; i < n_accepted; ++i) {
+      path.push_back(i);
+      accepted.push_back(tree.tokens[size_t(i)]);
+    }
+    expect_same_lane(plain_decoding(*model, prompt, root, accepted, next),
+                     verified_decoding(*model, prompt, root, tree, path, next, rng), "copy chain");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyHybrids, HybridSpeculation, ::testing::Values("qwen3.5-tiny-a", "qwen3.5-tiny-b"));
+
+}  // namespace
+}  // namespace tf
