@@ -80,12 +80,14 @@ ModelFacts read_model_facts(const ServingOptions& options) {
   facts.drafter_dir = resolve_drafter_dir(options);
   facts.vocab_size = config.vocab_size;
   facts.context_length = config.max_position_embeddings;
+  if (is_dir_read) facts.generation_defaults = read_generation_defaults(options.model_dir);
   return facts;
 }
 
 struct ServingStack::Parts {
   ModelFacts facts;
   std::shared_ptr<const Tokenizer> tokenizer;
+  ChatTemplate chat_template{ChatTemplateFamily::none};
   std::shared_ptr<Model> model;
   std::shared_ptr<DFlashDrafter> drafter;  // null: none
   std::shared_ptr<Engine> engine;
@@ -95,6 +97,7 @@ std::shared_ptr<ServingStack> ServingStack::load(const ServingOptions& options) 
   auto parts = std::make_unique<Parts>();
   parts->facts = read_model_facts(options);
   parts->tokenizer = load_tokenizer(options);
+  if (parts->tokenizer) parts->chat_template = ChatTemplate::from_model_dir(options.model_dir, options.chat_template);
   parts->model = options.synthetic.empty()
                      ? load_model(options.model_dir, options.load)
                      : make_synthetic_model(options.synthetic, options.synthetic_bits, options.load);
@@ -115,6 +118,7 @@ ServingStack::~ServingStack() = default;
 const ModelFacts& ServingStack::facts() const { return parts_->facts; }
 std::shared_ptr<const Tokenizer> ServingStack::tokenizer() const { return parts_->tokenizer; }
 std::shared_ptr<Engine> ServingStack::engine() const { return parts_->engine; }
+const ChatTemplate& ServingStack::chat_template() const { return parts_->chat_template; }
 
 std::shared_ptr<Engine> ServingStack::make_engine(const EngineOptions& options) const {
   return std::make_shared<Engine>(options, parts_->model, parts_->tokenizer, parts_->drafter);
