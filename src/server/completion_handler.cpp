@@ -1,4 +1,5 @@
-// Chat and text completions: prompt building, engine submission, and the reply as JSON or SSE.
+// Chat and text completions: prompt building, engine submission (one lane per choice), and the
+// reply as JSON or SSE, each choice's text passed through the chat template's reply parser.
 #include "server/completion_handler.h"
 
 #include <chrono>
@@ -7,12 +8,14 @@
 #include <optional>
 #include <random>
 
+#include "app/serving_stack.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "server/reply_channel.h"
 #include "server/sse.h"
 #include "speculation/proposer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace tf::server {
 namespace {
@@ -27,44 +30,82 @@ uint64_t random_u64() {
   return generator();
 }
 
-std::string random_reply_id(Endpoint endpoint) {
+std::string random_hex() {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(random_u64()));
-  return std::string(endpoint == Endpoint::chat ? "chatcmpl-" : "cmpl-") + hex;
+  return hex;
 }
 
-std::vector<int32_t> build_prompt(const CompletionRequest& request, const Tokenizer& tokenizer) {
-  if (request.endpoint == Endpoint::completion && !request.prompt_text)
-    return request.prompt_tokens;
-  std::string text;
+// The chat's prompt as the model's template renders it; user and tool text keeps its special
+// tokens as text unless the server was told otherwise.
+std::vector<int32_t> build_prompt(const CompletionRequest& request, const ServingContext& context) {
+  const Tokenizer& tokenizer = *context.tokenizer;
+  if (request.endpoint == Endpoint::completion && !request.prompt_text) return request.prompt_tokens;
+  std::vector<int32_t> tokens;
   if (request.endpoint == Endpoint::chat) {
+    ChatOptions options = request.chat_options;
+    // tool_choice "none": the model is not shown the tools, so it has no call format to write.
+    if (request.tool_choice.mode == ToolChoiceMode::none) options.tools.clear();
+    RenderedChat rendered;
     try {
-      text = render_chat(request.messages, request.chat_options);
+      rendered = context.chat_template.render(request.messages, options);
     } catch (const Error& error) {
       throw ApiError(400, error.what(), "invalid_request_error", "messages");
     }
+    tokens = context.is_special_in_user_text ? tokenizer.encode(rendered.text)
+                                             : tokenizer.encode(rendered.text, rendered.literal_spans);
   } else {
-    text = *request.prompt_text;
+    tokens = tokenizer.encode(*request.prompt_text);
   }
-  std::vector<int32_t> tokens = tokenizer.encode(text);
   if (tokens.empty())
     throw ApiError(400, "The prompt is empty after tokenization.", "invalid_request_error",
                    request.endpoint == Endpoint::chat ? "messages" : "prompt");
   return tokens;
 }
 
-GenerationRequest to_generation_request(const CompletionRequest& request,
-                                        std::vector<int32_t> prompt,
-                                        const ServingContext& context) {
+bool parses_tool_calls(const CompletionRequest& request) {
+  return request.endpoint == Endpoint::chat && !request.chat_options.tools.empty() &&
+         request.tool_choice.mode != ToolChoiceMode::none;
+}
+
+ReplyParserOptions parser_options(const CompletionRequest& request, const ServingContext& context,
+                                  const std::string& tool_call_id_prefix) {
+  ReplyParserOptions options;
+  if (request.endpoint != Endpoint::chat) return options;  // a text completion is all content
+  const ChatTemplate& chat_template = context.chat_template;
+  options.family = chat_template.family();
+  options.parses_reasoning = chat_template.has_thinking();
+  options.starts_in_reasoning = chat_template.opens_thinking(request.chat_options);
+  options.parses_tool_calls = parses_tool_calls(request);
+  options.tool_call_id_prefix = tool_call_id_prefix;
+  for (const json& tool : request.chat_options.tools) {
+    const json& function = tool["function"];
+    auto& types = options.parameter_types[function["name"].get<std::string>()];
+    const auto parameters = function.find("parameters");
+    if (parameters == function.end() || !parameters->is_object()) continue;
+    const auto properties = parameters->find("properties");
+    if (properties == parameters->end() || !properties->is_object()) continue;
+    for (const auto& [name, schema] : properties->items())
+      if (schema.is_object() && schema.contains("type") && schema["type"].is_string())
+        types[name] = schema["type"].get<std::string>();
+  }
+  return options;
+}
+
+GenerationRequest to_generation_request(const CompletionRequest& request, const std::vector<int32_t>& prompt,
+                                        const ServingContext& context, uint64_t seed) {
   GenerationRequest generation;
   const int64_t room_left = std::max<int64_t>(1, context.n_ctx - int64_t(prompt.size()));
   generation.max_tokens = request.max_tokens.value_or(
       request.endpoint == Endpoint::chat
           ? std::min(room_left, context.limits.max_tokens_limit)
           : default_completion_max_tokens);
-  generation.prompt = std::move(prompt);
+  generation.prompt = prompt;
   generation.sampling = request.sampling;
+  generation.sampling.seed = seed;
   generation.stop = request.stop;
+  // One call only: the reply stops where its first call closes (the parser closes that call).
+  if (parses_tool_calls(request) && !request.parallel_tool_calls) generation.stop.push_back("</tool_call>");
   generation.n_top_logprobs = request.n_top_logprobs;
   generation.wants_provenance = request.return_provenance;
   if (!request.use_draft) generation.draft.proposers = kNoProposers;
@@ -95,90 +136,159 @@ void throw_if_rejected(const SubmitResult& result, Endpoint endpoint) {
   }
 }
 
-// Counts what has been sent of one reply; shared by the JSON and the SSE paths.
-struct ReplyProgress {
-  int64_t prompt_tokens = 0;
+ApiError engine_error(const GenerationUpdate& final_update) {
+  return ApiError(500, "Generation failed: " + final_update.error, "server_error");
+}
+
+// One choice in flight: its lane's channel, what has been sent of it, and its reply parser.
+struct Choice {
+  int64_t index = 0;
+  uint64_t seed = 0;
+  uint64_t request_id = 0;
+  std::shared_ptr<ReplyChannel> channel;
+  ChatReplyParser parser;
+  bool is_parallel_tool_calls = true;
   int64_t completion_tokens = 0;
   int64_t text_bytes = 0;
   std::optional<std::vector<int32_t>> token_ids;  // kept when the request asked for them
   // Provenance of tokens not yet sent (the SSE path hands it to the next chunk it writes), when asked.
   std::optional<std::vector<TokenProvenance>> provenance;
+  bool is_done = false;
+  ReplySummary summary;  // once done
 
-  // The logprobs object of this update's tokens, or null when none were requested.
-  json add(const GenerationUpdate& update, Endpoint endpoint, const Tokenizer& tokenizer) {
+  explicit Choice(ReplyParserOptions options) : parser(std::move(options)) {}
+
+  // Counts the update's tokens; returns the parsed text it releases and its logprobs (null when
+  // none were asked for).
+  std::pair<ReplyPiece, json> add(const GenerationUpdate& update, Endpoint endpoint, const Tokenizer& tokenizer,
+                                  int64_t prompt_tokens) {
     json logprobs;
-    if (!update.logprobs.empty())
-      logprobs = logprobs_json(endpoint, update.logprobs, tokenizer, text_bytes);
+    if (!update.logprobs.empty()) logprobs = logprobs_json(endpoint, update.logprobs, tokenizer, text_bytes);
     completion_tokens += int64_t(update.tokens.size());
     text_bytes += int64_t(update.text.size());
     if (token_ids) token_ids->insert(token_ids->end(), update.tokens.begin(), update.tokens.end());
     if (provenance) provenance->insert(provenance->end(), update.provenance.begin(), update.provenance.end());
-    return logprobs;
+    ReplyPiece piece = parser.push(update.text);
+    if (update.is_final) {
+      // A single call stopped by its closing tag (parallel_tool_calls false): the tag was cut.
+      if (!is_parallel_tool_calls && update.finish_reason == FinishReason::stop && parser.is_inside_tool_call())
+        piece.append(parser.push("</tool_call>"));
+      piece.append(parser.finish(update.finish_reason == FinishReason::length));
+      is_done = true;
+      summary = ReplySummary{update.finish_reason, prompt_tokens, completion_tokens, update.timings,
+                             update.token_sha, token_ids};
+    }
+    return {std::move(piece), std::move(logprobs)};
   }
 
   // Puts the provenance gathered so far into `chunk`'s choice, and starts gathering anew.
-  void hand_provenance_to(json& chunk) {
+  void hand_provenance_to(json& choice) {
     if (!provenance) return;
-    chunk["choices"][0]["provenance"] = provenance_json(*provenance);
+    choice["provenance"] = provenance_json(*provenance);
     provenance->clear();
-  }
-
-  ReplySummary summary(const GenerationUpdate& final_update) const {
-    return ReplySummary{final_update.finish_reason, prompt_tokens, completion_tokens,
-                        final_update.timings, final_update.token_sha, token_ids};
   }
 };
 
-ApiError engine_error(const GenerationUpdate& final_update) {
-  return ApiError(500, "Generation failed: " + final_update.error, "server_error");
+// The choices of one request: submitted together, cancelled together.
+struct Choices {
+  std::shared_ptr<const ServingContext> context;
+  Endpoint endpoint = Endpoint::chat;
+  int64_t prompt_tokens = 0;
+  std::vector<std::unique_ptr<Choice>> items;
+
+  void cancel_all() {
+    for (const auto& choice : items) {
+      choice->channel->mark_client_gone();
+      if (!choice->is_done) context->engine->cancel(choice->request_id);
+    }
+  }
+
+  json usage() const {
+    ReplySummary total;
+    total.prompt_tokens = prompt_tokens;
+    for (const auto& choice : items) total.completion_tokens += choice->summary.completion_tokens;
+    return usage_json(total);
+  }
+};
+
+Choices submit_choices(const std::shared_ptr<const ServingContext>& context, const CompletionRequest& request,
+                       const std::vector<int32_t>& prompt, const std::string& reply_hex) {
+  Choices choices;
+  choices.context = context;
+  choices.endpoint = request.endpoint;
+  choices.prompt_tokens = int64_t(prompt.size());
+  for (int64_t index = 0; index < request.n_choices; ++index) {
+    auto choice = std::make_unique<Choice>(
+        parser_options(request, *context, "call_" + reply_hex + "_" + std::to_string(index) + "_"));
+    choice->index = index;
+    choice->seed = seed_of_choice(request.sampling.seed, index);
+    choice->is_parallel_tool_calls = request.parallel_tool_calls;
+    if (request.return_token_ids) choice->token_ids.emplace();
+    if (request.return_provenance) choice->provenance.emplace();
+    choice->channel = ReplyChannel::create();
+    const SubmitResult submitted = context->engine->submit(
+        to_generation_request(request, prompt, *context, choice->seed), choice->channel->sink());
+    if (submitted.status != SubmitStatus::accepted) {
+      choices.cancel_all();  // the choices already running are not wanted without this one
+      throw_if_rejected(submitted, request.endpoint);
+    }
+    choice->request_id = submitted.request_id;
+    choices.items.push_back(std::move(choice));
+  }
+  return choices;
 }
 
-void answer_whole(const ServingContext& context, ReplyChannel& channel, const ReplyHeader& header,
-                  ReplyProgress progress, httplib::Response& response) {
-  const bool is_chat = header.endpoint == Endpoint::chat;
-  std::string text;
-  json logprobs = nullptr;
-  for (;;) {
-    for (const GenerationUpdate& update : channel.take(std::chrono::seconds(1))) {
-      json update_logprobs = progress.add(update, header.endpoint, *context.tokenizer);
-      text += update.text;
-      if (!update_logprobs.is_null()) {
-        if (logprobs.is_null()) {
-          logprobs = std::move(update_logprobs);
-        } else if (is_chat) {
-          for (json& entry : update_logprobs["content"]) logprobs["content"].push_back(entry);
-        } else {
-          for (auto& [key, values] : update_logprobs.items())
-            for (json& value : values) logprobs[key].push_back(value);
-        }
-      }
-      if (!update.is_final) continue;
-      if (update.finish_reason == FinishReason::error) throw engine_error(update);
-      json reply = reply_json(header, text, logprobs, progress.summary(update));
-      progress.hand_provenance_to(reply);
-      response.set_content(dump_json(reply), "application/json");
-      return;
-    }
+void append_logprobs(json& into, json&& more, Endpoint endpoint) {
+  if (more.is_null()) return;
+  if (into.is_null()) {
+    into = std::move(more);
+  } else if (endpoint == Endpoint::chat) {
+    for (json& entry : more["content"]) into["content"].push_back(entry);
+  } else {
+    for (auto& [key, values] : more.items())
+      for (json& value : values) into[key].push_back(value);
   }
 }
 
-// One SSE stream: the provider is called repeatedly on the HTTP thread until the reply is done
-// or a write fails (the client left), in which case the request is cancelled.
+void answer_whole(Choices& choices, const ReplyHeader& header, httplib::Response& response) {
+  const Tokenizer& tokenizer = *choices.context->tokenizer;
+  json choice_list = json::array();
+  for (const auto& choice : choices.items) {
+    AssembledReply reply;
+    json logprobs = nullptr;
+    while (!choice->is_done) {
+      for (const GenerationUpdate& update : choice->channel->take(std::chrono::seconds(1))) {
+        auto [piece, update_logprobs] = choice->add(update, header.endpoint, tokenizer, choices.prompt_tokens);
+        reply.add(piece);
+        append_logprobs(logprobs, std::move(update_logprobs), header.endpoint);
+        if (update.is_final && update.finish_reason == FinishReason::error) {
+          choices.cancel_all();
+          throw engine_error(update);
+        }
+      }
+    }
+    json entry = choice_json(header, choice->index, reply, logprobs, choice->summary, choice->seed);
+    choice->hand_provenance_to(entry);
+    if (choice->summary.token_ids) entry["completion_token_ids"] = *choice->summary.token_ids;
+    choice_list.push_back(std::move(entry));
+  }
+  const json reply = reply_json(header, std::move(choice_list), choices.items[0]->summary, choices.usage());
+  response.set_content(dump_json(reply), "application/json");
+}
+
+// One SSE stream: the provider is called repeatedly on the HTTP thread until every choice is done
+// or a write fails (the client left), in which case every choice is cancelled.
 struct StreamState {
-  std::shared_ptr<const ServingContext> context;
-  std::shared_ptr<ReplyChannel> channel;
-  uint64_t request_id = 0;
+  Choices choices;
   ReplyHeader header;
   bool include_usage = false;
-  ReplyProgress progress;
   bool is_opened = false;
   bool is_finished = false;
 
   void abandon() {
     if (is_finished) return;
     is_finished = true;
-    channel->mark_client_gone();
-    context->engine->cancel(request_id);
+    choices.cancel_all();
   }
 
   bool write_next(httplib::DataSink& sink) {
@@ -189,33 +299,74 @@ struct StreamState {
     };
     if (!is_opened) {
       is_opened = true;  // chat streams open with the assistant role, as OpenAI's do
-      if (header.endpoint == Endpoint::chat) return write(sse_event(opening_chunk_json(header)));
+      if (header.endpoint != Endpoint::chat) return true;
+      std::string opening;
+      for (const auto& choice : choices.items) opening += sse_event(opening_chunk_json(header, choice->index));
+      return write(opening);
     }
-    for (const GenerationUpdate& update : channel->take(stream_poll_interval)) {
-      json logprobs = progress.add(update, header.endpoint, *context->tokenizer);
-      if (!update.text.empty() || !logprobs.is_null()) {
-        json chunk = delta_chunk_json(header, update.text, logprobs);
-        progress.hand_provenance_to(chunk);
-        if (!write(sse_event(chunk))) return false;
+    const Tokenizer& tokenizer = *choices.context->tokenizer;
+    bool has_written = false;
+    for (const auto& choice : choices.items) {
+      if (choice->is_done) continue;
+      // The first unfinished choice waits for tokens; the others only take what is there.
+      const auto wait = has_written ? std::chrono::milliseconds(0) : stream_poll_interval;
+      for (const GenerationUpdate& update : choice->channel->take(wait)) {
+        auto [piece, logprobs] = choice->add(update, header.endpoint, tokenizer, choices.prompt_tokens);
+        if (!piece.is_empty() || !logprobs.is_null()) {
+          json chunk = delta_chunk_json(header, choice->index, piece, logprobs);
+          choice->hand_provenance_to(chunk["choices"][0]);
+          if (!write(sse_event(chunk))) return false;
+        }
+        if (!update.is_final) continue;
+        if (update.finish_reason == FinishReason::error) {
+          choices.cancel_all();
+          write(sse_event(error_body(engine_error(update))) + sse_done());
+          is_finished = true;
+          sink.done();
+          return true;
+        }
+        json final_chunk = final_chunk_json(header, choice->index, choice->summary,
+                                            choice->parser.n_tool_calls() > 0, choice->seed);
+        choice->hand_provenance_to(final_chunk["choices"][0]);  // tokens whose text was held back, or had none
+        if (!write(sse_event(final_chunk))) return false;
       }
-      if (!update.is_final) continue;
-      const ReplySummary summary = progress.summary(update);
-      json final_chunk = final_chunk_json(header, summary);
-      progress.hand_provenance_to(final_chunk);  // tokens whose text was held back, or had none
-      std::string ending = update.finish_reason == FinishReason::error ? sse_event(error_body(engine_error(update)))
-                                                                       : sse_event(final_chunk);
-      if (include_usage) ending += sse_event(usage_chunk_json(header, summary));
-      ending += sse_done();
-      if (!write(ending)) return false;
-      is_finished = true;
-      sink.done();
-      return true;
+      has_written = true;
     }
+    for (const auto& choice : choices.items)
+      if (!choice->is_done) return true;
+    std::string ending;
+    if (include_usage) ending += sse_event(usage_chunk_json(header, choices.usage()));
+    ending += sse_done();
+    if (!write(ending)) return false;
+    is_finished = true;
+    sink.done();
     return true;
   }
 };
 
 }  // namespace
+
+std::shared_ptr<const ServingContext> make_serving_context(const ServingStack& stack, const ContextSettings& settings) {
+  auto serving = std::make_shared<ServingContext>();
+  serving->engine = stack.engine();
+  serving->tokenizer = stack.tokenizer();
+  serving->chat_template = stack.chat_template();
+  serving->is_special_in_user_text = settings.is_special_in_user_text;
+  const ModelFacts& facts = stack.facts();
+  if (settings.served_model_names.empty()) {
+    serving->limits.model_id = facts.model_id;
+  } else {
+    serving->limits.model_id = settings.served_model_names[0];
+    serving->limits.model_aliases.assign(settings.served_model_names.begin() + 1, settings.served_model_names.end());
+  }
+  serving->limits.model_aliases.push_back(facts.model_dir);
+  serving->limits.max_tokens_limit = settings.max_tokens_limit;
+  serving->limits.allow_bench_extensions = settings.allow_bench_extensions;
+  serving->limits.sampling_defaults = facts.generation_defaults;
+  serving->limits.chat_family = stack.chat_template().family();
+  serving->n_ctx = serving->engine->options().n_ctx;
+  return serving;
+}
 
 void handle_completion(const std::shared_ptr<const ServingContext>& context, Endpoint endpoint,
                        const httplib::Request& request, httplib::Response& response) {
@@ -225,29 +376,24 @@ void handle_completion(const std::shared_ptr<const ServingContext>& context, End
                                  : parse_completion_request(body, context->limits);
   if (!parsed.is_seed_given) parsed.sampling.seed = random_u64() & 0xFFFFFFFFu;
 
-  std::vector<int32_t> prompt = build_prompt(parsed, *context->tokenizer);
-  ReplyProgress progress;
-  progress.prompt_tokens = int64_t(prompt.size());
-  if (parsed.return_token_ids) progress.token_ids.emplace();
-  if (parsed.return_provenance) progress.provenance.emplace();
-  auto channel = ReplyChannel::create();
-  const SubmitResult submitted = context->engine->submit(
-      to_generation_request(parsed, std::move(prompt), *context), channel->sink());
-  throw_if_rejected(submitted, endpoint);
-
-  ReplyHeader header{endpoint, random_reply_id(endpoint), int64_t(std::time(nullptr)),
-                     context->limits.model_id, parsed.sampling.seed};
+  const std::vector<int32_t> prompt = build_prompt(parsed, *context);
+  const std::string reply_hex = random_hex();
+  Choices choices = submit_choices(context, parsed, prompt, reply_hex);
+  const ReplyHeader header{endpoint, (endpoint == Endpoint::chat ? "chatcmpl-" : "cmpl-") + reply_hex,
+                           int64_t(std::time(nullptr)), context->limits.model_id, parsed.sampling.seed};
   if (!parsed.is_stream) {
-    answer_whole(*context, *channel, header, progress, response);
+    try {
+      answer_whole(choices, header, response);
+    } catch (...) {
+      choices.cancel_all();
+      throw;
+    }
     return;
   }
   auto stream = std::make_shared<StreamState>();
-  stream->context = context;
-  stream->channel = channel;
-  stream->request_id = submitted.request_id;
+  stream->choices = std::move(choices);
   stream->header = header;
   stream->include_usage = parsed.include_usage;
-  stream->progress = progress;
   response.set_header("Cache-Control", "no-cache");
   response.set_chunked_content_provider(
       "text/event-stream",
@@ -262,6 +408,25 @@ void handle_completion(const std::shared_ptr<const ServingContext>& context, End
         }
       },
       [stream](bool /*success*/) { stream->abandon(); });
+}
+
+json tokenize_reply(const ServingContext& context, const json& body) {
+  // Qwen tokenizers add no BOS/EOS, so add_special is accepted and changes nothing.
+  const TokenizeRequest parsed = parse_tokenize_request(body, context.limits);
+  const Tokenizer& tokenizer = *context.tokenizer;
+  const std::vector<int32_t> ids = parsed.chat ? build_prompt(*parsed.chat, context) : tokenizer.encode(parsed.content);
+  if (!parsed.with_pieces) return {{"tokens", ids}};
+  json tokens = json::array();
+  for (int32_t id : ids) {
+    const std::string bytes = tokenizer.token_bytes(id);
+    json piece = bytes;
+    if (!is_valid_utf8(bytes)) {  // part of a character: its bytes, as llama.cpp's /tokenize gives them
+      piece = json::array();
+      for (unsigned char c : bytes) piece.push_back(int(c));
+    }
+    tokens.push_back({{"id", id}, {"piece", std::move(piece)}});
+  }
+  return {{"tokens", std::move(tokens)}, {"count", ids.size()}};
 }
 
 }  // namespace tf::server

@@ -1,7 +1,10 @@
 // POST /v1/chat/completions and /v1/completions: a parsed request becomes a prompt, goes to the
-// engine, and its updates come back as one JSON reply or as an SSE stream.
+// engine (one lane per choice), and its updates come back as one JSON reply or as an SSE stream,
+// split by the chat template's reply parser into reasoning, content and tool calls.
 #pragma once
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <httplib.h>
 
@@ -9,6 +12,7 @@
 
 namespace tf {
 class Engine;
+class ServingStack;
 class Tokenizer;
 }  // namespace tf
 
@@ -18,12 +22,30 @@ namespace tf::server {
 struct ServingContext {
   std::shared_ptr<Engine> engine;
   std::shared_ptr<const Tokenizer> tokenizer;
+  ChatTemplate chat_template{ChatTemplateFamily::none};
+  // true: special tokens written in user and tool messages are matched (the old behaviour);
+  // false (the default): they are encoded as the text they are.
+  bool is_special_in_user_text = false;
   ProtocolLimits limits;
   int64_t n_ctx = 0;
 };
 
+// The server's settings that shape every request's context.
+struct ContextSettings {
+  std::vector<std::string> served_model_names;  // empty: the model directory's name
+  int64_t max_tokens_limit = 131072;
+  bool allow_bench_extensions = false;
+  bool is_special_in_user_text = false;
+};
+
+std::shared_ptr<const ServingContext> make_serving_context(const ServingStack& stack, const ContextSettings& settings);
+
 // Answers the request into `response`; throws ApiError for anything the client got wrong.
 void handle_completion(const std::shared_ptr<const ServingContext>& context, Endpoint endpoint,
                        const httplib::Request& request, httplib::Response& response);
+
+// POST /tokenize: {"tokens": [ids]}, or with "with_pieces" [{"id", "piece"}] (a piece that is
+// not whole UTF-8 comes as its bytes); "messages" tokenizes the chat prompt a completion would use.
+json tokenize_reply(const ServingContext& context, const json& body);
 
 }  // namespace tf::server

@@ -226,7 +226,8 @@ struct HttpServer::Impl {
     return {{"id", context->limits.model_id},
             {"object", "model"},
             {"created", started_at},
-            {"owned_by", "tensorfold"}};
+            {"owned_by", "tensorfold"},
+            {"max_model_len", context->n_ctx}};  // the most positions (prompt + reply) a request may use
   }
 
   void list_models(httplib::Response& res) const {
@@ -246,9 +247,7 @@ struct HttpServer::Impl {
   }
 
   void tokenize(const httplib::Request& req, httplib::Response& res) const {
-    // Qwen tokenizers add no BOS/EOS, so add_special is accepted and changes nothing.
-    const TokenizeRequest parsed = parse_tokenize_request(parse_body(req.body));
-    send_json(res, 200, {{"tokens", context->tokenizer->encode(parsed.content)}});
+    send_json(res, 200, tokenize_reply(*context, parse_body(req.body)));
   }
 
   void detokenize(const httplib::Request& req, httplib::Response& res) const {
@@ -267,14 +266,9 @@ struct HttpServer::Impl {
         auto loaded = options.load_stack([this](size_t done, size_t total) {
           if (total > 0) load_fraction = double(done) / double(total);
         });
-        auto serving = std::make_shared<ServingContext>();
-        serving->engine = loaded->engine();
-        serving->tokenizer = loaded->tokenizer();
-        serving->limits.model_id = loaded->facts().model_id;
-        serving->limits.model_aliases = {loaded->facts().model_dir};
-        serving->limits.max_tokens_limit = options.max_tokens_limit;
-        serving->limits.allow_bench_extensions = options.allow_bench_extensions;
-        serving->n_ctx = serving->engine->options().n_ctx;
+        const auto serving = make_serving_context(
+            *loaded, {options.served_model_names, options.max_tokens_limit, options.allow_bench_extensions,
+                      options.is_special_in_user_text});
         stack = loaded;
         context = serving;
         load_state = LoadState::ready;

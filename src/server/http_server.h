@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "loader/checkpoint.h"
 
@@ -27,6 +28,8 @@ struct ServerOptions {
   bool allow_bench_extensions = false;  // accept "replay" (benchmarks force acceptance lengths)
   int n_http_threads = 16;           // connections served at once
   std::string web_dir;               // the chat page's files (index.html, app.js, app.css); empty: none
+  std::vector<std::string> served_model_names;  // the model's API names; empty: its directory's name
+  bool is_special_in_user_text = false;  // match special tokens written in user and tool messages
 };
 
 class HttpServer {
