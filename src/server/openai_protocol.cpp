@@ -241,11 +241,11 @@ CompletionRequest parse_completion_request(const json& body, const ProtocolLimit
 uint64_t seed_of_choice(uint64_t seed, int64_t index) {
   if (index == 0) return seed;
   // splitmix64 of (seed, index): distinct choices get unrelated streams, and the same request
-  // always derives the same seeds.
+  // always derives the same seeds; 53 bits, so a JavaScript client can send one back exactly.
   uint64_t z = seed + 0x9E3779B97F4A7C15ull * uint64_t(index);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return (z ^ (z >> 31)) & ((uint64_t(1) << 53) - 1);
 }
 
 TokenizeRequest parse_tokenize_request(const json& body, const ProtocolLimits& limits) {

@@ -12,9 +12,10 @@ export const modelId = 'qwen3-tiny-chat';
 
 // Spawns the server with --port 0 and reads the port it prints, so two runs never race for one.
 // With embeddedDefault the server gets no --model: it runs what a user gets with no flags.
-export async function startServer(extraArgs = [], { startTimeoutMs = 60_000, embeddedDefault = false } = {}) {
+// `modelDir` serves another directory than the tiny chat fixture.
+export async function startServer(extraArgs = [], { startTimeoutMs = 60_000, embeddedDefault = false, modelDir: dir = modelDir } = {}) {
   if (!binary) throw new Error('TF_BINARY must name the built tensorfold binary');
-  const model = embeddedDefault ? [] : ['--model', modelDir];
+  const model = embeddedDefault ? [] : ['--model', dir];
   const args = ['serve', ...model, '--host', '127.0.0.1', '--port', '0', ...extraArgs];
   const child = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
