@@ -281,9 +281,27 @@ describe('the chat request surface', () => {
     assert.equal(entries.length, whole.usage.completion_tokens);
   });
 
-  test('generation_config.json sampling defaults apply when a request gives none', { timeout: 30_000 }, async () => {
-    // The fixture's generation_config.json sets no sampling field: OpenAI's temperature 1 applies,
-    // so two seeds differ while a greedy request does not.
+  test('generation_config.json sampling defaults apply when a request gives none', { timeout: 60_000 }, async () => {
+    // The tiny chat weights with a generation_config.json that asks for greedy decoding.
+    const tinyDir = path.join(sourceDir, 'tests', 'fixtures', 'models', 'qwen3-tiny-chat');
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tf-generation-'));
+    for (const name of fs.readdirSync(tinyDir))
+      if (name !== 'generation_config.json') fs.symlinkSync(path.join(tinyDir, name), path.join(dir, name));
+    fs.writeFileSync(path.join(dir, 'generation_config.json'), JSON.stringify({ temperature: 0.0, top_k: 20 }));
+    const greedyServer = await startServer(['--served-model-name', 'g'], { modelDir: dir });
+    try {
+      const greedyClient = openaiClient(greedyServer);
+      const body = { model: 'g', messages: [{ role: 'user', content: 'hi' }], max_tokens: 10 };
+      const a = await greedyClient.chat.completions.create({ ...body, seed: 1 });
+      const b = await greedyClient.chat.completions.create({ ...body, seed: 2 });
+      assert.equal(a.choices[0].message.content, b.choices[0].message.content);  // the model's temperature 0
+      const c = await greedyClient.chat.completions.create({ ...body, seed: 1, temperature: 1 });
+      const d = await greedyClient.chat.completions.create({ ...body, seed: 2, temperature: 1 });
+      assert.notEqual(c.choices[0].message.content, d.choices[0].message.content);  // the request's own value wins
+    } finally {
+      await greedyServer.stop();
+    }
+    // Here (no sampling field in the fixture's file) OpenAI's temperature 1 applies.
     const body = { model: 'tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 10 };
     const a = await client.chat.completions.create({ ...body, seed: 1 });
     const b = await client.chat.completions.create({ ...body, seed: 2 });
