@@ -405,7 +405,8 @@ TEST(OpenAiProtocol, StreamChunks) {
   EXPECT_EQ(final_chunk["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(final_chunk["token_sha"], "f00");
   EXPECT_TRUE(final_chunk.contains("timings"));
-  const json usage = usage_chunk_json(header, usage_json(summary));
+  const json usage = usage_chunk_json(header, usage_json(summary), summary);
+  EXPECT_EQ(usage["token_sha"], "f00");
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_TRUE(usage.contains("usage"));
   EXPECT_EQ(sse_event(json{{"a", 1}}), "data: {\"a\":1}\n\n");

@@ -92,8 +92,7 @@ ReplyPiece ChatReplyParser::push(std::string_view text) {
   return drain(false);
 }
 
-ReplyPiece ChatReplyParser::finish(bool is_cut) {
-  (void)is_cut;  // an unclosed call is closed either way: what was parsed of it is what it said
+ReplyPiece ChatReplyParser::finish() {
   return drain(true);
 }
 
@@ -180,7 +179,8 @@ bool ChatReplyParser::step_content(bool is_final, ReplyPiece& out) {
   const size_t open = pending_.find(call_open);
   if (open != std::string::npos) {
     emit_content(std::string_view(pending_).substr(0, open), out);
-    held_space_.clear();  // whitespace before a call is the template's, not content
+    space_before_call_ = std::move(held_space_);  // whitespace before a call is the template's, not content
+    held_space_.clear();
     pending_.erase(0, open + call_open.size());
     mode_ = options_.family == ChatTemplateFamily::qwen3_5 ? Mode::xml_call : Mode::json_call;
     xml_step_ = XmlStep::function_name;
@@ -199,7 +199,7 @@ bool ChatReplyParser::step_json_call(bool is_final, ReplyPiece& out) {
   const size_t close = find_outside_json_strings(pending_, call_close);
   if (close == std::string::npos) {
     if (!is_final) return false;
-    emit_content(std::string(call_open) + pending_, out);  // cut before its end: not a call
+    emit_content(space_before_call_ + std::string(call_open) + pending_, out);  // cut before its end: not a call
     pending_.clear();
     mode_ = Mode::content;
     return true;
@@ -211,7 +211,7 @@ bool ChatReplyParser::step_json_call(bool is_final, ReplyPiece& out) {
   const bool is_call = call.is_object() && call.contains("name") && call["name"].is_string() &&
                        call.contains("arguments") && (call["arguments"].is_object() || call["arguments"].is_string());
   if (!is_call) {
-    emit_content(std::string(call_open) + block + std::string(call_close), out);
+    emit_content(space_before_call_ + std::string(call_open) + block + std::string(call_close), out);
     return true;
   }
   const auto& arguments = call["arguments"];
@@ -246,7 +246,7 @@ bool ChatReplyParser::step_xml_call(bool is_final, ReplyPiece& out) {
   };
   const auto abandon = [&] {  // the reply ended inside the call
     if (is_xml_call_open_ && xml_step_ != XmlStep::after_function) close_arguments();
-    if (!is_xml_call_open_) emit_content(std::string(call_open) + pending_, out);
+    if (!is_xml_call_open_) emit_content(space_before_call_ + std::string(call_open) + pending_, out);
     pending_.clear();
     mode_ = Mode::content;
   };

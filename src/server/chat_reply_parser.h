@@ -55,9 +55,9 @@ class ChatReplyParser {
  public:
   explicit ChatReplyParser(ReplyParserOptions options);
   ReplyPiece push(std::string_view text);
-  // The reply ended: whatever was held back is released as what it is (a cut tag is text).
-  // `is_cut` is true when the reply ended on its token budget rather than by itself.
-  ReplyPiece finish(bool is_cut);
+  // The reply ended (by itself or on its budget): whatever was held back is released as what it
+  // is (a cut tag is text; a call cut after its name keeps the parameters it finished).
+  ReplyPiece finish();
   int n_tool_calls() const { return n_tool_calls_; }
   bool is_inside_tool_call() const { return mode_ == Mode::json_call || mode_ == Mode::xml_call; }
 
@@ -79,6 +79,7 @@ class ChatReplyParser {
   std::string pending_;          // text not yet released
   bool is_skipping_newlines_ = false;  // drop '\n' at the start of a block (after <think>, </think>)
   std::string held_space_;       // content whitespace held while tools are parsed (dropped before a call)
+  std::string space_before_call_;  // that whitespace, given back if the "call" turns out to be text
   int n_tool_calls_ = 0;
   // The XML call in progress.
   XmlStep xml_step_ = XmlStep::function_name;

@@ -173,7 +173,7 @@ struct Choice {
       // A single call stopped by its closing tag (parallel_tool_calls false): the tag was cut.
       if (!is_parallel_tool_calls && update.finish_reason == FinishReason::stop && parser.is_inside_tool_call())
         piece.append(parser.push("</tool_call>"));
-      piece.append(parser.finish(update.finish_reason == FinishReason::length));
+      piece.append(parser.finish());
       is_done = true;
       summary = ReplySummary{update.finish_reason, prompt_tokens, completion_tokens, update.timings,
                              update.token_sha, token_ids};
@@ -335,7 +335,7 @@ struct StreamState {
     for (const auto& choice : choices.items)
       if (!choice->is_done) return true;
     std::string ending;
-    if (include_usage) ending += sse_event(usage_chunk_json(header, choices.usage()));
+    if (include_usage) ending += sse_event(usage_chunk_json(header, choices.usage(), choices.items[0]->summary));
     ending += sse_done();
     if (!write(ending)) return false;
     is_finished = true;
@@ -415,7 +415,7 @@ json tokenize_reply(const ServingContext& context, const json& body) {
   const TokenizeRequest parsed = parse_tokenize_request(body, context.limits);
   const Tokenizer& tokenizer = *context.tokenizer;
   const std::vector<int32_t> ids = parsed.chat ? build_prompt(*parsed.chat, context) : tokenizer.encode(parsed.content);
-  if (!parsed.with_pieces) return {{"tokens", ids}};
+  if (!parsed.with_pieces) return {{"tokens", ids}, {"count", ids.size()}};
   json tokens = json::array();
   for (int32_t id : ids) {
     const std::string bytes = tokenizer.token_bytes(id);

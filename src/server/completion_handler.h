@@ -44,7 +44,7 @@ std::shared_ptr<const ServingContext> make_serving_context(const ServingStack& s
 void handle_completion(const std::shared_ptr<const ServingContext>& context, Endpoint endpoint,
                        const httplib::Request& request, httplib::Response& response);
 
-// POST /tokenize: {"tokens": [ids]}, or with "with_pieces" [{"id", "piece"}] (a piece that is
+// POST /tokenize: {"tokens": [ids], "count"}, or with "with_pieces" [{"id", "piece"}] (a piece that is
 // not whole UTF-8 comes as its bytes); "messages" tokenizes the chat prompt a completion would use.
 json tokenize_reply(const ServingContext& context, const json& body);
 

@@ -427,10 +427,11 @@ json final_chunk_json(const ReplyHeader& header, int64_t index, const ReplySumma
   return chunk;
 }
 
-json usage_chunk_json(const ReplyHeader& header, const json& usage) {
+json usage_chunk_json(const ReplyHeader& header, const json& usage, const ReplySummary& first) {
   json chunk = header_fields(header, /*is_chunk=*/true);
   chunk["choices"] = json::array();
   chunk["usage"] = usage;
+  add_reply_figures(chunk, first, header.seed);
   return chunk;
 }
 

@@ -163,12 +163,12 @@ json reply_json(const ReplyHeader& header, json choices, const ReplySummary& fir
 
 // Stream chunks: the opening one (chat: the assistant role), deltas (reasoning, content, tool-call
 // deltas), a choice's final one with finish_reason, usage, timings and token_sha, and the
-// include_usage one with empty choices.
+// include_usage one with empty choices (and the first choice's figures, as a reply's top level has).
 json opening_chunk_json(const ReplyHeader& header, int64_t index);
 json delta_chunk_json(const ReplyHeader& header, int64_t index, const ReplyPiece& piece, const json& logprobs);
 json final_chunk_json(const ReplyHeader& header, int64_t index, const ReplySummary& summary, bool has_tool_calls,
                       uint64_t seed);
-json usage_chunk_json(const ReplyHeader& header, const json& usage);
+json usage_chunk_json(const ReplyHeader& header, const json& usage, const ReplySummary& first);
 
 // JSON text for the wire: invalid UTF-8 (a token cut mid-character) becomes U+FFFD, not a throw.
 std::string dump_json(const json& value);
