@@ -585,12 +585,12 @@ TEST(OpenAiProtocol, UnsupportedOpenAiFieldsAreRefusedByName) {
     EXPECT_EQ(chat_error({{field, json::object()}}).param, field) << field;
   // The constraint fields are honoured (constraint_params), not refused.
   const CompletionRequest constrained = parse_chat_request(
-      chat_body({{"logit_bias", {{"1", 5}}}, {"response_format", {{"type", "json_object"}}},
-                 {"prediction", {{"type", "content"}, {"content", "x"}}}, {"ignore_eos", true}, {"min_tokens", 1},
-                 {"stop_token_ids", {2}}}),
+      chat_body({{"logit_bias", {{"1", 5}}}, {"prediction", {{"type", "content"}, {"content", "x"}}},
+                 {"ignore_eos", true}, {"min_tokens", 1}, {"stop_token_ids", {2}}}),
       test_limits());
   EXPECT_EQ(constrained.constraints.logit_bias.size(), 1u);
-  EXPECT_EQ(constrained.constraints.grammar_param, "response_format");
+  EXPECT_EQ(parse_chat_request(chat_body({{"response_format", {{"type", "json_object"}}}}), test_limits())
+                .constraints.grammar_param, "response_format");
   EXPECT_EQ(constrained.constraints.prediction, std::optional<std::string>("x"));
   EXPECT_TRUE(constrained.constraints.ignore_eos);
   EXPECT_EQ(constrained.constraints.min_tokens, 1);
