@@ -1,4 +1,4 @@
-// The Qwen3 chat template rendered from fuzzed messages: any roles, contents with or without
+// The Qwen3 chat template (ChatTemplate, family qwen3) rendered from fuzzed messages: any roles, contents with or without
 // thinking blocks, every option. Layout: a flag byte, then messages separated by 0x1E; a
 // message's first byte picks its role, and an 0x1F inside it starts its reasoning_content.
 #include <cstddef>
@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   tf::fuzz::expect_only_user_errors([&] {
-    const std::string text = tf::render_chat(messages, options);
+    const std::string text = tf::ChatTemplate(tf::ChatTemplateFamily::qwen3).render(messages, options).text;
     if (!text.starts_with("<|im_start|>")) tf::fuzz::broken("a rendered chat does not open a turn");
     const std::string_view prompt = options.enable_thinking == false
                                         ? "<|im_start|>assistant\n<think>\n\n</think>\n\n"

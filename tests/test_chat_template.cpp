@@ -1,16 +1,25 @@
-// render_chat against chat prompts rendered by transformers from the Qwen3 Jinja template,
-// plus thinking and tool-result cases checked against the same template.
+// The native chat templates against transformers: the Qwen3 rows of qwen3_chat.json, and
+// references.json (tools, tool calls, tool results, reasoning; Qwen3 and Qwen3.6 templates, rendered
+// by tools/chat_template_references.py with transformers on the GPU machine); which template a
+// directory has; and the literal spans that keep special tokens in user text from matching.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/python_json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
+
+std::string render_qwen3(const std::vector<tf::ChatMessage>& messages, const tf::ChatOptions& options) {
+  return tf::ChatTemplate(tf::ChatTemplateFamily::qwen3).render(messages, options).text;
+}
 
 nlohmann::json chat_rows() {
   std::ifstream file(TF_SOURCE_DIR "/tests/fixtures/tokenizer/qwen3_chat.json");
@@ -20,7 +29,7 @@ nlohmann::json chat_rows() {
 std::vector<tf::ChatMessage> messages_of(const nlohmann::json& row) {
   std::vector<tf::ChatMessage> messages;
   for (const auto& m : row["messages"]) {
-    tf::ChatMessage message{m["role"], m["content"], std::nullopt};
+    tf::ChatMessage message{m["role"], m["content"], std::nullopt, {}};
     if (m.contains("reasoning_content") && !m["reasoning_content"].is_null()) {
       message.reasoning_content = m["reasoning_content"].get<std::string>();
     }
@@ -40,7 +49,7 @@ TEST(ChatTemplate, MatchesTransformers) {
   const nlohmann::json rows = chat_rows();
   ASSERT_EQ(rows.size(), 48u);
   for (const auto& row : rows) {
-    EXPECT_EQ(tf::render_chat(messages_of(row), options_of(row)), row["text"].get<std::string>()) << row.dump();
+    EXPECT_EQ(render_qwen3(messages_of(row), options_of(row)), row["text"].get<std::string>()) << row.dump();
   }
 }
 
@@ -56,7 +65,7 @@ TEST(ChatTemplate, PromptsTokenizeWithSpecialTokens) {
     return n;
   };
   for (const auto& row : chat_rows()) {
-    const std::string text = tf::render_chat(messages_of(row), options_of(row));
+    const std::string text = render_qwen3(messages_of(row), options_of(row));
     const std::vector<int32_t> ids = tokenizer->encode(text);
     EXPECT_EQ(ids.front(), im_start);
     EXPECT_EQ(static_cast<size_t>(std::count(ids.begin(), ids.end(), im_start)), count_text(text, "<|im_start|>"));
@@ -109,17 +118,157 @@ TEST(ChatTemplate, ThinkingAndToolResults) {
   };
   tf::ChatOptions options;
   options.enable_thinking = false;
-  for (const TemplateCase& c : cases) EXPECT_EQ(tf::render_chat(c.messages, options), c.expected) << c.name;
+  for (const TemplateCase& c : cases) EXPECT_EQ(render_qwen3(c.messages, options), c.expected) << c.name;
 }
 
 TEST(ChatTemplate, UnknownRoleIsAnError) {
   try {
-    tf::render_chat({{"user", "hi", {}}, {"narrator", "once upon a time", {}}}, {});
+    render_qwen3({{"user", "hi", {}, {}}, {"narrator", "once upon a time", {}, {}}}, {});
     FAIL() << "no error";
   } catch (const tf::Error& error) {
     EXPECT_NE(std::string(error.what()).find("narrator"), std::string::npos) << error.what();
   }
-  EXPECT_THROW(tf::render_chat({}, {}), tf::Error);
+  EXPECT_THROW(render_qwen3({}, {}), tf::Error);
+}
+
+
+// --- references.json: tools, tool calls, tool results and reasoning, as transformers renders them.
+
+struct ReferenceCase {
+  std::string label;
+  tf::ChatTemplateFamily family;
+  std::vector<tf::ChatMessage> messages;
+  tf::ChatOptions options;
+  std::optional<std::string> text;  // absent: the template refuses the chat
+};
+
+std::string joined_text(const nlohmann::json& content) {
+  if (content.is_null()) return "";
+  if (content.is_string()) return content.get<std::string>();
+  std::string text;
+  for (const auto& part : content) text += part["text"].get<std::string>();
+  return text;
+}
+
+std::vector<ReferenceCase> reference_cases() {
+  std::ifstream file(TF_SOURCE_DIR "/tests/fixtures/templates/references.json");
+  const auto root = nlohmann::ordered_json::parse(file);
+  std::vector<ReferenceCase> cases;
+  for (const auto& row : root["cases"]) {
+    ReferenceCase c;
+    c.label = row["template"].get<std::string>() + ": " + row["name"].get<std::string>();
+    c.family = row["template"] == "qwen3.jinja" ? tf::ChatTemplateFamily::qwen3 : tf::ChatTemplateFamily::qwen3_5;
+    for (const auto& m : row["messages"]) {
+      tf::ChatMessage message{m["role"], joined_text(m["content"]), std::nullopt, {}};
+      if (m.contains("reasoning_content")) message.reasoning_content = m["reasoning_content"].get<std::string>();
+      if (m.contains("tool_calls"))
+        for (const auto& call : m["tool_calls"])
+          message.tool_calls.push_back({call["id"], call["function"]["name"], call["function"]["arguments"]});
+      c.messages.push_back(std::move(message));
+    }
+    c.options.add_generation_prompt = row["add_generation_prompt"];
+    for (const auto& tool : row["tools"]) c.options.tools.push_back(tool);
+    if (row["kwargs"].contains("enable_thinking")) c.options.enable_thinking = row["kwargs"]["enable_thinking"].get<bool>();
+    if (row["kwargs"].contains("preserve_thinking")) c.options.preserve_thinking = row["kwargs"]["preserve_thinking"].get<bool>();
+    if (row.contains("text")) c.text = row["text"].get<std::string>();
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+bool has_tools_or_reasoning(const ReferenceCase& c) {
+  if (!c.options.tools.empty() || c.options.enable_thinking.has_value() || c.options.preserve_thinking.has_value()) return true;
+  for (const auto& m : c.messages)
+    if (m.reasoning_content || !m.tool_calls.empty() || m.role == "tool" || m.content.find("<think>") != std::string::npos)
+      return true;
+  return false;
+}
+
+TEST(ChatTemplate, ToolsAndReasoningMatchTransformers) {
+  const std::vector<ReferenceCase> cases = reference_cases();
+  int n_qwen3 = 0, n_qwen3_5 = 0;
+  for (const ReferenceCase& c : cases) {
+    const tf::ChatTemplate chat_template(c.family);
+    if (c.text) {
+      EXPECT_EQ(chat_template.render(c.messages, c.options).text, *c.text) << c.label;
+    } else {
+      EXPECT_THROW(chat_template.render(c.messages, c.options), tf::Error) << c.label;
+    }
+    if (has_tools_or_reasoning(c)) (c.family == tf::ChatTemplateFamily::qwen3 ? n_qwen3 : n_qwen3_5) += 1;
+  }
+  EXPECT_GE(n_qwen3, 30);
+  EXPECT_GE(n_qwen3_5, 20);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+TEST(ChatTemplate, ModelDirectoriesNameTheirFamilyByTemplateText) {
+  const std::string templates = TF_SOURCE_DIR "/tests/fixtures/templates/";
+  EXPECT_EQ(tf::recognise_chat_template(read_text(templates + "qwen3.jinja")), tf::ChatTemplateFamily::qwen3);
+  EXPECT_EQ(tf::recognise_chat_template(read_text(templates + "qwen3.6.jinja")), tf::ChatTemplateFamily::qwen3_5);
+  EXPECT_EQ(tf::recognise_chat_template(read_text(templates + "chatml.jinja")), tf::ChatTemplateFamily::chatml);
+  EXPECT_EQ(tf::recognise_chat_template(read_text(templates + "qwen3.jinja") + " "), tf::ChatTemplateFamily::none);
+  EXPECT_EQ(tf::ChatTemplate::from_model_dir(TF_SOURCE_DIR "/tests/fixtures/models/qwen3-tiny-chat").family(),
+            tf::ChatTemplateFamily::qwen3);
+  EXPECT_EQ(tf::ChatTemplate::from_model_dir(TF_SOURCE_DIR "/models/tensorfold-code-target").family(),
+            tf::ChatTemplateFamily::chatml);
+  EXPECT_EQ(tf::ChatTemplate::from_model_dir(TF_SOURCE_DIR "/tests/fixtures/models/qwen3-tiny-a").family(),
+            tf::ChatTemplateFamily::none);
+
+  const std::filesystem::path dir = std::filesystem::path(TF_BINARY_DIR) / "chat-template-test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "chat_template.jinja") << read_text(templates + "qwen3.6.jinja");
+  EXPECT_EQ(tf::ChatTemplate::from_model_dir(dir.string()).family(), tf::ChatTemplateFamily::qwen3_5);
+  std::ofstream(dir / "chat_template.jinja") << "{{ messages[0].content }}";
+  try {
+    tf::ChatTemplate::from_model_dir(dir.string());
+    ADD_FAILURE() << "an unknown template was accepted";
+  } catch (const tf::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("chat_template.jinja"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("--chat-template"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(tf::ChatTemplate::from_model_dir(dir.string(), "qwen3.5").family(), tf::ChatTemplateFamily::qwen3_5);
+  EXPECT_THROW(tf::ChatTemplate::from_model_dir(dir.string(), "llama"), tf::Error);
+  // A model without a template has no chats, and says where it looked.
+  EXPECT_THROW(tf::ChatTemplate(tf::ChatTemplateFamily::none).render({{"user", "hi", {}, {}}}, {}), tf::Error);
+  EXPECT_THROW(tf::ChatTemplate(tf::ChatTemplateFamily::chatml).render({{"user", "hi", {}, {}}},
+                                                                      tf::ChatOptions{true, {}, {}, {nlohmann::ordered_json::object()}}),
+               tf::Error);
+}
+
+// User and tool text lands in literal spans; encoding with them changes nothing when that text
+// holds no special token, and turns a written <|im_start|> into plain text when it does.
+TEST(ChatTemplate, SpecialTokensInUserTextAreText) {
+  const auto tokenizer = tf::Tokenizer::from_file(TF_SOURCE_DIR "/tests/fixtures/models/qwen3-tiny-chat/tokenizer.json");
+  const int32_t im_start = tokenizer->token_id("<|im_start|>");
+  const auto count = [](const std::vector<int32_t>& ids, int32_t id) { return std::count(ids.begin(), ids.end(), id); };
+  int n_injections = 0;
+  for (const ReferenceCase& c : reference_cases()) {
+    if (!c.text) continue;
+    const tf::RenderedChat rendered = tf::ChatTemplate(c.family).render(c.messages, c.options);
+    std::string spans_text;
+    for (const tf::TextSpan& span : rendered.literal_spans) spans_text += rendered.text.substr(span.begin, span.end - span.begin);
+    std::string user_text;
+    for (const auto& m : c.messages)
+      if (m.role == "user" || m.role == "tool") user_text += c.family == tf::ChatTemplateFamily::qwen3_5 ? tf::python_strip(m.content) : m.content;
+    EXPECT_EQ(spans_text, user_text) << c.label;
+    const std::vector<int32_t> plain = tokenizer->encode(rendered.text);
+    const std::vector<int32_t> guarded = tokenizer->encode(rendered.text, rendered.literal_spans);
+    EXPECT_EQ(tokenizer->decode(guarded), tf::nfc(rendered.text)) << c.label;
+    if (user_text.find("<|im_start|>") == std::string::npos) {
+      EXPECT_EQ(guarded, plain) << c.label;
+      continue;
+    }
+    ++n_injections;
+    EXPECT_EQ(count(guarded, im_start), count(plain, im_start) - 1) << c.label;
+    EXPECT_LT(plain.size(), guarded.size()) << c.label;
+  }
+  EXPECT_GE(n_injections, 2);
 }
 
 }  // namespace

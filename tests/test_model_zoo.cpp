@@ -86,7 +86,9 @@ TEST(ModelZooTest, TrainedDrafterKeepsTheThreeEqualities) {
   const std::string code = "def binary_search(items, target):\n    \"\"\"Return the index of target in the sorted list.\"\"\"\n";
   for (int i = 0; i < 4; ++i) {
     GenerationRequest r;
-    r.prompt = i == 0 ? zoo().tokenizer->encode(render_chat({{"user", rename.user, std::nullopt}}, ChatOptions{}))
+    // The embedded model's template is plain ChatML.
+    r.prompt = i == 0 ? zoo().tokenizer->encode(ChatTemplate(ChatTemplateFamily::chatml)
+                                                    .render({{"user", rename.user, std::nullopt, {}}}, ChatOptions{}).text)
                       : zoo().tokenizer->encode(code);
     r.max_tokens = i == 0 ? int64_t(zoo().tokenizer->encode(rename.answer).size()) + 8 : 24;
     r.sampling.temperature = i >= 2 ? 0.8f : 0.0f;

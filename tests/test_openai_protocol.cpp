@@ -1,6 +1,8 @@
 // OpenAI request parsing and validation, and reply/chunk JSON, without a server or a model.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "core/error.h"
 #include "server/openai_protocol.h"
 #include "server/sse.h"
@@ -49,6 +51,9 @@ ApiError completion_error(json body) {
 // Tokens are single letters 'a' + id, so logprob JSON is predictable.
 class LetterTokenizer : public Tokenizer {
  public:
+  std::vector<int32_t> encode(std::string_view text, const std::vector<TextSpan>&) const override {
+    return encode(text);
+  }
   std::vector<int32_t> encode(std::string_view text) const override {
     std::vector<int32_t> ids;
     for (char c : text) ids.push_back(c - 'a');
@@ -181,7 +186,7 @@ TEST(OpenAiProtocol, RangesAreChecked) {
   EXPECT_EQ(chat_error({{"max_tokens", 0}}).param, "max_tokens");
   EXPECT_EQ(chat_error({{"max_tokens", 1000000000000LL}}).param, "max_tokens");
   EXPECT_EQ(chat_error({{"max_completion_tokens", 1001}}).param, "max_completion_tokens");
-  EXPECT_EQ(chat_error({{"n", 2}}).param, "n");
+  EXPECT_EQ(chat_error({{"n", 17}}).param, "n");
   EXPECT_EQ(chat_error({{"top_logprobs", 21}, {"logprobs", true}}).param, "top_logprobs");
   EXPECT_EQ(chat_error({{"top_logprobs", 2}}).param, "top_logprobs");  // without logprobs
   EXPECT_EQ(chat_error({{"stop", {"a", "b", "c", "d", "e"}}}).param, "stop");
@@ -203,7 +208,7 @@ TEST(OpenAiProtocol, IntegerRangesHoldForParsedBodies) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> bad_values = {
       {"max_tokens", {"0", "-1", "1001", "18446744073709551615", "1.5", "2.0"}},
       {"max_completion_tokens", {"0", "-3", "1001", "1e3"}},
-      {"n", {"0", "-1", "2", "1.0"}},
+      {"n", {"0", "-1", "17", "1.0"}},
       {"top_k", {"-1", "2147483648", "18446744073709551615", "0.5"}},
       {"seed", {"9223372036854775808", "18446744073709551615", "1.25", "-9223372036854775809"}},
       {"replay.accept", {"0", "-1", "1025", "2.5"}},
@@ -341,10 +346,19 @@ TEST(OpenAiProtocol, BodyMustBeValidUtf8Json) {
 }
 
 TEST(OpenAiProtocol, TokenizeBodies) {
-  EXPECT_EQ(parse_tokenize_request({{"content", "hi"}}).content, "hi");
-  EXPECT_FALSE(parse_tokenize_request({{"content", "hi"}, {"add_special", false}}).add_special);
-  EXPECT_EQ(error_of([] { parse_tokenize_request(json::object()); }).param, "content");
-  EXPECT_EQ(error_of([] { parse_tokenize_request({{"content", 1}}); }).param, "content");
+  const ProtocolLimits limits = test_limits();
+  EXPECT_EQ(parse_tokenize_request({{"content", "hi"}}, limits).content, "hi");
+  EXPECT_FALSE(parse_tokenize_request({{"content", "hi"}, {"add_special", false}}, limits).add_special);
+  EXPECT_TRUE(parse_tokenize_request({{"content", "hi"}, {"with_pieces", true}}, limits).with_pieces);
+  EXPECT_EQ(error_of([&] { parse_tokenize_request(json::object(), limits); }).param, "content");
+  EXPECT_EQ(error_of([&] { parse_tokenize_request({{"content", 1}}, limits); }).param, "content");
+  EXPECT_EQ(error_of([&] { parse_tokenize_request({{"with_pieces", "yes"}, {"content", "a"}}, limits); }).param, "with_pieces");
+  const TokenizeRequest chat = parse_tokenize_request(
+      {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}, {"add_generation_prompt", false}}, limits);
+  ASSERT_TRUE(chat.chat);
+  EXPECT_EQ(chat.chat->messages[0].content, "hi");
+  EXPECT_FALSE(chat.chat->chat_options.add_generation_prompt);
+  EXPECT_EQ(error_of([&] { parse_tokenize_request({{"messages", json::array()}}, limits); }).param, "messages");
   EXPECT_EQ(parse_detokenize_request({{"tokens", {3, 4}}}), (std::vector<int32_t>{3, 4}));
   EXPECT_EQ(error_of([] { parse_detokenize_request({{"tokens", "ab"}}); }).param, "tokens");
 }
@@ -370,7 +384,12 @@ TEST(OpenAiProtocol, ReplyCarriesUsageTimingsShaAndSeed) {
   summary.timings.predicted_n = 3;
   summary.timings.rounds = 2;
   summary.token_sha = "abc";
-  const json reply = reply_json(header, "hey", nullptr, summary);
+  AssembledReply hey;
+  hey.content = "hey";
+  auto whole = [&](const ReplyHeader& h, const AssembledReply& r) {
+    return reply_json(h, json::array({choice_json(h, 0, r, nullptr, summary, h.seed)}), summary, usage_json(summary));
+  };
+  const json reply = whole(header, hey);
   EXPECT_EQ(reply["object"], "chat.completion");
   EXPECT_EQ(reply["choices"][0]["message"]["content"], "hey");
   EXPECT_EQ(reply["choices"][0]["message"]["role"], "assistant");
@@ -384,29 +403,34 @@ TEST(OpenAiProtocol, ReplyCarriesUsageTimingsShaAndSeed) {
   EXPECT_EQ(reply["seed"], 99);
   EXPECT_FALSE(reply.contains("completion_token_ids"));
   summary.token_ids = std::vector<int32_t>{7, 8, 9};
-  EXPECT_EQ(reply_json(header, "hey", nullptr, summary)["completion_token_ids"], json({7, 8, 9}));
-  EXPECT_EQ(final_chunk_json(header, summary)["completion_token_ids"], json({7, 8, 9}));
+  EXPECT_EQ(whole(header, hey)["completion_token_ids"], json({7, 8, 9}));
+  EXPECT_EQ(final_chunk_json(header, 0, summary, false, 99)["completion_token_ids"], json({7, 8, 9}));
 
   const ReplyHeader completion{Endpoint::completion, "cmpl-1", 1, "m", 1};
-  const json text_reply = reply_json(completion, "ok", nullptr, summary);
+  AssembledReply ok;
+  ok.content = "ok";
+  const json text_reply = whole(completion, ok);
   EXPECT_EQ(text_reply["object"], "text_completion");
   EXPECT_EQ(text_reply["choices"][0]["text"], "ok");
 }
 
 TEST(OpenAiProtocol, StreamChunks) {
   const ReplyHeader header{Endpoint::chat, "chatcmpl-1", 1, "m", 7};
-  EXPECT_EQ(opening_chunk_json(header)["choices"][0]["delta"]["role"], "assistant");
-  const json delta = delta_chunk_json(header, "to", nullptr);
+  EXPECT_EQ(opening_chunk_json(header, 0)["choices"][0]["delta"]["role"], "assistant");
+  ReplyPiece to;
+  to.content = "to";
+  const json delta = delta_chunk_json(header, 0, to, nullptr);
   EXPECT_EQ(delta["object"], "chat.completion.chunk");
   EXPECT_EQ(delta["choices"][0]["delta"]["content"], "to");
   EXPECT_TRUE(delta["choices"][0]["finish_reason"].is_null());
   ReplySummary summary;
   summary.token_sha = "f00";
-  const json final_chunk = final_chunk_json(header, summary);
+  const json final_chunk = final_chunk_json(header, 0, summary, false, 7);
   EXPECT_EQ(final_chunk["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(final_chunk["token_sha"], "f00");
   EXPECT_TRUE(final_chunk.contains("timings"));
-  const json usage = usage_chunk_json(header, summary);
+  const json usage = usage_chunk_json(header, usage_json(summary), summary);
+  EXPECT_EQ(usage["token_sha"], "f00");
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_TRUE(usage.contains("usage"));
   EXPECT_EQ(sse_event(json{{"a", 1}}), "data: {\"a\":1}\n\n");
@@ -450,4 +474,187 @@ TEST(OpenAiProtocol, InternalErrorsAnswer500WithoutTheirText) {
   const ApiError passed = api_error_for(ApiError(404, "no such model", "invalid_request_error", "model"));
   EXPECT_EQ(passed.status, 404);
   EXPECT_EQ(passed.param, "model");
+}
+
+// --- Chat fields: tools, tool calls, the reasoning switches, refused fields, choices.
+
+static json weather_tool() {
+  return json::parse(R"({"type": "function", "function": {"name": "get_weather", "parameters":
+      {"type": "object", "properties": {"city": {"type": "string"}}}}})");
+}
+
+TEST(OpenAiProtocol, ToolsKeepTheirKeyOrderAndToolCallsParse) {
+  const json tools = json::array({json::parse(R"({"type": "function", "function": {"parameters": {}, "name": "b_first"}})")});
+  const CompletionRequest request = parse_chat_request(chat_body({{"tools", tools}, {"tool_choice", "auto"},
+                                                                  {"parallel_tool_calls", false}}), test_limits());
+  ASSERT_EQ(request.chat_options.tools.size(), 1u);
+  EXPECT_EQ(request.chat_options.tools[0].dump(), R"({"type":"function","function":{"parameters":{},"name":"b_first"}})");
+  EXPECT_FALSE(request.parallel_tool_calls);
+  EXPECT_EQ(request.tool_choice.mode, ToolChoiceMode::automatic);
+
+  json body = chat_body({{"tools", json::array({weather_tool()})}});
+  body["messages"] = json::parse(R"([{"role": "developer", "content": "be brief"}, {"role": "user", "content": "w?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "cold"}])");
+  ProtocolLimits limits = test_limits();
+  const CompletionRequest qwen3 = parse_chat_request(body, limits);
+  EXPECT_EQ(qwen3.messages[0].role, "system");  // developer is the system prompt
+  ASSERT_EQ(qwen3.messages[2].tool_calls.size(), 1u);
+  EXPECT_EQ(qwen3.messages[2].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(qwen3.messages[2].tool_calls[0].arguments, "{\"city\": \"Oslo\"}");  // Qwen3 writes the string as is
+  limits.chat_family = ChatTemplateFamily::qwen3_5;
+  const CompletionRequest qwen3_5 = parse_chat_request(body, limits);
+  EXPECT_EQ(qwen3_5.messages[2].tool_calls[0].arguments["city"], "Oslo");  // one <parameter> per key
+  body["messages"][2]["tool_calls"][0]["function"]["arguments"] = "[1, 2]";
+  EXPECT_EQ(error_of([&] { parse_chat_request(body, limits); }).param, "messages[2].tool_calls[0].function.arguments");
+  limits.chat_family = ChatTemplateFamily::chatml;
+  EXPECT_EQ(error_of([&] { parse_chat_request(chat_body({{"tools", json::array({weather_tool()})}}), limits); }).param,
+            "tools");
+}
+
+TEST(OpenAiProtocol, BadToolFieldsNameTheirParameter) {
+  const json tools = json::array({weather_tool()});
+  EXPECT_EQ(chat_error({{"tools", "get_weather"}}).param, "tools");
+  EXPECT_EQ(chat_error({{"tools", json::array({1})}}).param, "tools[0]");
+  EXPECT_EQ(chat_error({{"tools", json::parse(R"([{"type": "retrieval", "function": {"name": "x"}}])")}}).param, "tools[0].type");
+  EXPECT_EQ(chat_error({{"tools", json::parse(R"([{"type": "function"}])")}}).param, "tools[0].function");
+  EXPECT_EQ(chat_error({{"tools", json::parse(R"([{"type": "function", "function": {"name": ""}}])")}}).param,
+            "tools[0].function.name");
+  EXPECT_EQ(chat_error({{"tools", json::array({weather_tool(), weather_tool()})}}).param, "tools[1].function.name");
+  EXPECT_EQ(chat_error({{"tools", json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": 3}}])")}}).param,
+            "tools[0].function.parameters");
+  EXPECT_EQ(chat_error({{"tools", tools}, {"tool_choice", "sometimes"}}).param, "tool_choice");
+  EXPECT_EQ(chat_error({{"tools", tools}, {"tool_choice", 3}}).param, "tool_choice");
+  EXPECT_EQ(chat_error({{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}}).param,
+            "tool_choice.function.name");
+  EXPECT_EQ(chat_error({{"tool_choice", "required"}}).param, "tool_choice");  // nothing to call
+  // required and a named function are constrained by the tool-call grammar, and kept for the reply parser.
+  const CompletionRequest required = parse_chat_request(chat_body({{"tools", tools}, {"tool_choice", "required"}}), test_limits());
+  EXPECT_EQ(required.tool_choice.mode, ToolChoiceMode::required);
+  EXPECT_EQ(required.constraints.grammar_param, "tool_choice");
+  EXPECT_FALSE(required.constraints.grammar_text.empty());
+  const CompletionRequest named = parse_chat_request(
+      chat_body({{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", tools[0]["function"]}}}}), test_limits());
+  EXPECT_EQ(named.tool_choice.mode, ToolChoiceMode::function);
+  EXPECT_EQ(named.constraints.grammar_param, "tool_choice");
+  ProtocolLimits xml_calls = test_limits();
+  xml_calls.chat_family = ChatTemplateFamily::qwen3_5;  // its calls are XML; the forced grammar writes JSON
+  EXPECT_EQ(error_of([&] { parse_chat_request(chat_body({{"tools", tools}, {"tool_choice", "required"}}), xml_calls); }).param,
+            "tool_choice");
+  EXPECT_NO_THROW(parse_chat_request(chat_body({{"tools", tools}, {"tool_choice", "auto"}}), xml_calls));
+  EXPECT_EQ(chat_error({{"tools", tools}, {"parallel_tool_calls", "no"}}).param, "parallel_tool_calls");
+  json body = chat_body();
+  body["messages"] = json::parse(R"([{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}])");
+  EXPECT_EQ(error_of([&] { parse_chat_request(body, test_limits()); }).param, "messages[1].tool_calls[0].function.name");
+  body["messages"][1]["tool_calls"] = json::parse(R"([{"function": {"name": "f"}}])");
+  EXPECT_EQ(error_of([&] { parse_chat_request(body, test_limits()); }).param, "messages[1].tool_calls[0].function.arguments");
+  body["messages"][1]["tool_calls"] = json::parse(R"([{"function": {"name": "f", "arguments": 5}}])");
+  EXPECT_EQ(error_of([&] { parse_chat_request(body, test_limits()); }).param, "messages[1].tool_calls[0].function.arguments");
+  body["messages"][1]["tool_calls"] = json::parse(R"([{"type": "web", "function": {"name": "f", "arguments": "{}"}}])");
+  EXPECT_EQ(error_of([&] { parse_chat_request(body, test_limits()); }).param, "messages[1].tool_calls[0].type");
+  body["messages"] = json::parse(R"([{"role": "user", "content": "q", "tool_calls": []}])");
+  EXPECT_EQ(error_of([&] { parse_chat_request(body, test_limits()); }).param, "messages[0].tool_calls");
+  body["messages"] = json::parse(R"([{"role": "tool"}])");
+  EXPECT_EQ(error_of([&] { parse_chat_request(body, test_limits()); }).param, "messages[0].content");
+}
+
+TEST(OpenAiProtocol, ReasoningSwitches) {
+  const ProtocolLimits limits = test_limits();
+  auto thinking = [&](json extra) { return parse_chat_request(chat_body(std::move(extra)), limits).chat_options.enable_thinking; };
+  EXPECT_EQ(thinking({{"reasoning_effort", "none"}}), false);
+  EXPECT_EQ(thinking({{"reasoning_effort", "high"}}), true);
+  EXPECT_EQ(thinking({{"chat_template_kwargs", {{"enable_thinking", false}}}}), false);
+  EXPECT_EQ(thinking(json::object()), std::nullopt);
+  EXPECT_EQ(parse_chat_request(chat_body({{"chat_template_kwargs", {{"preserve_thinking", true}}}}), limits)
+                .chat_options.preserve_thinking, true);
+  EXPECT_EQ(chat_error({{"reasoning_effort", "max"}}).param, "reasoning_effort");
+  EXPECT_EQ(chat_error({{"reasoning_effort", 1}}).param, "reasoning_effort");
+  EXPECT_EQ(chat_error({{"reasoning_effort", "low"}, {"chat_template_kwargs", {{"enable_thinking", false}}}}).param,
+            "reasoning_effort");
+  EXPECT_EQ(chat_error({{"chat_template_kwargs", {{"enable_thinking", "no"}}}}).param, "chat_template_kwargs.enable_thinking");
+  EXPECT_EQ(chat_error({{"chat_template_kwargs", {{"thinking_budget", 5}}}}).param, "chat_template_kwargs.thinking_budget");
+  ProtocolLimits chatml = test_limits();
+  chatml.chat_family = ChatTemplateFamily::chatml;
+  EXPECT_EQ(error_of([&] { parse_chat_request(chat_body({{"reasoning_effort", "low"}}), chatml); }).param, "reasoning_effort");
+  EXPECT_NO_THROW(parse_chat_request(chat_body({{"reasoning_effort", "none"}}), chatml));
+}
+
+TEST(OpenAiProtocol, UnsupportedOpenAiFieldsAreRefusedByName) {
+  for (const char* field : {"functions", "function_call", "audio", "web_search_options", "verbosity"})
+    EXPECT_EQ(chat_error({{field, json::object()}}).param, field) << field;
+  // The constraint fields are honoured (constraint_params), not refused.
+  const CompletionRequest constrained = parse_chat_request(
+      chat_body({{"logit_bias", {{"1", 5}}}, {"prediction", {{"type", "content"}, {"content", "x"}}},
+                 {"ignore_eos", true}, {"min_tokens", 1}, {"stop_token_ids", {2}}}),
+      test_limits());
+  EXPECT_EQ(constrained.constraints.logit_bias.size(), 1u);
+  EXPECT_EQ(parse_chat_request(chat_body({{"response_format", {{"type", "json_object"}}}}), test_limits())
+                .constraints.grammar_param, "response_format");
+  EXPECT_EQ(constrained.constraints.prediction, std::optional<std::string>("x"));
+  EXPECT_TRUE(constrained.constraints.ignore_eos);
+  EXPECT_EQ(constrained.constraints.min_tokens, 1);
+  EXPECT_EQ(constrained.constraints.stop_token_ids, std::vector<int32_t>{2});
+  EXPECT_EQ(chat_error({{"store", true}}).param, "store");
+  EXPECT_NO_THROW(parse_chat_request(chat_body({{"store", false}, {"user", "u1"}, {"metadata", {{"k", "v"}}}}), test_limits()));
+  EXPECT_EQ(chat_error({{"modalities", {"text", "audio"}}}).param, "modalities");
+  EXPECT_NO_THROW(parse_chat_request(chat_body({{"modalities", {"text"}}}), test_limits()));
+  for (const char* field : {"best_of", "echo", "suffix"})
+    EXPECT_EQ(completion_error({{"prompt", "p"}, {field, 1}}).param, field) << field;
+  EXPECT_EQ(parse_completion_request(json{{"prompt", "p"}, {"logit_bias", {{"1", -5}}}}, test_limits())
+                .constraints.logit_bias.size(), 1u);
+  EXPECT_EQ(chat_error({{"messages", json::parse(R"([{"role": "narrator", "content": "x"}])")}}).param, "messages[0].role");
+}
+
+TEST(OpenAiProtocol, ModelDefaultsFillSamplingFieldsARequestOmits) {
+  ProtocolLimits limits = test_limits();
+  limits.sampling_defaults = {0.6, 0.95, 20, 0.05};
+  const CompletionRequest defaulted = parse_chat_request(chat_body(), limits);
+  EXPECT_FLOAT_EQ(defaulted.sampling.temperature, 0.6f);
+  EXPECT_FLOAT_EQ(defaulted.sampling.top_p, 0.95f);
+  EXPECT_EQ(defaulted.sampling.top_k, 20);
+  EXPECT_FLOAT_EQ(defaulted.sampling.min_p, 0.05f);
+  const CompletionRequest given = parse_chat_request(chat_body({{"temperature", 0}, {"top_k", 0}}), limits);
+  EXPECT_EQ(given.sampling.temperature, 0.0f);
+  EXPECT_EQ(given.sampling.top_k, 0);
+  EXPECT_FLOAT_EQ(given.sampling.top_p, 0.95f);
+  const CompletionRequest openai = parse_chat_request(chat_body(), test_limits());
+  EXPECT_EQ(openai.sampling.temperature, 1.0f);  // no generation_config: OpenAI's defaults
+}
+
+TEST(OpenAiProtocol, ChoicesGetDistinctReportedSeeds) {
+  EXPECT_EQ(parse_chat_request(chat_body({{"n", 4}}), test_limits()).n_choices, 4);
+  EXPECT_EQ(seed_of_choice(42, 0), 42u);
+  std::set<uint64_t> seeds;
+  for (int64_t i = 0; i < 16; ++i) seeds.insert(seed_of_choice(42, i));
+  EXPECT_EQ(seeds.size(), 16u);
+  EXPECT_EQ(seed_of_choice(42, 3), seed_of_choice(42, 3));
+  EXPECT_NE(seed_of_choice(42, 1), seed_of_choice(43, 1));
+}
+
+TEST(OpenAiProtocol, ToolCallRepliesAndDeltas) {
+  const ReplyHeader header{Endpoint::chat, "chatcmpl-1", 1, "m", 7};
+  ReplySummary summary;
+  AssembledReply reply;
+  reply.reasoning = "think";
+  reply.tool_calls = {{"call_0", "get_weather", "{\"city\": \"Oslo\"}"}};
+  const json choice = choice_json(header, 2, reply, nullptr, summary, 9);
+  EXPECT_EQ(choice["index"], 2);
+  EXPECT_TRUE(choice["message"]["content"].is_null());
+  EXPECT_EQ(choice["message"]["reasoning_content"], "think");
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["seed"], 9);
+  summary.finish_reason = FinishReason::length;
+  EXPECT_EQ(choice_json(header, 0, reply, nullptr, summary, 9)["finish_reason"], "length");
+  ReplyPiece piece;
+  piece.tool_calls = {{0, std::string("call_0"), std::string("get_weather"), ""}, {0, std::nullopt, std::nullopt, "{\"a\""}};
+  const json delta = delta_chunk_json(header, 1, piece, nullptr)["choices"][0];
+  EXPECT_EQ(delta["index"], 1);
+  EXPECT_EQ(delta["delta"]["tool_calls"][0]["id"], "call_0");
+  EXPECT_EQ(delta["delta"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_FALSE(delta["delta"]["tool_calls"][1].contains("id"));
+  EXPECT_EQ(delta["delta"]["tool_calls"][1]["function"]["arguments"], "{\"a\"");
+  EXPECT_EQ(final_chunk_json(header, 1, summary, true, 3)["choices"][0]["finish_reason"], "length");
 }

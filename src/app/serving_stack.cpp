@@ -86,6 +86,7 @@ ModelFacts read_model_facts(const ServingOptions& options) {
   facts.context_length = config.max_position_embeddings;
   facts.device = options.load.device;
   facts.numerics = device_numerics(options.load.device);
+  if (is_dir_read) facts.generation_defaults = read_generation_defaults(options.model_dir);
   return facts;
 }
 
@@ -96,6 +97,7 @@ struct ServingStack::Parts {
   mutable std::once_flag identity_once;
   mutable ModelIdentity identity;
   std::shared_ptr<const Tokenizer> tokenizer;
+  ChatTemplate chat_template{ChatTemplateFamily::none};
   std::shared_ptr<Model> model;
   std::shared_ptr<DFlashDrafter> drafter;  // null: none
   std::shared_ptr<Engine> engine;
@@ -107,6 +109,7 @@ std::shared_ptr<ServingStack> ServingStack::load(const ServingOptions& options) 
   parts->synthetic = options.synthetic;
   parts->synthetic_bits = options.synthetic_bits;
   parts->tokenizer = load_tokenizer(options);
+  if (parts->tokenizer) parts->chat_template = ChatTemplate::from_model_dir(options.model_dir, options.chat_template);
   parts->model = options.synthetic.empty()
                      ? load_model(options.model_dir, options.load)
                      : make_synthetic_model(options.synthetic, options.synthetic_bits, options.load);
@@ -127,6 +130,7 @@ ServingStack::~ServingStack() = default;
 const ModelFacts& ServingStack::facts() const { return parts_->facts; }
 std::shared_ptr<const Tokenizer> ServingStack::tokenizer() const { return parts_->tokenizer; }
 std::shared_ptr<Engine> ServingStack::engine() const { return parts_->engine; }
+const ChatTemplate& ServingStack::chat_template() const { return parts_->chat_template; }
 
 namespace {
 

@@ -10,6 +10,8 @@
 #include "backends/backends.h"
 #include "engine/engine.h"
 #include "engine/slot_file.h"
+#include "loader/generation_config.h"
+#include "tokenizer/chat_template.h"
 
 namespace tf {
 
@@ -21,6 +23,7 @@ struct ServingOptions {
   int synthetic_bits = 0;          // 0: bf16; 4 or 8: MLX-quantized synthetic weights
   std::string drafter = "auto";    // a DFlash drafter directory, "auto" or "none" (resolve_drafter_dir)
   bool needs_tokenizer = true;     // false: a model driven by token ids may lack tokenizer.json
+  std::string chat_template = "auto";  // the chat template family: "auto" recognises the directory's
   ModelLoadOptions load;
   // The engine load() starts; none for benchmarks, which start one per run with make_engine().
   std::optional<EngineOptions> engine = EngineOptions{};
@@ -35,6 +38,7 @@ struct ModelFacts {
   int64_t context_length = 0;  // max_position_embeddings: the most n_ctx can be
   std::string device;          // "cpu" or "cuda"
   std::string numerics;        // device_numerics(device): what fixes the bits of a reply here
+  GenerationDefaults generation_defaults;  // generation_config.json's sampling fields
 };
 
 // The model used when --model is not given: the embedded default under the source tree.
@@ -60,6 +64,8 @@ class ServingStack {
   const ModelFacts& facts() const;
   // Null only when options.needs_tokenizer was false and the directory has no tokenizer.json.
   std::shared_ptr<const Tokenizer> tokenizer() const;
+  // The directory's chat template (family none when it has none).
+  const ChatTemplate& chat_template() const;
   // The engine load() started (null when options.engine was none).
   std::shared_ptr<Engine> engine() const;
   // Another engine on the same weights and drafter: benchmarks vary lanes and context per run.

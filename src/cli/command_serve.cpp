@@ -17,6 +17,7 @@
 #include "cli/engine_flags.h"
 #include "core/error.h"
 #include "server/http_server.h"
+#include "tokenizer/chat_template.h"
 
 namespace tf::cli {
 namespace {
@@ -54,6 +55,9 @@ struct ServeFlags {
   bool bench_extensions = false;
   std::string web_dir = default_web_dir();
   std::string slot_save_path;
+  std::vector<std::string> served_model_names;
+  std::string chat_template = "auto";
+  bool is_special_in_user_text = false;
 };
 
 void require(bool is_ok, const std::string& message) {
@@ -97,8 +101,14 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
   engine.max_queue = flags.max_queue;
   engine.speculation.gate_proposers = true;  // drafting that does not pay for itself only costs the client time
   // A synthetic model speaks through the --model directory's tokenizer and drafts without a drafter.
-  const ServingOptions stack_options = serving_options(flags.engine, engine);
+  ServingOptions stack_options = serving_options(flags.engine, engine);
+  stack_options.chat_template = flags.chat_template;
   const ModelFacts facts = read_model_facts(stack_options);
+  // The chat template is recognised (or refused) before the long load.
+  if (flags.chat_template != "auto") chat_template_family_from_name(flags.chat_template, "--chat-template");
+  if (stack_options.needs_tokenizer) ChatTemplate::from_model_dir(stack_options.model_dir, flags.chat_template);
+  for (const std::string& name : flags.served_model_names)
+    require(!name.empty(), "--served-model-name must not be empty.");
   require(flags.n_ctx >= 16 && flags.n_ctx <= facts.context_length,
           "--ctx must be between 16 and the model's context of " + std::to_string(facts.context_length) +
               " (max_position_embeddings in " +
@@ -132,6 +142,8 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
             "--slot-save-path must be an existing directory; got '" + flags.slot_save_path + "'.");
     options.slot_save_path = std::filesystem::absolute(flags.slot_save_path).lexically_normal().string();
   }
+  options.served_model_names = flags.served_model_names;
+  options.is_special_in_user_text = flags.is_special_in_user_text;
   // Each live or queued request may hold a worker; a few more serve /tokenize and /detokenize.
   options.n_http_threads =
       std::min<int64_t>(max_http_threads, int64_t(flags.n_parallel) + flags.max_queue + 4);
@@ -238,6 +250,18 @@ void register_serve_command(CLI::App& app) {
   command->add_option("--shutdown-timeout", flags->shutdown_timeout_s,
                       "Seconds SIGTERM/SIGINT give replies in flight to end before the server exits")
       ->envname("TF_SHUTDOWN_TIMEOUT")->capture_default_str();
+  command->add_option("--served-model-name", flags->served_model_names,
+                      "The model's name in the API (/v1/models and a request's \"model\"); more names are "
+                      "accepted as aliases. Default: the model directory's name")
+      ->envname("TF_SERVED_MODEL_NAME")->delimiter(',');
+  command->add_option("--chat-template", flags->chat_template,
+                      "How chats are rendered: auto (recognise the directory's template by its text), or render "
+                      "as qwen3, qwen3.5 or chatml")
+      ->envname("TF_CHAT_TEMPLATE")->capture_default_str();
+  command->add_flag("--special-tokens-in-user-text", flags->is_special_in_user_text,
+                    "Match special tokens (<|im_start|>, ...) written inside user and tool messages; by default "
+                    "they are encoded as plain text, so a user cannot write the prompt's structure")
+      ->envname("TF_SPECIAL_TOKENS_IN_USER_TEXT");
   command->add_flag("--bench-extensions", flags->bench_extensions,
                     "Accept \"replay\" in requests: a reply the replay proposer drafts, so benchmarks can force "
                     "acceptance lengths (tools/bench_concurrent.py --forced-accept)")

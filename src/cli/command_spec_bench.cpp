@@ -38,13 +38,16 @@ const char* mode_name(DraftMode mode) {
   return mode == DraftMode::off ? "draft off" : mode == DraftMode::proposers ? "proposers" : "replay + proposers";
 }
 
-std::vector<BenchCase> make_cases(const Tokenizer& tokenizer, const std::string& rename_file) {
+std::vector<BenchCase> make_cases(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                                  const std::string& rename_file) {
   std::ifstream in(rename_file);
   if (!in) fail("cannot read --rename-file " + rename_file);
   std::stringstream source;
   source << in.rdbuf();
   auto chat = [&](const std::string& user) {
-    return tokenizer.encode(render_chat({{"user", user, std::nullopt}}, ChatOptions{true, false}));
+    ChatOptions options;
+    options.enable_thinking = false;
+    return tokenizer.encode(chat_template.render({{"user", user, std::nullopt, {}}}, options).text);
   };
   std::vector<BenchCase> cases;
   cases.push_back({"rename", chat("Rename the identifier `request` to `incoming` in this file and reply "
@@ -113,7 +116,7 @@ void run_spec_bench(const SpecBenchFlags& flags) {
          << "- every drafted reply was checked token for token against its `draft: false` reply\n\n"
          << "| Streams | Case | prompt tokens | Drafts | tok/s | range | tokens per round | accepted / drafted | vs draft off |\n"
          << "|---|---|---|---|---|---|---|---|---|\n";
-  for (const BenchCase& bench_case : make_cases(tokenizer, flags.rename_file)) {
+  for (const BenchCase& bench_case : make_cases(tokenizer, stack->chat_template(), flags.rename_file)) {
     for (int n_streams : flags.streams) {
       std::vector<int32_t> own_reply;
       double off_median = 0;

@@ -54,7 +54,8 @@ ProposerSet proposers_of_mode(const std::string& mode) {
   fail("--modes: unknown mode '" + mode + "' (long-copy, drafter, both, all, ngram)");
 }
 
-std::map<std::string, std::vector<EvalCase>> read_cases(const SpecEvalFlags& flags, const Tokenizer& tokenizer) {
+std::map<std::string, std::vector<EvalCase>> read_cases(const SpecEvalFlags& flags, const Tokenizer& tokenizer,
+                                                         const ChatTemplate& chat_template) {
   std::ifstream in(flags.cases_file);
   if (!in) fail("cannot read --cases " + flags.cases_file);
   std::map<std::string, std::vector<EvalCase>> cases;
@@ -71,7 +72,7 @@ std::map<std::string, std::vector<EvalCase>> read_cases(const SpecEvalFlags& fla
       c.answer = answer;
       if (kind == "rename") {
         // the assistant reply is the whole edited file, then <|im_end|>
-        c.prompt = tokenizer.encode(render_chat({{"user", prompt, std::nullopt}}, ChatOptions{}));
+        c.prompt = tokenizer.encode(chat_template.render({{"user", prompt, std::nullopt, {}}}, ChatOptions{}).text);
         c.max_tokens = int64_t(tokenizer.encode(answer).size()) + 32;
       } else {
         c.prompt = tokenizer.encode(prompt);
@@ -136,7 +137,7 @@ void run_spec_eval(const SpecEvalFlags& flags) {
   options.load.progress = stderr_progress("loading " + flags.engine.model_dir);
   auto stack = ServingStack::load(options);
   const std::string& drafter_dir = stack->facts().drafter_dir;
-  auto cases = read_cases(flags, *stack->tokenizer());
+  auto cases = read_cases(flags, *stack->tokenizer(), stack->chat_template());
   const EngineFlags& knobs = flags.engine;
 
   std::ostringstream report;

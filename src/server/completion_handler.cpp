@@ -1,4 +1,5 @@
-// Chat and text completions: prompt building, engine submission, and the reply as JSON or SSE.
+// Chat and text completions: prompt building, engine submission (one lane per choice), and the
+// reply as JSON or SSE, each choice's text passed through the chat template's reply parser.
 #include "server/completion_handler.h"
 
 #include <chrono>
@@ -7,12 +8,14 @@
 #include <optional>
 #include <random>
 
+#include "app/serving_stack.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "server/reply_channel.h"
 #include "server/sse.h"
 #include "speculation/proposer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace tf::server {
 namespace {
@@ -26,35 +29,70 @@ uint64_t random_u64() {
   return generator();
 }
 
-std::string random_reply_id(Endpoint endpoint) {
+std::string random_hex() {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(random_u64()));
-  return std::string(endpoint == Endpoint::chat ? "chatcmpl-" : "cmpl-") + hex;
+  return hex;
 }
 
-std::vector<int32_t> build_prompt(const CompletionRequest& request, const Tokenizer& tokenizer) {
-  if (request.endpoint == Endpoint::completion && !request.prompt_text)
-    return request.prompt_tokens;
-  std::string text;
+// The chat's prompt as the model's template renders it; user and tool text keeps its special
+// tokens as text unless the server was told otherwise.
+std::vector<int32_t> build_prompt(const CompletionRequest& request, const ServingContext& context) {
+  const Tokenizer& tokenizer = *context.tokenizer;
+  if (request.endpoint == Endpoint::completion && !request.prompt_text) return request.prompt_tokens;
+  std::vector<int32_t> tokens;
   if (request.endpoint == Endpoint::chat) {
+    ChatOptions options = request.chat_options;
+    // tool_choice "none": the model is not shown the tools, so it has no call format to write.
+    if (request.tool_choice.mode == ToolChoiceMode::none) options.tools.clear();
+    RenderedChat rendered;
     try {
-      text = render_chat(request.messages, request.chat_options);
+      rendered = context.chat_template.render(request.messages, options);
     } catch (const Error& error) {
       throw ApiError(400, error.what(), "invalid_request_error", "messages");
     }
+    tokens = context.is_special_in_user_text ? tokenizer.encode(rendered.text)
+                                             : tokenizer.encode(rendered.text, rendered.literal_spans);
   } else {
-    text = *request.prompt_text;
+    tokens = tokenizer.encode(*request.prompt_text);
   }
-  std::vector<int32_t> tokens = tokenizer.encode(text);
   if (tokens.empty())
     throw ApiError(400, "The prompt is empty after tokenization.", "invalid_request_error",
                    request.endpoint == Endpoint::chat ? "messages" : "prompt");
   return tokens;
 }
 
-GenerationRequest to_generation_request(const CompletionRequest& request,
-                                        std::vector<int32_t> prompt,
-                                        const ServingContext& context) {
+bool parses_tool_calls(const CompletionRequest& request) {
+  return request.endpoint == Endpoint::chat && !request.chat_options.tools.empty() &&
+         request.tool_choice.mode != ToolChoiceMode::none;
+}
+
+ReplyParserOptions parser_options(const CompletionRequest& request, const ServingContext& context,
+                                  const std::string& tool_call_id_prefix) {
+  ReplyParserOptions options;
+  if (request.endpoint != Endpoint::chat) return options;  // a text completion is all content
+  const ChatTemplate& chat_template = context.chat_template;
+  options.family = chat_template.family();
+  options.parses_reasoning = chat_template.has_thinking();
+  options.starts_in_reasoning = chat_template.opens_thinking(request.chat_options);
+  options.parses_tool_calls = parses_tool_calls(request);
+  options.tool_call_id_prefix = tool_call_id_prefix;
+  for (const json& tool : request.chat_options.tools) {
+    const json& function = tool["function"];
+    auto& types = options.parameter_types[function["name"].get<std::string>()];
+    const auto parameters = function.find("parameters");
+    if (parameters == function.end() || !parameters->is_object()) continue;
+    const auto properties = parameters->find("properties");
+    if (properties == parameters->end() || !properties->is_object()) continue;
+    for (const auto& [name, schema] : properties->items())
+      if (schema.is_object() && schema.contains("type") && schema["type"].is_string())
+        types[name] = schema["type"].get<std::string>();
+  }
+  return options;
+}
+
+GenerationRequest to_generation_request(const CompletionRequest& request, const std::vector<int32_t>& prompt,
+                                        const ServingContext& context, uint64_t seed) {
   GenerationRequest generation;
   const int64_t room_left = std::max<int64_t>(1, context.n_ctx - int64_t(prompt.size()));
   // A chat without max_tokens gets the server's default cap, so a careless client cannot hold a
@@ -63,9 +101,12 @@ GenerationRequest to_generation_request(const CompletionRequest& request,
       request.endpoint == Endpoint::chat
           ? std::min({room_left, context.limits.max_tokens_limit, context.default_max_tokens})
           : default_completion_max_tokens);
-  generation.prompt = std::move(prompt);
+  generation.prompt = prompt;
   generation.sampling = request.sampling;
+  generation.sampling.seed = seed;
   generation.stop = request.stop;
+  // One call only: the reply stops where its first call closes (the parser closes that call).
+  if (parses_tool_calls(request) && !request.parallel_tool_calls) generation.stop.push_back("</tool_call>");
   generation.n_top_logprobs = request.n_top_logprobs;
   generation.wants_provenance = request.return_provenance;
   apply_constraint_fields(request.constraints, &generation);
@@ -99,9 +140,18 @@ void throw_if_rejected(const SubmitResult& result, Endpoint endpoint) {
   }
 }
 
-// Counts what has been sent of one reply; shared by the JSON and the SSE paths.
-struct ReplyProgress {
-  int64_t prompt_tokens = 0;
+ApiError engine_error(const GenerationUpdate& final_update) {
+  return ApiError(500, "Generation failed: " + final_update.error, "server_error");
+}
+
+// One choice in flight: its lane's channel, what has been sent of it, and its reply parser.
+struct Choice {
+  int64_t index = 0;
+  uint64_t seed = 0;
+  uint64_t request_id = 0;
+  std::shared_ptr<ReplyChannel> channel;
+  ChatReplyParser parser;
+  bool is_parallel_tool_calls = true;
   int64_t completion_tokens = 0;
   int64_t text_bytes = 0;
   std::optional<std::vector<int32_t>> token_ids;  // kept when the request asked for them
@@ -109,98 +159,202 @@ struct ReplyProgress {
   std::optional<std::vector<TokenProvenance>> provenance;
   // Predicted Outputs: the prediction's tokens and the completion's, for the usage figures.
   std::optional<std::vector<int32_t>> prediction, completion_ids;
+  bool is_done = false;
+  ReplySummary summary;  // once done
 
-  // The logprobs object of this update's tokens, or null when none were requested.
-  json add(const GenerationUpdate& update, Endpoint endpoint, const Tokenizer& tokenizer) {
+  explicit Choice(ReplyParserOptions options) : parser(std::move(options)) {}
+
+  // Counts the update's tokens; returns the parsed text it releases and its logprobs (null when
+  // none were asked for).
+  std::pair<ReplyPiece, json> add(const GenerationUpdate& update, Endpoint endpoint, const Tokenizer& tokenizer,
+                                  int64_t prompt_tokens) {
     json logprobs;
-    if (!update.logprobs.empty())
-      logprobs = logprobs_json(endpoint, update.logprobs, tokenizer, text_bytes);
+    if (!update.logprobs.empty()) logprobs = logprobs_json(endpoint, update.logprobs, tokenizer, text_bytes);
     completion_tokens += int64_t(update.tokens.size());
     text_bytes += int64_t(update.text.size());
     if (token_ids) token_ids->insert(token_ids->end(), update.tokens.begin(), update.tokens.end());
     if (provenance) provenance->insert(provenance->end(), update.provenance.begin(), update.provenance.end());
     if (completion_ids) completion_ids->insert(completion_ids->end(), update.tokens.begin(), update.tokens.end());
-    return logprobs;
+    ReplyPiece piece = parser.push(update.text);
+    if (update.is_final) {
+      // A single call stopped by its closing tag (parallel_tool_calls false): the tag was cut.
+      if (!is_parallel_tool_calls && update.finish_reason == FinishReason::stop && parser.is_inside_tool_call())
+        piece.append(parser.push("</tool_call>"));
+      piece.append(parser.finish());
+      is_done = true;
+      summary = ReplySummary{update.finish_reason, prompt_tokens, completion_tokens, update.timings,
+                             update.token_sha, token_ids, std::nullopt};
+      if (prediction) summary.prediction = prediction_usage(*prediction, *completion_ids);
+    }
+    return {std::move(piece), std::move(logprobs)};
   }
 
   // Puts the provenance gathered so far into `chunk`'s choice, and starts gathering anew.
-  void hand_provenance_to(json& chunk) {
+  void hand_provenance_to(json& choice) {
     if (!provenance) return;
-    chunk["choices"][0]["provenance"] = provenance_json(*provenance);
+    choice["provenance"] = provenance_json(*provenance);
     provenance->clear();
-  }
-
-  ReplySummary summary(const GenerationUpdate& final_update) const {
-    ReplySummary summary{final_update.finish_reason, prompt_tokens, completion_tokens,
-                         final_update.timings, final_update.token_sha, token_ids, std::nullopt};
-    if (prediction) summary.prediction = prediction_usage(*prediction, *completion_ids);
-    return summary;
   }
 };
 
-ApiError engine_error(const GenerationUpdate& final_update) {
-  return ApiError(500, "Generation failed: " + final_update.error, "server_error");
+// The choices of one request: submitted together, cancelled together.
+struct Choices {
+  std::shared_ptr<const ServingContext> context;
+  Endpoint endpoint = Endpoint::chat;
+  int64_t prompt_tokens = 0;
+  std::vector<std::unique_ptr<Choice>> items;
+
+  void cancel_all() {
+    for (const auto& choice : items) {
+      choice->channel->mark_client_gone();
+      if (!choice->is_done) context->engine->cancel(choice->request_id);
+    }
+  }
+
+  bool is_client_gone() const { return items[0]->channel->is_client_gone(); }
+
+  // Usage over every choice: one prompt (and its cached part), every choice's completion and
+  // prediction figures.
+  json usage() const {
+    ReplySummary total;
+    total.prompt_tokens = prompt_tokens;
+    total.timings.cache_n = items[0]->summary.timings.cache_n;
+    for (const auto& choice : items) {
+      total.completion_tokens += choice->summary.completion_tokens;
+      if (!choice->summary.prediction) continue;
+      if (!total.prediction) total.prediction.emplace();
+      total.prediction->accepted += choice->summary.prediction->accepted;
+      total.prediction->rejected += choice->summary.prediction->rejected;
+    }
+    return usage_json(total);
+  }
+};
+
+Choices submit_choices(const std::shared_ptr<const ServingContext>& context, const CompletionRequest& request,
+                       const std::vector<int32_t>& prompt, const std::string& reply_hex) {
+  Choices choices;
+  choices.context = context;
+  choices.endpoint = request.endpoint;
+  choices.prompt_tokens = int64_t(prompt.size());
+  // The prediction is a copy source for long copy: it changes speed, never tokens.
+  std::optional<std::vector<int32_t>> prediction;
+  if (request.constraints.prediction) prediction = context->tokenizer->encode(*request.constraints.prediction);
+  for (int64_t index = 0; index < request.n_choices; ++index) {
+    auto choice = std::make_unique<Choice>(
+        parser_options(request, *context, "call_" + reply_hex + "_" + std::to_string(index) + "_"));
+    choice->index = index;
+    choice->seed = seed_of_choice(request.sampling.seed, index);
+    choice->is_parallel_tool_calls = request.parallel_tool_calls;
+    if (request.return_token_ids) choice->token_ids.emplace();
+    if (request.return_provenance) choice->provenance.emplace();
+    GenerationRequest generation = to_generation_request(request, prompt, *context, choice->seed);
+    if (prediction) {
+      generation.draft.copy_source = *prediction;
+      choice->prediction = prediction;
+      choice->completion_ids.emplace();
+    }
+    choice->channel = ReplyChannel::create();
+    const SubmitResult submitted = context->engine->submit(std::move(generation), choice->channel->sink());
+    if (submitted.status != SubmitStatus::accepted) {
+      choices.cancel_all();  // the choices already running are not wanted without this one
+      throw_if_rejected(submitted, request.endpoint);
+    }
+    choice->request_id = submitted.request_id;
+    choices.items.push_back(std::move(choice));
+  }
+  return choices;
 }
 
-// Waits for the whole reply and sends it as one JSON body; returns without a word if the client
-// left (the engine was told when it left).
-void answer_whole(const ServingContext& context, ReplyChannel& channel, const ReplyHeader& header,
-                  ReplyProgress progress, HttpExchange& exchange) {
-  const bool is_chat = header.endpoint == Endpoint::chat;
-  std::string text;
-  json logprobs = nullptr;
-  while (!channel.is_client_gone()) {
-    for (const GenerationUpdate& update : channel.take(poll_interval)) {
-      json update_logprobs = progress.add(update, header.endpoint, *context.tokenizer);
-      text += update.text;
-      if (!update_logprobs.is_null()) {
-        if (logprobs.is_null()) {
-          logprobs = std::move(update_logprobs);
-        } else if (is_chat) {
-          for (json& entry : update_logprobs["content"]) logprobs["content"].push_back(entry);
-        } else {
-          for (auto& [key, values] : update_logprobs.items())
-            for (json& value : values) logprobs[key].push_back(value);
+void append_logprobs(json& into, json&& more, Endpoint endpoint) {
+  if (more.is_null()) return;
+  if (into.is_null()) {
+    into = std::move(more);
+  } else if (endpoint == Endpoint::chat) {
+    for (json& entry : more["content"]) into["content"].push_back(entry);
+  } else {
+    for (auto& [key, values] : more.items())
+      for (json& value : values) into[key].push_back(value);
+  }
+}
+
+// Waits for every choice and sends the reply as one JSON body; returns without a word if the
+// client left (the engine was told when it left).
+void answer_whole(Choices& choices, const ReplyHeader& header, HttpExchange& exchange) {
+  const Tokenizer& tokenizer = *choices.context->tokenizer;
+  json choice_list = json::array();
+  for (const auto& choice : choices.items) {
+    AssembledReply reply;
+    json logprobs = nullptr;
+    while (!choice->is_done) {
+      if (choices.is_client_gone()) return;
+      for (const GenerationUpdate& update : choice->channel->take(poll_interval)) {
+        auto [piece, update_logprobs] = choice->add(update, header.endpoint, tokenizer, choices.prompt_tokens);
+        reply.add(piece);
+        append_logprobs(logprobs, std::move(update_logprobs), header.endpoint);
+        if (update.is_final && update.finish_reason == FinishReason::error) {
+          choices.cancel_all();
+          throw engine_error(update);
         }
       }
-      if (!update.is_final) continue;
-      if (update.finish_reason == FinishReason::error) throw engine_error(update);
-      json reply = reply_json(header, text, logprobs, progress.summary(update));
-      progress.hand_provenance_to(reply);
-      exchange.reply(HttpReply{200, "application/json", dump_json(reply), {}});
-      return;
     }
+    json entry = choice_json(header, choice->index, reply, logprobs, choice->summary, choice->seed);
+    choice->hand_provenance_to(entry);
+    if (choice->summary.token_ids) entry["completion_token_ids"] = *choice->summary.token_ids;
+    choice_list.push_back(std::move(entry));
   }
+  const json reply = reply_json(header, std::move(choice_list), choices.items[0]->summary, choices.usage());
+  exchange.reply(HttpReply{200, "application/json", dump_json(reply), {}});
 }
 
-// One SSE stream, written by the worker as updates arrive, until the final update or until the
-// client is gone (then the engine has been told).
-void answer_stream(const ServingContext& context, ReplyChannel& channel, const ReplyHeader& header,
-                   bool include_usage, ReplyProgress progress, HttpExchange& exchange) {
+// One SSE stream, written by the worker as updates of any choice arrive, until every choice is
+// done or the client is gone (then the engine has been told, for every choice).
+void answer_stream(Choices& choices, const ReplyHeader& header, bool include_usage, HttpExchange& exchange) {
   if (!exchange.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return;
-  // chat streams open with the assistant role, as OpenAI's do
-  if (header.endpoint == Endpoint::chat && !exchange.send_chunk(sse_event(opening_chunk_json(header)))) return;
-  while (!channel.is_client_gone()) {
-    for (const GenerationUpdate& update : channel.take(poll_interval)) {
-      json logprobs = progress.add(update, header.endpoint, *context.tokenizer);
-      if (!update.text.empty() || !logprobs.is_null()) {
-        json chunk = delta_chunk_json(header, update.text, logprobs);
-        progress.hand_provenance_to(chunk);
-        if (!exchange.send_chunk(sse_event(chunk))) return;
+  if (header.endpoint == Endpoint::chat) {  // chat streams open with the assistant role, as OpenAI's do
+    std::string opening;
+    for (const auto& choice : choices.items) opening += sse_event(opening_chunk_json(header, choice->index));
+    if (!exchange.send_chunk(std::move(opening))) return;
+  }
+  const Tokenizer& tokenizer = *choices.context->tokenizer;
+  auto is_all_done = [&] {
+    for (const auto& choice : choices.items)
+      if (!choice->is_done) return false;
+    return true;
+  };
+  while (!is_all_done()) {
+    if (choices.is_client_gone()) return;
+    bool has_waited = false;
+    for (const auto& choice : choices.items) {
+      if (choice->is_done) continue;
+      // The first unfinished choice waits for tokens; the others only take what is there.
+      const auto wait = has_waited ? std::chrono::milliseconds(0) : poll_interval;
+      has_waited = true;
+      for (const GenerationUpdate& update : choice->channel->take(wait)) {
+        auto [piece, logprobs] = choice->add(update, header.endpoint, tokenizer, choices.prompt_tokens);
+        if (!piece.is_empty() || !logprobs.is_null()) {
+          json chunk = delta_chunk_json(header, choice->index, piece, logprobs);
+          choice->hand_provenance_to(chunk["choices"][0]);
+          if (!exchange.send_chunk(sse_event(chunk))) return;
+        }
+        if (!update.is_final) continue;
+        if (update.finish_reason == FinishReason::error) {
+          choices.cancel_all();
+          exchange.send_chunk(sse_event(error_body(engine_error(update))) + sse_done());
+          exchange.end_stream();
+          return;
+        }
+        json final_chunk = final_chunk_json(header, choice->index, choice->summary,
+                                            choice->parser.n_tool_calls() > 0, choice->seed);
+        choice->hand_provenance_to(final_chunk["choices"][0]);  // tokens whose text was held back, or had none
+        if (!exchange.send_chunk(sse_event(final_chunk))) return;
       }
-      if (!update.is_final) continue;
-      const ReplySummary summary = progress.summary(update);
-      json final_chunk = final_chunk_json(header, summary);
-      progress.hand_provenance_to(final_chunk);  // tokens whose text was held back, or had none
-      std::string ending = update.finish_reason == FinishReason::error ? sse_event(error_body(engine_error(update)))
-                                                                       : sse_event(final_chunk);
-      if (include_usage) ending += sse_event(usage_chunk_json(header, summary));
-      ending += sse_done();
-      exchange.send_chunk(std::move(ending));
-      exchange.end_stream();
-      return;
     }
   }
+  std::string ending;
+  if (include_usage) ending += sse_event(usage_chunk_json(header, choices.usage(), choices.items[0]->summary));
+  ending += sse_done();
+  exchange.send_chunk(std::move(ending));
+  exchange.end_stream();
 }
 
 }  // namespace
@@ -224,6 +378,29 @@ int64_t InFlightRequests::cancel_all() {
   return int64_t(requests_.size());
 }
 
+std::shared_ptr<const ServingContext> make_serving_context(const ServingStack& stack, const ContextSettings& settings) {
+  auto serving = std::make_shared<ServingContext>();
+  serving->engine = stack.engine();
+  serving->tokenizer = stack.tokenizer();
+  serving->chat_template = stack.chat_template();
+  serving->is_special_in_user_text = settings.is_special_in_user_text;
+  const ModelFacts& facts = stack.facts();
+  if (settings.served_model_names.empty()) {
+    serving->limits.model_id = facts.model_id;
+  } else {
+    serving->limits.model_id = settings.served_model_names[0];
+    serving->limits.model_aliases.assign(settings.served_model_names.begin() + 1, settings.served_model_names.end());
+  }
+  serving->limits.model_aliases.push_back(facts.model_dir);
+  serving->limits.max_tokens_limit = settings.max_tokens_limit;
+  serving->limits.allow_bench_extensions = settings.allow_bench_extensions;
+  serving->limits.sampling_defaults = facts.generation_defaults;
+  serving->limits.chat_family = stack.chat_template().family();
+  serving->n_ctx = serving->engine->options().n_ctx;
+  serving->default_max_tokens = settings.default_max_tokens;
+  return serving;
+}
+
 void handle_completion(const std::shared_ptr<const ServingContext>& context, Endpoint endpoint,
                        const HttpRequest& request, HttpExchange& exchange, InFlightRequests& in_flight) {
   const json body = parse_body(request.body);
@@ -232,47 +409,69 @@ void handle_completion(const std::shared_ptr<const ServingContext>& context, End
                                  : parse_completion_request(body, context->limits);
   if (!parsed.is_seed_given) parsed.sampling.seed = random_u64() & 0xFFFFFFFFu;
 
-  std::vector<int32_t> prompt = build_prompt(parsed, *context->tokenizer);
-  ReplyProgress progress;
-  progress.prompt_tokens = int64_t(prompt.size());
-  if (parsed.return_token_ids) progress.token_ids.emplace();
-  if (parsed.return_provenance) progress.provenance.emplace();
-  GenerationRequest generation = to_generation_request(parsed, std::move(prompt), *context);
-  if (parsed.constraints.prediction) {
-    // The prediction is a copy source for long copy: it changes speed, never tokens.
-    generation.draft.copy_source = context->tokenizer->encode(*parsed.constraints.prediction);
-    progress.prediction = generation.draft.copy_source;
-    progress.completion_ids.emplace();
-  }
-  auto channel = ReplyChannel::create();
+  const std::vector<int32_t> prompt = build_prompt(parsed, *context);
+  const std::string reply_hex = random_hex();
+  Choices choices = submit_choices(context, parsed, prompt, reply_hex);
   Engine& engine = *context->engine;
-  const SubmitResult submitted = engine.submit(std::move(generation), channel->sink());
-  throw_if_rejected(submitted, endpoint);
-  const uint64_t id = submitted.request_id;
-  // From here on the lane is freed (within a round) whenever nobody waits: the client left, or
-  // the server stops (then the final update still reaches the client).
+  // From here on the lanes are freed (within a round) whenever nobody waits: the client left, or
+  // the server stops (then the final updates still reach the client).
+  std::vector<std::pair<std::shared_ptr<ReplyChannel>, uint64_t>> lanes;
+  for (const auto& choice : choices.items) lanes.emplace_back(choice->channel, choice->request_id);
   struct Registration {
     InFlightRequests& in_flight;
-    uint64_t id;
-    ~Registration() { in_flight.remove(id); }
-  } registration{in_flight, id};
-  if (!in_flight.add(engine, id)) engine.cancel(id);
-  exchange.on_client_gone([channel, engine = context->engine, id] {
-    channel->mark_client_gone();
-    engine->cancel(id);
+    std::vector<uint64_t> ids;
+    ~Registration() {
+      for (uint64_t id : ids) in_flight.remove(id);
+    }
+  } registration{in_flight, {}};
+  for (const auto& [channel, id] : lanes) {
+    registration.ids.push_back(id);
+    if (!in_flight.add(engine, id)) engine.cancel(id);
+  }
+  exchange.on_client_gone([lanes, engine = context->engine] {
+    for (const auto& [channel, id] : lanes) {
+      channel->mark_client_gone();
+      engine->cancel(id);
+    }
   });
 
-  ReplyHeader header{endpoint, random_reply_id(endpoint), int64_t(std::time(nullptr)),
-                     context->limits.model_id, parsed.sampling.seed};
-  if (!parsed.is_stream) return answer_whole(*context, *channel, header, progress, exchange);
+  const ReplyHeader header{endpoint, (endpoint == Endpoint::chat ? "chatcmpl-" : "cmpl-") + reply_hex,
+                           int64_t(std::time(nullptr)), context->limits.model_id, parsed.sampling.seed};
+  if (!parsed.is_stream) {
+    try {
+      answer_whole(choices, header, exchange);
+    } catch (...) {
+      choices.cancel_all();
+      throw;
+    }
+    return;
+  }
   try {
-    answer_stream(*context, *channel, header, parsed.include_usage, progress, exchange);
+    answer_stream(choices, header, parsed.include_usage, exchange);
   } catch (const std::exception& error) {  // the reply has begun: no error reply can follow
     std::fprintf(stderr, "tensorfold: stream %s failed: %s\n", header.id.c_str(), error.what());
-    channel->mark_client_gone();
-    engine.cancel(id);
+    choices.cancel_all();
     exchange.end_stream();
   }
+}
+
+json tokenize_reply(const ServingContext& context, const json& body) {
+  // Qwen tokenizers add no BOS/EOS, so add_special is accepted and changes nothing.
+  const TokenizeRequest parsed = parse_tokenize_request(body, context.limits);
+  const Tokenizer& tokenizer = *context.tokenizer;
+  const std::vector<int32_t> ids = parsed.chat ? build_prompt(*parsed.chat, context) : tokenizer.encode(parsed.content);
+  if (!parsed.with_pieces) return {{"tokens", ids}, {"count", ids.size()}};
+  json tokens = json::array();
+  for (int32_t id : ids) {
+    const std::string bytes = tokenizer.token_bytes(id);
+    json piece = bytes;
+    if (!is_valid_utf8(bytes)) {  // part of a character: its bytes, as llama.cpp's /tokenize gives them
+      piece = json::array();
+      for (unsigned char c : bytes) piece.push_back(int(c));
+    }
+    tokens.push_back({{"id", id}, {"piece", std::move(piece)}});
+  }
+  return {{"tokens", std::move(tokens)}, {"count", ids.size()}};
 }
 
 }  // namespace tf::server

@@ -13,21 +13,22 @@
 namespace tf::server {
 namespace {
 
-using json = nlohmann::json;
+// Sorted keys, as the schema converter (json_schema_grammar) reads them.
+using plain_json = nlohmann::json;
 
 ApiError bad(const std::string& param, const std::string& message) {
   return ApiError(400, "Invalid '" + param + "': " + message, "invalid_request_error", param);
 }
 
-const json* field(const json& object, const char* name) {
+const plain_json* field(const plain_json& object, const char* name) {
   auto it = object.find(name);
   return it == object.end() || it->is_null() ? nullptr : &*it;
 }
 
-std::vector<int32_t> token_id_list(const json& value, const std::string& param) {
+std::vector<int32_t> token_id_list(const plain_json& value, const std::string& param) {
   if (!value.is_array()) throw bad(param, "expected an array of token ids.");
   std::vector<int32_t> ids;
-  for (const json& item : value) {
+  for (const plain_json& item : value) {
     if (!item.is_number_integer() || item.get<int64_t>() < 0 || item.get<int64_t>() > INT32_MAX)
       throw bad(param, "token ids must be non-negative integers, but got " + item.dump() + ".");
     ids.push_back(int32_t(item.get<int64_t>()));
@@ -35,7 +36,7 @@ std::vector<int32_t> token_id_list(const json& value, const std::string& param) 
   return ids;
 }
 
-std::vector<std::pair<int32_t, float>> parse_logit_bias(const json& value) {
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const plain_json& value) {
   if (!value.is_object()) throw bad("logit_bias", "expected an object mapping token ids to biases.");
   std::vector<std::pair<int32_t, float>> bias;
   for (const auto& [key, amount] : value.items()) {
@@ -54,8 +55,8 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const json& value) {
 
 // "required" or {"type": "function", "function": {"name": ...}} turn into a tool-call grammar;
 // "auto" and "none" constrain nothing.
-void parse_forced_tool_choice(const json& body, ConstraintFields* out) {
-  const json* choice = field(body, "tool_choice");
+void parse_forced_tool_choice(const plain_json& body, ConstraintFields* out) {
+  const plain_json* choice = field(body, "tool_choice");
   if (!choice) return;
   std::string named;
   if (choice->is_string()) {
@@ -63,39 +64,39 @@ void parse_forced_tool_choice(const json& body, ConstraintFields* out) {
     if (mode == "auto" || mode == "none") return;
     if (mode != "required") throw bad("tool_choice", "expected 'auto', 'none', 'required' or a named function.");
   } else if (choice->is_object()) {
-    const json* function = field(*choice, "function");
-    const json* name = function && function->is_object() ? field(*function, "name") : nullptr;
+    const plain_json* function = field(*choice, "function");
+    const plain_json* name = function && function->is_object() ? field(*function, "name") : nullptr;
     if (choice->value("type", "") != "function" || !name || !name->is_string())
       throw bad("tool_choice", "a named tool choice is {\"type\": \"function\", \"function\": {\"name\": ...}}.");
     named = name->get<std::string>();
   } else {
     throw bad("tool_choice", "expected a string or an object.");
   }
-  const json* tools = field(body, "tools");
+  const plain_json* tools = field(body, "tools");
   if (!tools || !tools->is_array() || tools->empty())
     throw bad("tools", "tool_choice '" + (named.empty() ? std::string("required") : named) + "' needs a non-empty 'tools' array.");
   std::vector<ToolSchema> schemas;
   for (size_t i = 0; i < tools->size(); ++i) {
-    const json& tool = (*tools)[i];
+    const plain_json& tool = (*tools)[i];
     const std::string param = "tools[" + std::to_string(i) + "]";
-    const json* function = tool.is_object() ? field(tool, "function") : nullptr;
-    const json* name = function && function->is_object() ? field(*function, "name") : nullptr;
+    const plain_json* function = tool.is_object() ? field(tool, "function") : nullptr;
+    const plain_json* name = function && function->is_object() ? field(*function, "name") : nullptr;
     if (!name || !name->is_string()) throw bad(param + ".function.name", "every tool needs a function name.");
-    ToolSchema schema{name->get<std::string>(), json::object(), param + ".function.parameters"};
-    if (const json* parameters = field(*function, "parameters")) schema.parameters = *parameters;
+    ToolSchema schema{name->get<std::string>(), plain_json::object(), param + ".function.parameters"};
+    if (const plain_json* parameters = field(*function, "parameters")) schema.parameters = *parameters;
     if (named.empty() || schema.name == named) schemas.push_back(std::move(schema));
   }
   if (schemas.empty()) throw bad("tool_choice", "no tool in 'tools' is named '" + named + "'.");
-  const json* parallel = field(body, "parallel_tool_calls");
+  const plain_json* parallel = field(body, "parallel_tool_calls");
   if (parallel && !parallel->is_boolean()) throw bad("parallel_tool_calls", "expected a boolean.");
   const bool is_parallel = named.empty() && (!parallel || parallel->get<bool>());
   out->grammar_text = tool_call_gbnf(schemas, is_parallel);
   out->grammar_param = "tool_choice";
 }
 
-void parse_response_format(const json& format, ConstraintFields* out) {
+void parse_response_format(const plain_json& format, ConstraintFields* out) {
   if (!format.is_object()) throw bad("response_format", "expected an object.");
-  const json* type = field(format, "type");
+  const plain_json* type = field(format, "type");
   if (!type || !type->is_string())
     throw bad("response_format.type", "expected 'text', 'json_object' or 'json_schema'.");
   const std::string kind = type->get<std::string>();
@@ -107,25 +108,25 @@ void parse_response_format(const json& format, ConstraintFields* out) {
   }
   if (kind != "json_schema")
     throw bad("response_format.type", "expected 'text', 'json_object' or 'json_schema', but got '" + kind + "'.");
-  const json* spec = field(format, "json_schema");
+  const plain_json* spec = field(format, "json_schema");
   if (!spec || !spec->is_object())
     throw bad("response_format.json_schema", "expected an object with 'name' and 'schema'.");
-  const json* schema = field(*spec, "schema");
-  out->grammar_text = json_schema_gbnf(schema ? *schema : json::object(), "response_format.json_schema.schema");
+  const plain_json* schema = field(*spec, "schema");
+  out->grammar_text = json_schema_gbnf(schema ? *schema : plain_json::object(), "response_format.json_schema.schema");
 }
 
-std::string prediction_content(const json& prediction) {
+std::string prediction_content(const plain_json& prediction) {
   if (!prediction.is_object()) throw bad("prediction", "expected {\"type\": \"content\", \"content\": ...}.");
-  const json* type = field(prediction, "type");
+  const plain_json* type = field(prediction, "type");
   if (!type || *type != "content") throw bad("prediction.type", "the only supported type is 'content'.");
-  const json* content = field(prediction, "content");
+  const plain_json* content = field(prediction, "content");
   if (!content) throw bad("prediction.content", "missing; expected a string or an array of text parts.");
   if (content->is_string()) return content->get<std::string>();
   if (!content->is_array()) throw bad("prediction.content", "expected a string or an array of text parts.");
   std::string text;
   for (size_t i = 0; i < content->size(); ++i) {
-    const json& part = (*content)[i];
-    const json* part_text = part.is_object() ? field(part, "text") : nullptr;
+    const plain_json& part = (*content)[i];
+    const plain_json* part_text = part.is_object() ? field(part, "text") : nullptr;
     if (!part_text || !part_text->is_string() || part.value("type", "") != "text")
       throw bad("prediction.content[" + std::to_string(i) + "]", "expected {\"type\": \"text\", \"text\": \"...\"}.");
     text += part_text->get<std::string>();
@@ -135,10 +136,10 @@ std::string prediction_content(const json& prediction) {
 
 }  // namespace
 
-ConstraintFields parse_constraint_fields(const json& body) {
+ConstraintFields parse_constraint_fields(const plain_json& body) {
   ConstraintFields out;
-  if (const json* format = field(body, "response_format")) parse_response_format(*format, &out);
-  if (const json* grammar = field(body, "grammar")) {
+  if (const plain_json* format = field(body, "response_format")) parse_response_format(*format, &out);
+  if (const plain_json* grammar = field(body, "grammar")) {
     if (!grammar->is_string() || grammar->get_ref<const std::string&>().empty())
       throw bad("grammar", "expected a non-empty GBNF string.");
     if (!out.grammar_text.empty()) throw bad("grammar", "a request takes either 'grammar' or a JSON response_format, not both.");
@@ -154,20 +155,20 @@ ConstraintFields parse_constraint_fields(const json& body) {
     out.grammar_text = tool_fields.grammar_text;
     out.grammar_param = tool_fields.grammar_param;
   }
-  if (const json* bias = field(body, "logit_bias")) out.logit_bias = parse_logit_bias(*bias);
-  if (const json* min_tokens = field(body, "min_tokens")) {
+  if (const plain_json* bias = field(body, "logit_bias")) out.logit_bias = parse_logit_bias(*bias);
+  if (const plain_json* min_tokens = field(body, "min_tokens")) {
     if (!min_tokens->is_number_integer() || min_tokens->get<int64_t>() < 0)
       throw bad("min_tokens", "expected a non-negative integer, but got " + min_tokens->dump() + ".");
     out.min_tokens = min_tokens->get<int64_t>();
   }
-  if (const json* ids = field(body, "stop_token_ids")) out.stop_token_ids = token_id_list(*ids, "stop_token_ids");
-  if (const json* ignore_eos = field(body, "ignore_eos")) {
+  if (const plain_json* ids = field(body, "stop_token_ids")) out.stop_token_ids = token_id_list(*ids, "stop_token_ids");
+  if (const plain_json* ignore_eos = field(body, "ignore_eos")) {
     if (!ignore_eos->is_boolean()) throw bad("ignore_eos", "expected a boolean.");
     out.ignore_eos = ignore_eos->get<bool>();
   }
   if (out.ignore_eos && !out.grammar_text.empty())
     throw bad("ignore_eos", "cannot be combined with '" + out.grammar_param + "': a reply that completes its grammar must end.");
-  if (const json* prediction = field(body, "prediction")) out.prediction = prediction_content(*prediction);
+  if (const plain_json* prediction = field(body, "prediction")) out.prediction = prediction_content(*prediction);
   return out;
 }
 

@@ -278,7 +278,8 @@ struct HttpServer::Impl {
     return {{"id", context->limits.model_id},
             {"object", "model"},
             {"created", started_at},
-            {"owned_by", "tensorfold"}};
+            {"owned_by", "tensorfold"},
+            {"max_model_len", context->n_ctx}};  // the most positions (prompt + reply) a request may use
   }
 
   HttpReply list_models() const {
@@ -297,9 +298,7 @@ struct HttpServer::Impl {
   }
 
   HttpReply tokenize(const HttpRequest& req) const {
-    // Qwen tokenizers add no BOS/EOS, so add_special is accepted and changes nothing.
-    const TokenizeRequest parsed = parse_tokenize_request(parse_body(req.body));
-    return json_reply(200, {{"tokens", context->tokenizer->encode(parsed.content)}});
+    return json_reply(200, tokenize_reply(*context, parse_body(req.body)));
   }
 
   HttpReply detokenize(const HttpRequest& req) const {
@@ -318,15 +317,13 @@ struct HttpServer::Impl {
         auto loaded = options.load_stack([this](size_t done, size_t total) {
           if (total > 0) load_fraction = double(done) / double(total);
         });
-        auto serving = std::make_shared<ServingContext>();
-        serving->engine = loaded->engine();
-        serving->tokenizer = loaded->tokenizer();
-        serving->limits.model_id = loaded->facts().model_id;
-        serving->limits.model_aliases = {loaded->facts().model_dir};
-        serving->limits.max_tokens_limit = options.max_tokens_limit;
-        serving->limits.allow_bench_extensions = options.allow_bench_extensions;
-        serving->n_ctx = serving->engine->options().n_ctx;
-        serving->default_max_tokens = options.default_max_tokens;
+        ContextSettings settings;
+        settings.served_model_names = options.served_model_names;
+        settings.max_tokens_limit = options.max_tokens_limit;
+        settings.default_max_tokens = options.default_max_tokens;
+        settings.allow_bench_extensions = options.allow_bench_extensions;
+        settings.is_special_in_user_text = options.is_special_in_user_text;
+        const auto serving = make_serving_context(*loaded, settings);
         stack = loaded;
         context = serving;
         load_state = LoadState::ready;

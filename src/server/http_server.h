@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "loader/checkpoint.h"
 
@@ -37,6 +38,8 @@ struct ServerOptions {
   std::chrono::milliseconds shutdown_timeout{5'000};  // stop(): replies in flight get this long to end
   std::string web_dir;               // the chat page's files (index.html, app.js, app.css); empty: none
   std::string slot_save_path;        // where POST /slots saves and restores; empty: saving is off
+  std::vector<std::string> served_model_names;  // the model's API names; empty: its directory's name
+  bool is_special_in_user_text = false;  // match special tokens written in user and tool messages
 };
 
 class HttpServer {

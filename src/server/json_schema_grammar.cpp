@@ -403,7 +403,7 @@ class SchemaConverter {
 
 }  // namespace
 
-std::string json_schema_gbnf(const json& schema, const std::string& param) {
+std::string json_schema_gbnf(const nlohmann::json& schema, const std::string& param) {
   SchemaConverter converter(schema, param, "s");
   const std::string value = converter.value();
   return "root ::= " + value + "\n" + kCommonRules + converter.rules();
@@ -418,7 +418,7 @@ std::string tool_call_gbnf(const std::vector<ToolSchema>& tools, bool is_paralle
     const std::string arguments = converter.value();
     rules += converter.rules();
     // The Qwen3 form: JSON with "name" then "arguments" inside the tags, one call per block.
-    calls.push_back("\"<tool_call>\\n{\\\"name\\\": \" " + gbnf_literal(json(tools[i].name).dump()) +
+    calls.push_back("\"<tool_call>\\n{\\\"name\\\": \" " + gbnf_literal(nlohmann::json(tools[i].name).dump()) +
                     " \", \\\"arguments\\\": \" " + arguments + " \"}\\n</tool_call>\"");
   }
   std::string call = "tool-call ::= " + calls[0];

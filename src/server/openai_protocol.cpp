@@ -6,6 +6,8 @@
 #include <limits>
 
 #include "core/error.h"
+#include "server/chat_request.h"
+#include "server/field_reader.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -15,95 +17,6 @@ namespace {
 constexpr size_t max_stop_strings = 4;
 constexpr int32_t max_chat_top_logprobs = 20;
 constexpr int32_t max_completion_logprobs = 5;
-
-ApiError invalid(const std::string& param, const std::string& message) {
-  return ApiError(400, message, "invalid_request_error", param);
-}
-
-std::string number_text(double value) {
-  json as_json = value;
-  if (value == std::floor(value) && std::fabs(value) < 1e15) as_json = int64_t(value);
-  return as_json.dump();
-}
-
-// Reads one known field: null counts as absent; a wrong type or range names the field.
-class FieldReader {
- public:
-  explicit FieldReader(const json& object, std::string prefix = "")
-      : object_(object), prefix_(std::move(prefix)) {}
-
-  const json* find(const std::string& name) const {
-    auto it = object_.find(name);
-    if (it == object_.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-
-  std::string param(const std::string& name) const { return prefix_ + name; }
-
-  [[noreturn]] void wrong_type(const std::string& name, const char* expected) const {
-    const json* value = find(name);
-    throw invalid(param(name), "Invalid type for '" + param(name) + "': expected " + expected +
-                                   ", but got " + (value ? value->type_name() : "null") +
-                                   " instead.");
-  }
-
-  std::optional<double> number(const std::string& name, double min, double max) const {
-    const json* value = find(name);
-    if (!value) return std::nullopt;
-    if (!value->is_number()) wrong_type(name, "a number");
-    const double x = value->get<double>();
-    check_range(name, x < min, x > max, min, max, "decimal");
-    return x;
-  }
-
-  std::optional<int64_t> integer(const std::string& name, int64_t min, int64_t max) const {
-    const json* value = find(name);
-    if (!value) return std::nullopt;
-    if (!value->is_number_integer()) wrong_type(name, "an integer");
-    // nlohmann types non-negative numbers as unsigned; compare as integers, so one check covers
-    // both types and no bound rounds through a double.
-    const bool is_above_int64 =
-        value->is_number_unsigned() && value->get<uint64_t>() > uint64_t(INT64_MAX);
-    const int64_t x = is_above_int64 ? INT64_MAX : value->get<int64_t>();
-    check_range(name, x < min, is_above_int64 || x > max, double(min), double(max), "integer");
-    return x;
-  }
-
-  std::optional<bool> boolean(const std::string& name) const {
-    const json* value = find(name);
-    if (!value) return std::nullopt;
-    if (!value->is_boolean()) wrong_type(name, "a boolean");
-    return value->get<bool>();
-  }
-
-  std::optional<std::string> string(const std::string& name) const {
-    const json* value = find(name);
-    if (!value) return std::nullopt;
-    if (!value->is_string()) wrong_type(name, "a string");
-    return value->get<std::string>();
-  }
-
-  const json* object(const std::string& name) const {
-    const json* value = find(name);
-    if (value && !value->is_object()) wrong_type(name, "an object");
-    return value;
-  }
-
- private:
-  // The one range check for decimals and integers: the bounds and the value compare in the caller's
-  // type; the message quotes the value as sent.
-  void check_range(const std::string& name, bool is_below, bool is_above, double min, double max,
-                   const char* kind) const {
-    if (!is_below && !is_above) return;
-    const std::string expected = is_below ? " below minimum value. Expected a value >= " + number_text(min)
-                                          : " above maximum value. Expected a value <= " + number_text(max);
-    throw invalid(param(name), "Invalid '" + param(name) + "': " + kind + expected + ", but got " +
-                                   find(name)->dump() + " instead.");
-  }
-
-  const json& object_;
-  std::string prefix_;
-};
 
 void check_model(const FieldReader& fields, const ProtocolLimits& limits) {
   const std::optional<std::string> model = fields.string("model");
@@ -153,7 +66,8 @@ CompletionRequest parse_common(const json& body, Endpoint endpoint,
 
   CompletionRequest request;
   request.endpoint = endpoint;
-  fields.integer("n", 1, 1);  // one choice per request: any other n is rejected
+  refuse_unsupported_fields(fields, endpoint);
+  request.n_choices = fields.integer("n", 1, limits.max_choices).value_or(1);
 
   const int64_t max_limit = limits.max_tokens_limit;
   std::optional<int64_t> max_tokens = fields.integer("max_tokens", 1, max_limit);
@@ -162,11 +76,14 @@ CompletionRequest parse_common(const json& body, Endpoint endpoint,
   request.max_tokens = max_tokens;
 
   SamplingParams& sampling = request.sampling;
-  sampling.temperature = float(fields.number("temperature", 0.0, 2.0).value_or(1.0));
-  sampling.top_p = float(fields.number("top_p", 0.0, 1.0).value_or(1.0));
-  sampling.min_p = float(fields.number("min_p", 0.0, 1.0).value_or(0.0));
-  sampling.top_k =
-      int32_t(fields.integer("top_k", 0, std::numeric_limits<int32_t>::max()).value_or(0));
+  // A field the request leaves out takes the model's generation_config.json value, then OpenAI's.
+  const GenerationDefaults& defaults = limits.sampling_defaults;
+  sampling.temperature =
+      float(fields.number("temperature", 0.0, 2.0).value_or(defaults.temperature.value_or(1.0)));
+  sampling.top_p = float(fields.number("top_p", 0.0, 1.0).value_or(defaults.top_p.value_or(1.0)));
+  sampling.min_p = float(fields.number("min_p", 0.0, 1.0).value_or(defaults.min_p.value_or(0.0)));
+  sampling.top_k = int32_t(fields.integer("top_k", 0, std::numeric_limits<int32_t>::max())
+                               .value_or(std::min<int64_t>(defaults.top_k.value_or(0), std::numeric_limits<int32_t>::max())));
   sampling.presence_penalty = float(fields.number("presence_penalty", -2.0, 2.0).value_or(0.0));
   sampling.frequency_penalty =
       float(fields.number("frequency_penalty", -2.0, 2.0).value_or(0.0));
@@ -199,65 +116,7 @@ CompletionRequest parse_common(const json& body, Endpoint endpoint,
     request.replay = parse_token_ids(*ids, "replay.token_ids");
     request.replay_accept = replay_fields.integer("accept", 1, 1024).value_or(0);
   }
-  request.constraints = parse_constraint_fields(body);
   return request;
-}
-
-std::string message_content(const json& message, const std::string& param) {
-  auto it = message.find("content");
-  if (it == message.end() || it->is_null()) {
-    if (message.value("role", "") == "assistant") return "";  // e.g. a tool-call turn
-    throw invalid(param + ".content", "Missing required parameter: '" + param + ".content'.");
-  }
-  if (it->is_string()) return it->get<std::string>();
-  if (!it->is_array())
-    throw invalid(param + ".content", "Invalid type for '" + param +
-                                          ".content': expected a string or an array of "
-                                          "content parts, but got " +
-                                          it->type_name() + " instead.");
-  std::string text;
-  for (size_t i = 0; i < it->size(); ++i) {
-    const json& part = (*it)[i];
-    const std::string part_param = param + ".content[" + std::to_string(i) + "]";
-    if (!part.is_object() || part.value("type", json()) != "text" ||
-        !part.contains("text") || !part["text"].is_string())
-      throw invalid(part_param, "Invalid '" + part_param +
-                                    "': only content parts of the form {\"type\": \"text\", "
-                                    "\"text\": \"...\"} are supported.");
-    text += part["text"].get<std::string>();
-  }
-  return text;
-}
-
-std::vector<ChatMessage> parse_messages(const FieldReader& fields) {
-  const json* messages = fields.find("messages");
-  if (!messages) throw invalid("messages", "Missing required parameter: 'messages'.");
-  if (!messages->is_array()) fields.wrong_type("messages", "an array");
-  if (messages->empty())
-    throw invalid("messages", "Invalid 'messages': empty array. Expected an array with "
-                              "minimum length 1, but got an empty array instead.");
-  std::vector<ChatMessage> parsed;
-  for (size_t i = 0; i < messages->size(); ++i) {
-    const json& message = (*messages)[i];
-    const std::string param = "messages[" + std::to_string(i) + "]";
-    if (!message.is_object())
-      throw invalid(param, "Invalid type for '" + param + "': expected an object, but got " +
-                               message.type_name() + " instead.");
-    const FieldReader message_fields(message, param + ".");
-    const std::optional<std::string> role = message_fields.string("role");
-    if (!role) throw invalid(param + ".role", "Missing required parameter: '" + param + ".role'.");
-    if (*role != "system" && *role != "developer" && *role != "user" && *role != "assistant" && *role != "tool")
-      throw invalid(param + ".role", "Invalid value: '" + *role + "'. Supported values are: "
-                                     "'system', 'developer', 'user', 'assistant' and 'tool'.");
-    ChatMessage chat_message;
-    // OpenAI's newer name for the system turn; Qwen templates know only "system".
-    chat_message.role = *role == "developer" ? "system" : *role;
-    chat_message.content = message_content(message, param);
-    if (*role == "assistant")
-      chat_message.reasoning_content = message_fields.string("reasoning_content");
-    parsed.push_back(std::move(chat_message));
-  }
-  return parsed;
 }
 
 // A prompt given as token ids: non-negative integers (the engine checks them against the vocab).
@@ -316,33 +175,20 @@ json header_fields(const ReplyHeader& header, bool is_chunk) {
               {"system_fingerprint", "tensorfold"}};
 }
 
-json choice_json(const ReplyHeader& header, const std::string& text, const json& logprobs,
-                 const json& finish_reason, bool is_delta) {
-  json choice = {{"index", 0}};
-  if (header.endpoint == Endpoint::chat) {
-    if (is_delta)
-      choice["delta"] = text.empty() ? json::object() : json{{"content", text}};
-    else
-      choice["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
-  }
-  choice["logprobs"] = logprobs;
-  choice["finish_reason"] = finish_reason;
-  return choice;
+json tool_calls_json(const std::vector<AssembledToolCall>& calls) {
+  json list = json::array();
+  for (const AssembledToolCall& call : calls)
+    list.push_back({{"id", call.id}, {"type", "function"},
+                    {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+  return list;
 }
 
-void add_reply_figures(json& body, const ReplyHeader& header, const ReplySummary& summary) {
-  body["usage"] = usage_json(summary);
+// The figures of one choice's reply (extensions beside OpenAI's fields).
+void add_reply_figures(json& body, const ReplySummary& summary, uint64_t seed) {
   body["timings"] = timings_json(summary.timings);
   body["token_sha"] = summary.token_sha;
-  body["seed"] = header.seed;
+  body["seed"] = seed;
   if (summary.token_ids) body["completion_token_ids"] = *summary.token_ids;
-}
-
-const char* wire_finish_reason(FinishReason reason) {
-  // cancelled and error replies only reach a client that is still there on shutdown.
-  return reason == FinishReason::length ? "length" : "stop";
 }
 
 }  // namespace
@@ -375,11 +221,9 @@ json parse_body(std::string_view body) {
 CompletionRequest parse_chat_request(const json& body, const ProtocolLimits& limits) {
   CompletionRequest request = parse_common(body, Endpoint::chat, limits);
   const FieldReader fields(body);
-  request.messages = parse_messages(fields);
-  if (const json* kwargs = fields.object("chat_template_kwargs")) {
-    const FieldReader template_fields(*kwargs, "chat_template_kwargs.");
-    request.chat_options.enable_thinking = template_fields.boolean("enable_thinking");
-  }
+  parse_chat_fields(fields, limits, request);
+  // After the chat fields, so tools and tool_choice are refused by their own checks first.
+  request.constraints = parse_constraint_fields(body);
   const bool is_logprobs = fields.boolean("logprobs").value_or(false);
   const std::optional<int64_t> n_top =
       fields.integer("top_logprobs", 0, max_chat_top_logprobs);
@@ -393,19 +237,39 @@ CompletionRequest parse_chat_request(const json& body, const ProtocolLimits& lim
 CompletionRequest parse_completion_request(const json& body, const ProtocolLimits& limits) {
   CompletionRequest request = parse_common(body, Endpoint::completion, limits);
   const FieldReader fields(body);
+  request.constraints = parse_constraint_fields(body);
   parse_prompt(fields, request);
   if (auto n_logprobs = fields.integer("logprobs", 0, max_completion_logprobs))
     request.n_top_logprobs = int32_t(*n_logprobs);
   return request;
 }
 
-TokenizeRequest parse_tokenize_request(const json& body) {
+uint64_t seed_of_choice(uint64_t seed, int64_t index) {
+  if (index == 0) return seed;
+  // splitmix64 of (seed, index): distinct choices get unrelated streams, and the same request
+  // always derives the same seeds; 53 bits, so a JavaScript client can send one back exactly.
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * uint64_t(index);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (z ^ (z >> 31)) & ((uint64_t(1) << 53) - 1);
+}
+
+TokenizeRequest parse_tokenize_request(const json& body, const ProtocolLimits& limits) {
   const FieldReader fields(body);
   TokenizeRequest request;
-  const std::optional<std::string> content = fields.string("content");
-  if (!content) throw invalid("content", "Missing required parameter: 'content'.");
-  request.content = *content;
   request.add_special = fields.boolean("add_special").value_or(true);
+  request.with_pieces = fields.boolean("with_pieces").value_or(false);
+  const std::optional<std::string> content = fields.string("content");
+  if (fields.find("messages")) {
+    if (content) throw invalid("content", "Give either 'content' or 'messages', not both.");
+    json chat = body;  // the chat fields as a chat completion takes them, minus /tokenize's own
+    for (const char* own : {"add_special", "with_pieces", "add_generation_prompt"}) chat.erase(own);
+    request.chat = parse_chat_request(chat, limits);
+    request.chat->chat_options.add_generation_prompt = fields.boolean("add_generation_prompt").value_or(true);
+    return request;
+  }
+  if (!content) throw invalid("content", "Missing required parameter: 'content' (or 'messages').");
+  request.content = *content;
   return request;
 }
 
@@ -476,12 +340,37 @@ json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprobs>& logprobs
               {"text_offset", std::move(text_offsets)}};
 }
 
-json reply_json(const ReplyHeader& header, const std::string& text, const json& logprobs,
-                const ReplySummary& summary) {
+const char* wire_finish_reason(FinishReason reason, bool has_tool_calls) {
+  // cancelled and error replies only reach a client that is still there on shutdown.
+  if (reason == FinishReason::length) return "length";
+  return has_tool_calls ? "tool_calls" : "stop";
+}
+
+json choice_json(const ReplyHeader& header, int64_t index, const AssembledReply& reply, const json& logprobs,
+                 const ReplySummary& summary, uint64_t seed) {
+  json choice = {{"index", index}};
+  if (header.endpoint == Endpoint::chat) {
+    json message = {{"role", "assistant"}};
+    // OpenAI sends null content beside tool calls when there is no text.
+    message["content"] = reply.content.empty() && !reply.tool_calls.empty() ? json() : json(reply.content);
+    if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
+    if (!reply.tool_calls.empty()) message["tool_calls"] = tool_calls_json(reply.tool_calls);
+    choice["message"] = std::move(message);
+  } else {
+    choice["text"] = reply.content;
+  }
+  choice["logprobs"] = logprobs;
+  choice["finish_reason"] = wire_finish_reason(summary.finish_reason, !reply.tool_calls.empty());
+  choice["seed"] = seed;
+  choice["token_sha"] = summary.token_sha;
+  return choice;
+}
+
+json reply_json(const ReplyHeader& header, json choices, const ReplySummary& first, const json& usage) {
   json body = header_fields(header, /*is_chunk=*/false);
-  body["choices"] = json::array(
-      {choice_json(header, text, logprobs, wire_finish_reason(summary.finish_reason), false)});
-  add_reply_figures(body, header, summary);
+  body["choices"] = std::move(choices);
+  body["usage"] = usage;
+  add_reply_figures(body, first, header.seed);
   return body;
 }
 
@@ -494,32 +383,67 @@ json provenance_json(const std::vector<TokenProvenance>& provenance) {
   return entries;
 }
 
-json opening_chunk_json(const ReplyHeader& header) {
+json opening_chunk_json(const ReplyHeader& header, int64_t index) {
   json chunk = header_fields(header, /*is_chunk=*/true);
-  json choice = choice_json(header, "", nullptr, nullptr, true);
+  json choice = {{"index", index}};
   if (header.endpoint == Endpoint::chat) choice["delta"] = {{"role", "assistant"}, {"content", ""}};
+  else choice["text"] = "";
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = nullptr;
   chunk["choices"] = json::array({std::move(choice)});
   return chunk;
 }
 
-json delta_chunk_json(const ReplyHeader& header, const std::string& text, const json& logprobs) {
+json delta_chunk_json(const ReplyHeader& header, int64_t index, const ReplyPiece& piece, const json& logprobs) {
   json chunk = header_fields(header, /*is_chunk=*/true);
-  chunk["choices"] = json::array({choice_json(header, text, logprobs, nullptr, true)});
+  json choice = {{"index", index}};
+  if (header.endpoint == Endpoint::chat) {
+    json delta = json::object();
+    if (!piece.reasoning.empty()) delta["reasoning_content"] = piece.reasoning;
+    if (!piece.content.empty()) delta["content"] = piece.content;
+    if (!piece.tool_calls.empty()) {
+      json calls = json::array();
+      for (const ToolCallDelta& call : piece.tool_calls) {
+        json entry = {{"index", call.index}};
+        if (call.id) entry["id"] = *call.id;
+        if (call.id) entry["type"] = "function";
+        json function = json::object();
+        if (call.name) function["name"] = *call.name;
+        function["arguments"] = call.arguments;
+        entry["function"] = std::move(function);
+        calls.push_back(std::move(entry));
+      }
+      delta["tool_calls"] = std::move(calls);
+    }
+    choice["delta"] = std::move(delta);
+  } else {
+    choice["text"] = piece.content;
+  }
+  choice["logprobs"] = logprobs;
+  choice["finish_reason"] = nullptr;
+  chunk["choices"] = json::array({std::move(choice)});
   return chunk;
 }
 
-json final_chunk_json(const ReplyHeader& header, const ReplySummary& summary) {
+json final_chunk_json(const ReplyHeader& header, int64_t index, const ReplySummary& summary, bool has_tool_calls,
+                      uint64_t seed) {
   json chunk = header_fields(header, /*is_chunk=*/true);
-  chunk["choices"] = json::array(
-      {choice_json(header, "", nullptr, wire_finish_reason(summary.finish_reason), true)});
-  add_reply_figures(chunk, header, summary);
+  json choice = {{"index", index}};
+  if (header.endpoint == Endpoint::chat) choice["delta"] = json::object();
+  else choice["text"] = "";
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = wire_finish_reason(summary.finish_reason, has_tool_calls);
+  chunk["choices"] = json::array({std::move(choice)});
+  chunk["usage"] = usage_json(summary);
+  add_reply_figures(chunk, summary, seed);
   return chunk;
 }
 
-json usage_chunk_json(const ReplyHeader& header, const ReplySummary& summary) {
+json usage_chunk_json(const ReplyHeader& header, const json& usage, const ReplySummary& first) {
   json chunk = header_fields(header, /*is_chunk=*/true);
   chunk["choices"] = json::array();
-  add_reply_figures(chunk, header, summary);
+  chunk["usage"] = usage;
+  add_reply_figures(chunk, first, header.seed);
   return chunk;
 }
 

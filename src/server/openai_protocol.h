@@ -11,8 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/request.h"
-#include "server/constraint_params.h"
+#include "loader/generation_config.h"
 #include "sampling/sampler.h"
+#include "server/chat_reply_parser.h"
+#include "server/constraint_params.h"
 #include "tokenizer/chat_template.h"
 
 namespace tf {
@@ -21,7 +23,9 @@ class Tokenizer;
 
 namespace server {
 
-using json = nlohmann::json;
+// Ordered: a client's tool schemas reach the chat template with their keys in the order sent,
+// as Python's dict keeps them for transformers.
+using json = nlohmann::ordered_json;
 
 // A request the client got wrong (or a server condition), answered as an OpenAI error object.
 class ApiError : public std::runtime_error {
@@ -50,15 +54,30 @@ struct ProtocolLimits {
   std::vector<std::string> model_aliases;  // other names accepted for the same model
   int64_t max_tokens_limit = 131072;     // larger max_tokens values are rejected
   bool allow_bench_extensions = false;   // "replay" (serve --bench-extensions)
+  GenerationDefaults sampling_defaults;  // the model's generation_config.json, for fields a request omits
+  ChatTemplateFamily chat_family = ChatTemplateFamily::qwen3;  // what the chat template can render
+  int64_t max_choices = 16;              // the largest n
 };
 
 enum class Endpoint { chat, completion };
+
+// tool_choice. `required` and a named function are constrained by a tool-call grammar
+// (constraint_params: tool_call_gbnf); the parse keeps them for the reply parser.
+enum class ToolChoiceMode { automatic, none, required, function };
+struct ToolChoice {
+  ToolChoiceMode mode = ToolChoiceMode::automatic;
+  std::string function_name;  // mode function
+};
 
 // A /v1/chat/completions or /v1/completions request, validated, before tokenization.
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::chat;
   std::vector<ChatMessage> messages;    // chat
-  ChatOptions chat_options;             // chat
+  ChatOptions chat_options;             // chat: thinking switches, the tools offered
+  ToolChoice tool_choice;               // chat
+  bool parallel_tool_calls = true;      // chat: false stops the reply after its first call
+  std::optional<std::string> reasoning_effort;  // chat: as sent (it has set enable_thinking)
+  int64_t n_choices = 1;                // n: choices, each with its own seed (seed_of_choice)
   std::optional<std::string> prompt_text;  // completion: a string prompt
   std::vector<int32_t> prompt_tokens;      // completion: a prompt given as token ids
   std::optional<int64_t> max_tokens;    // absent: the endpoint's default
@@ -83,16 +102,24 @@ struct CompletionRequest {
 // Checks the bytes (valid UTF-8) and parses a JSON object; throws ApiError.
 json parse_body(std::string_view body);
 
-// Validate every known field; unknown fields are ignored as OpenAI does. Throws ApiError.
+// Validate every known field; unknown fields are ignored as OpenAI does, but a field OpenAI defines
+// that this server does not do is refused by name (never silently dropped). Throws ApiError.
 CompletionRequest parse_chat_request(const json& body, const ProtocolLimits& limits);
 CompletionRequest parse_completion_request(const json& body, const ProtocolLimits& limits);
 
-// /tokenize and /detokenize bodies.
+// The seed of choice `index` of a request seeded `seed`: choice 0 keeps it, the others get
+// distinct seeds derived from it (reported back in each choice).
+uint64_t seed_of_choice(uint64_t seed, int64_t index);
+
+// /tokenize and /detokenize bodies. A /tokenize body gives "content" (text) or "messages" (a chat,
+// rendered as /v1/chat/completions renders it, with its tools and template switches).
 struct TokenizeRequest {
   std::string content;
+  std::optional<CompletionRequest> chat;  // when "messages" was given
   bool add_special = true;
+  bool with_pieces = false;  // each token with its text: [{"id", "piece"}]
 };
-TokenizeRequest parse_tokenize_request(const json& body);
+TokenizeRequest parse_tokenize_request(const json& body, const ProtocolLimits& limits);
 std::vector<int32_t> parse_detokenize_request(const json& body);
 
 // Identity of one reply, shared by its body or all of its chunks.
@@ -126,16 +153,27 @@ json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprobs>& logprobs
 // [{"source": "target" | "long_copy" | "drafter" | "ngram" | "replay", "round": R}, ...], one per token.
 json provenance_json(const std::vector<TokenProvenance>& provenance);
 
-// A whole non-streamed reply.
-json reply_json(const ReplyHeader& header, const std::string& text, const json& logprobs,
-                const ReplySummary& summary);
+// OpenAI's finish_reason: "length" for a reply cut by its budget, "tool_calls" for one that ended
+// having called tools, else "stop".
+const char* wire_finish_reason(FinishReason reason, bool has_tool_calls);
 
-// Stream chunks: the opening one (chat: the assistant role), text deltas, the final one with
-// finish_reason, usage, timings and token_sha, and the include_usage one with empty choices.
-json opening_chunk_json(const ReplyHeader& header);
-json delta_chunk_json(const ReplyHeader& header, const std::string& text, const json& logprobs);
-json final_chunk_json(const ReplyHeader& header, const ReplySummary& summary);
-json usage_chunk_json(const ReplyHeader& header, const ReplySummary& summary);
+// One finished choice of a whole reply: chat {"message": {content, reasoning_content, tool_calls}},
+// completion {"text"}; the choice's own seed and token_sha ride along (extensions).
+json choice_json(const ReplyHeader& header, int64_t index, const AssembledReply& reply, const json& logprobs,
+                 const ReplySummary& summary, uint64_t seed);
+
+// A whole non-streamed reply: its choices, usage over all of them, and the first choice's timings,
+// token_sha and seed at the top, as a single-choice reply has always had them.
+json reply_json(const ReplyHeader& header, json choices, const ReplySummary& first, const json& usage);
+
+// Stream chunks: the opening one (chat: the assistant role), deltas (reasoning, content, tool-call
+// deltas), a choice's final one with finish_reason, usage, timings and token_sha, and the
+// include_usage one with empty choices (and the first choice's figures, as a reply's top level has).
+json opening_chunk_json(const ReplyHeader& header, int64_t index);
+json delta_chunk_json(const ReplyHeader& header, int64_t index, const ReplyPiece& piece, const json& logprobs);
+json final_chunk_json(const ReplyHeader& header, int64_t index, const ReplySummary& summary, bool has_tool_calls,
+                      uint64_t seed);
+json usage_chunk_json(const ReplyHeader& header, const json& usage, const ReplySummary& first);
 
 // JSON text for the wire: invalid UTF-8 (a token cut mid-character) becomes U+FFFD, not a throw.
 std::string dump_json(const json& value);

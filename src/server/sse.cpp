@@ -5,7 +5,7 @@
 
 namespace tf::server {
 
-std::string sse_event(const nlohmann::json& payload) {
+std::string sse_event(const nlohmann::ordered_json& payload) {
   return "data: " + dump_json(payload) + "\n\n";
 }
 

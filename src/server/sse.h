@@ -6,7 +6,7 @@
 
 namespace tf::server {
 
-std::string sse_event(const nlohmann::json& payload);
+std::string sse_event(const nlohmann::ordered_json& payload);
 // The terminator OpenAI clients wait for.
 const std::string& sse_done();
 

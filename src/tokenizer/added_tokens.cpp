@@ -71,11 +71,13 @@ AddedTokenMatcher::AddedTokenMatcher(std::vector<AddedToken> tokens) : tokens_(s
   }
 }
 
-bool AddedTokenMatcher::find_next(std::string_view text, size_t from, Match& match) const {
+bool AddedTokenMatcher::find_next(std::string_view text, size_t from, Match& match,
+                                  const SpecialFilter& is_special_allowed) const {
   for (size_t pos = from; pos < text.size(); ++pos) {
     for (size_t index : candidates_by_first_byte_[static_cast<unsigned char>(text[pos])]) {
       const AddedToken& token = tokens_[index];
       if (text.substr(pos).starts_with(token.content)) {
+        if (token.is_special && is_special_allowed && !is_special_allowed(pos, pos + token.content.size())) continue;
         match = {pos, pos + token.content.size(), &token};
         return true;
       }
@@ -84,10 +86,11 @@ bool AddedTokenMatcher::find_next(std::string_view text, size_t from, Match& mat
   return false;
 }
 
-void AddedTokenMatcher::split(std::string_view text, std::vector<TextSegment>& segments) const {
+void AddedTokenMatcher::split(std::string_view text, std::vector<TextSegment>& segments,
+                              const SpecialFilter& is_special_allowed) const {
   size_t plain_begin = 0;
   Match match{};
-  for (size_t search_from = 0; find_next(text, search_from, match);) {
+  for (size_t search_from = 0; find_next(text, search_from, match, is_special_allowed);) {
     search_from = match.end;
     const AddedToken& token = *match.token;
     if (token.single_word) {

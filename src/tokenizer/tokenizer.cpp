@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <unordered_map>
 
@@ -119,20 +120,32 @@ class HfTokenizer final : public Tokenizer {
     }
   }
 
-  std::vector<int32_t> encode(std::string_view text) const override {
+  std::vector<int32_t> encode(std::string_view text) const override { return encode(text, {}); }
+
+  std::vector<int32_t> encode(std::string_view text, const std::vector<TextSpan>& literal_spans) const override {
     std::string repaired;
     if (!is_valid_utf8(text)) {
+      if (!literal_spans.empty()) fail_internal("literal spans over text that is not valid UTF-8");
       repaired = utf8::replace_invalid(text);
       text = repaired;
     }
     std::vector<int32_t> ids;
     std::vector<TextSegment> segments;
-    raw_added_tokens_.split(text, segments);
+    const auto overlaps_literal = [&](size_t begin, size_t end) {
+      auto it = std::lower_bound(literal_spans.begin(), literal_spans.end(), begin,
+                                 [](const TextSpan& span, size_t at) { return span.end <= at; });
+      return it != literal_spans.end() && it->begin < end;
+    };
+    const AddedTokenMatcher::SpecialFilter is_special_allowed =
+        literal_spans.empty() ? AddedTokenMatcher::SpecialFilter()
+                              : [&](size_t begin, size_t end) { return !overlaps_literal(begin, end); };
+    raw_added_tokens_.split(text, segments, is_special_allowed);
     for (const TextSegment& segment : segments) {
       if (segment.added_token_id >= 0) {
         ids.push_back(segment.added_token_id);
       } else {
-        encode_unmatched(segment.text, ids);
+        const size_t begin = size_t(segment.text.data() - text.data());
+        encode_unmatched(segment.text, !literal_spans.empty() && overlaps_literal(begin, begin + segment.text.size()), ids);
       }
     }
     return ids;
@@ -164,13 +177,15 @@ class HfTokenizer final : public Tokenizer {
  private:
   // Text outside raw-matched added tokens: normalize, then match normalized added tokens,
   // then pre-tokenize and merge.
-  void encode_unmatched(std::string_view text, std::vector<int32_t>& ids) const {
+  // Normalization moves offsets, so a segment touching a literal span matches no special token.
+  void encode_unmatched(std::string_view text, bool is_literal, std::vector<int32_t>& ids) const {
     const std::string normalized = is_nfc_ ? nfc(text) : std::string(text);
     std::vector<TextSegment> segments;
     if (normalized_added_tokens_.is_empty()) {
       segments.push_back({normalized, -1});
     } else {
-      normalized_added_tokens_.split(normalized, segments);
+      normalized_added_tokens_.split(normalized, segments,
+                                     is_literal ? [](size_t, size_t) { return false; } : AddedTokenMatcher::SpecialFilter());
     }
     std::vector<std::string_view> pieces;
     for (const TextSegment& segment : segments) {

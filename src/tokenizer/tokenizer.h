@@ -9,6 +9,12 @@
 
 namespace tf {
 
+// A byte range [begin, end) of a text.
+struct TextSpan {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
 class Tokenizer {
  public:
   // Throws tf::Error naming the file and the field when the file is missing or malformed.
@@ -18,6 +24,9 @@ class Tokenizer {
   // Added tokens found in the text become their ids (special or not); the rest is normalized,
   // pre-tokenized and merged.
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // The same, except that special tokens are not matched where they would overlap a literal span
+  // (sorted, disjoint): text there is encoded as text, as a chat's user messages are.
+  virtual std::vector<int32_t> encode(std::string_view text, const std::vector<TextSpan>& literal_spans) const = 0;
   // Concatenated bytes of the tokens (may end in an incomplete UTF-8 sequence).
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   // The raw bytes of one token; empty for an unknown id.

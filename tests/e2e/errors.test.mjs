@@ -38,7 +38,7 @@ describe('bad input', () => {
     ['top_p below 0', chat({ top_p: -0.5 }), 'top_p'],
     ['temperature above 2', chat({ temperature: 3 }), 'temperature'],
     ['top_logprobs above 20', chat({ logprobs: true, top_logprobs: 21 }), 'top_logprobs'],
-    ['n above 1', chat({ n: 2 }), 'n'],
+    ['n above 16', chat({ n: 17 }), 'n'],
     ['five stop strings', chat({ stop: ['a', 'b', 'c', 'd', 'e'] }), 'stop'],
     ['missing messages', { model: modelId, max_tokens: 4 }, 'messages'],
     ['empty messages', chat({ messages: [] }), 'messages'],

@@ -11,10 +11,11 @@ export const modelDir = path.join(sourceDir, 'tests', 'fixtures', 'models', 'qwe
 export const modelId = 'qwen3-tiny-chat';
 
 // Spawns the server with --port 0 and reads the port it prints, so two runs never race for one.
-// With embeddedDefault the server gets no --model: it runs what a user gets with no flags; `model`
-// names another model directory than the tiny chat model.
+// With embeddedDefault the server gets no --model: it runs what a user gets with no flags. `model`
+// (or `modelDir`, the same) names another model directory than the tiny chat model.
 export async function startServer(extraArgs = [],
-                                  { startTimeoutMs = 60_000, embeddedDefault = false, model: dir = modelDir } = {}) {
+                                  { startTimeoutMs = 60_000, embeddedDefault = false, model: modelOpt, modelDir: modelDirOpt } = {}) {
+  const dir = modelOpt ?? modelDirOpt ?? modelDir;
   if (!binary) throw new Error('TF_BINARY must name the built tensorfold binary');
   const model = embeddedDefault ? [] : ['--model', dir];
   const args = ['serve', ...model, '--host', '127.0.0.1', '--port', '0', ...extraArgs];
