@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (int32_t id : request.prompt_tokens)
         if (id < 0) tf::fuzz::broken("a negative prompt token id was accepted");
     });
-    try_parse([&] { (void)parse_tokenize_request(parsed); });
+    try_parse([&] { (void)parse_tokenize_request(parsed, limits); });
     try_parse([&] {
       for (int32_t id : parse_detokenize_request(parsed))
         if (id < 0) tf::fuzz::broken("a negative token id was accepted by /detokenize");
