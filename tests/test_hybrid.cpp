@@ -387,15 +387,7 @@ std::vector<float> hybrid_chunked_logits(Model& model, const std::vector<int32_t
     }
     neighbours.add(batch, noise ? int64_t(rng() % uint32_t(noise + 1)) : 0);
     neighbours.end_pass();
-    std::vector<float> logits(size_t(batch.n_logit_rows() * n_vocab));
-    model.forward(batch, kv, logits.data());
-    int64_t logit_row = 0;
-    for (size_t r = 0; r < batch.rows.size(); ++r) {
-      if (!batch.rows[r].wants_logits) continue;
-      if (r >= ours && r < ours + size_t(chunk))
-        out.insert(out.end(), logits.begin() + logit_row * n_vocab, logits.begin() + (logit_row + 1) * n_vocab);
-      ++logit_row;
-    }
+    test::append_rows_logits(model, batch, kv, ours, chunk, n_vocab, out);
     done += chunk;
   }
   return out;

@@ -22,6 +22,20 @@ inline std::vector<int32_t> random_ids(std::mt19937& rng, int64_t n, int64_t voc
 }
 
 // Logits of every position of `ids`, prefilled in one forward.
+// Runs `batch` and appends the logits of its rows [first, first + n) (every one wants logits) to out.
+inline void append_rows_logits(Model& model, const Batch& batch, KvCache& kv, size_t first, int64_t n,
+                               int64_t n_vocab, std::vector<float>& out) {
+  std::vector<float> logits(size_t(batch.n_logit_rows() * n_vocab));
+  model.forward(batch, kv, logits.data());
+  int64_t logit_row = 0;
+  for (size_t r = 0; r < batch.rows.size(); ++r) {
+    if (!batch.rows[r].wants_logits) continue;
+    if (r >= first && r < first + size_t(n))
+      out.insert(out.end(), logits.begin() + logit_row * n_vocab, logits.begin() + (logit_row + 1) * n_vocab);
+    ++logit_row;
+  }
+}
+
 inline std::vector<float> prefill_logits(Model& model, const std::vector<int32_t>& ids) {
   const ModelConfig& c = model.config();
   KvCache kv = make_kv_cache(model, kv_blocks_for(int64_t(ids.size())));
@@ -68,15 +82,7 @@ inline std::vector<float> chunked_logits(Model& model, const std::vector<int32_t
                             kv.slot(lane, pos), true});
     }
     add_noise(noise ? int(rng() % uint32_t(noise + 1)) : 0);
-    std::vector<float> logits(size_t(batch.n_logit_rows() * n_vocab));
-    model.forward(batch, kv, logits.data());
-    int64_t logit_row = 0;
-    for (size_t r = 0; r < batch.rows.size(); ++r) {
-      if (!batch.rows[r].wants_logits) continue;
-      if (r >= ours && r < ours + size_t(chunk))
-        out.insert(out.end(), logits.begin() + logit_row * n_vocab, logits.begin() + (logit_row + 1) * n_vocab);
-      ++logit_row;
-    }
+    append_rows_logits(model, batch, kv, ours, chunk, n_vocab, out);
     done += chunk;
   }
   return out;
