@@ -197,12 +197,25 @@ TEST(EngineTest, CancelEndsLiveAndQueuedRequestsWithAFinalUpdate) {
   r.max_tokens = 200;
   r.ignore_eos = true;
   ReplyCollector live, queued;
-  const uint64_t live_id = engine.submit(r, live.sink()).request_id;
+  // The live reply's first update holds the engine thread until both cancels are in, so a fast machine
+  // cannot finish both replies before the test cancels them.
+  std::promise<void> started, cancels_sent;
+  std::shared_future<void> cancels_in = cancels_sent.get_future().share();
+  bool first = true;
+  UpdateSink live_sink = [&, inner = live.sink()](const GenerationUpdate& u) {
+    if (first && !u.is_final) {
+      first = false;
+      started.set_value();
+      cancels_in.wait();
+    }
+    return inner(u);
+  };
+  const uint64_t live_id = engine.submit(r, live_sink).request_id;
   const uint64_t queued_id = engine.submit(r, queued.sink()).request_id;
-  for (int i = 0; i < 500 && engine.stats().lanes_live == 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  started.get_future().wait();
   engine.cancel(queued_id);
   engine.cancel(live_id);
+  cancels_sent.set_value();
   const Reply queued_reply = queued.wait();
   const Reply live_reply = live.wait();
   EXPECT_EQ(queued_reply.final_update.finish_reason, FinishReason::cancelled);

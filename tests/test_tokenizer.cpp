@@ -34,13 +34,14 @@ const nlohmann::json& vectors() {
   return rows;
 }
 
-TEST(Tokenizer, LoadsQuickly) {
+// The load time is printed, not asserted: timing lives in benchmarks (a loaded CI machine would
+// fail a limit without anything being wrong).
+TEST(Tokenizer, LoadsTheWholeVocabulary) {
   const auto start = std::chrono::steady_clock::now();
   const auto tokenizer = tf::Tokenizer::from_file(qwen3_tokenizer_path);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("load: %.3f s\n", seconds);
   EXPECT_EQ(tokenizer->n_tokens(), 151669);
-  EXPECT_LT(seconds, 5.0);  // generous: unoptimized and sanitizer builds share the test
 }
 
 TEST(Tokenizer, EncodeMatchesReference) {
