@@ -7,7 +7,9 @@
 #include "engine/engine.h"
 #include "models/model.h"
 #include "runtime/kv_cache.h"
+#include "runtime/recurrent_checkpoints.h"
 #include "support/fixtures.h"
+#include "support/forward_runs.h"
 #include "support/resumed.h"
 
 namespace tf {
@@ -141,6 +143,126 @@ TEST(PromptCache, ResumedLaneDraftsAsAFreshOne) {
 }
 TEST(PromptCache, RestoredSlotContinuesExactly) {
   test::expect_restored_slot_continues_exactly(tiny_b(), std::string(TF_BINARY_DIR) + "/restored-slot-test.tfslot");
+}
+
+
+// ---- Hybrids: the recurrent state at block boundaries ---------------------------------------------
+
+TEST(RecurrentCheckpoints, KeepsWithinTheBudgetDroppingTheLeastRecentlyUsed) {
+  const BlockKey root = root_block_key("m", "");
+  const auto keys = block_keys(root, tokens_from(1, 64), 64, 16);
+  RecurrentCheckpoints checkpoints(250);
+  EXPECT_TRUE(checkpoints.put(keys[0], std::vector<uint8_t>(100, 1)));
+  EXPECT_TRUE(checkpoints.put(keys[1], std::vector<uint8_t>(100, 2)));
+  ASSERT_NE(checkpoints.find(keys[0]), nullptr);  // now the most recently used
+  EXPECT_TRUE(checkpoints.put(keys[2], std::vector<uint8_t>(100, 3)));
+  EXPECT_TRUE(checkpoints.contains(keys[0]));
+  EXPECT_FALSE(checkpoints.contains(keys[1])) << "the least recently used goes first";
+  EXPECT_EQ(checkpoints.stats().bytes, 200);
+  EXPECT_EQ(checkpoints.stats().evictions, 1);
+  EXPECT_FALSE(checkpoints.put(keys[3], std::vector<uint8_t>(300, 4))) << "larger than the whole budget";
+  EXPECT_EQ(checkpoints.resumable_prefix(keys, 4), 3);
+  EXPECT_EQ(checkpoints.resumable_prefix(keys, 2), 1);
+  checkpoints.forget(keys[0]);
+  EXPECT_EQ(checkpoints.resumable_prefix(keys, 2), 0);
+  EXPECT_EQ(checkpoints.stats().bytes, 100);
+}
+
+std::shared_ptr<Model> hybrid_b() { return load_model(test::fixture_model("qwen3.5-tiny-b"), {}); }
+
+// Rows [from, to) of ids as one pass of `lane` (the chain continues the lane's committed positions).
+void prefill_rows(Model& model, KvCache& kv, int32_t lane, const std::vector<int32_t>& ids, int64_t from, int64_t to,
+                  std::vector<float>* logits) {
+  Batch batch;
+  for (int64_t p = from; p < to; ++p)
+    batch.rows.push_back({ids[size_t(p)], int32_t(p), lane, p == from ? -1 : int32_t(p - from - 1),
+                          kv.slot(lane, p), true});
+  std::vector<float> out(size_t(to - from) * size_t(model.config().vocab_size));
+  model.forward(batch, kv, out.data());
+  if (logits) logits->insert(logits->end(), out.begin(), out.end());
+}
+
+// The state a lane reads at a block boundary, whatever passes brought it there, is the state of
+// that prefix computed alone; a lane started from it (with the prefix's K/V) continues with the
+// logits of a cold prefill, bitwise.
+TEST(HybridCheckpoint, StateAtABoundaryIsThePrefixsAndResumesBitwise) {
+  auto model = hybrid_b();
+  std::mt19937 rng(3);
+  const auto ids = test::random_ids(rng, 60, model->config().vocab_size);
+  const int64_t n_bytes = model->recurrent_state_bytes();
+  ASSERT_GT(n_bytes, 0);
+  ASSERT_FALSE(model->recurrent_state_format().empty());
+
+  KvCache chunked = make_kv_cache(*model, 8);
+  const int32_t a = chunked.lane_open();
+  chunked.lane_reserve(a, 60);
+  std::vector<float> cold_logits;
+  prefill_rows(*model, chunked, a, ids, 0, 20, &cold_logits);
+  prefill_rows(*model, chunked, a, ids, 20, 60, &cold_logits);
+  std::vector<uint8_t> at_32(static_cast<size_t>(n_bytes)), at_48(static_cast<size_t>(n_bytes));
+  model->read_recurrent_state(chunked, a, 32, at_32.data());
+  model->read_recurrent_state(chunked, a, 48, at_48.data());
+  EXPECT_NE(at_32, at_48);
+
+  KvCache alone = make_kv_cache(*model, 8);
+  const int32_t b = alone.lane_open();
+  alone.lane_reserve(b, 32);
+  prefill_rows(*model, alone, b, ids, 0, 32, nullptr);
+  std::vector<uint8_t> alone_32(static_cast<size_t>(n_bytes));
+  model->read_recurrent_state(alone, b, 32, alone_32.data());
+  EXPECT_EQ(alone_32, at_32) << "the state at 32 depends on the passes that reached it";
+
+  // Resume at 32 in a third cache: the prefix's K/V, the checkpoint, then the rest as one pass.
+  KvCache resumed = make_kv_cache(*model, 8);
+  const int32_t c = resumed.lane_open();
+  resumed.lane_reserve(c, 60);
+  std::vector<uint8_t> kv_bytes(static_cast<size_t>(chunked.storage().bytes_for(32)));
+  chunked.storage().read_slots(chunked.slot(a, 0), 32, kv_bytes.data());
+  resumed.storage().write_slots(resumed.slot(c, 0), 32, kv_bytes.data());
+  model->write_recurrent_state(resumed, c, 32, at_32.data());
+  std::vector<float> resumed_logits;
+  prefill_rows(*model, resumed, c, ids, 32, 60, &resumed_logits);
+  const size_t vocab = size_t(model->config().vocab_size);
+  ASSERT_EQ(resumed_logits.size(), 28 * vocab);
+  EXPECT_EQ(0, std::memcmp(resumed_logits.data(), cold_logits.data() + 32 * vocab, resumed_logits.size() * sizeof(float)))
+      << "logits after a resumed state differ from the cold prefill's";
+  std::vector<uint8_t> resumed_48(static_cast<size_t>(n_bytes));
+  model->read_recurrent_state(resumed, c, 48, resumed_48.data());
+  EXPECT_EQ(resumed_48, at_48);
+}
+
+TEST(HybridCheckpoint, ReadingBehindTheStateIsAnInternalError) {
+  auto model = hybrid_b();
+  std::mt19937 rng(4);
+  const auto ids = test::random_ids(rng, 40, model->config().vocab_size);
+  KvCache kv = make_kv_cache(*model, 4);
+  const int32_t lane = kv.lane_open();
+  kv.lane_reserve(lane, 40);
+  prefill_rows(*model, kv, lane, ids, 0, 20, nullptr);
+  prefill_rows(*model, kv, lane, ids, 20, 40, nullptr);
+  std::vector<uint8_t> state(static_cast<size_t>(model->recurrent_state_bytes()));
+  EXPECT_THROW(model->read_recurrent_state(kv, lane, 16, state.data()), std::exception);
+}
+
+// The engine's equalities with a hybrid's cache: every prefix served from a checkpoint, every block
+// (1) or every third (3), drafted (n-gram and long-copy proposers) and not.
+TEST(HybridPromptCache, ResumedEqualsFreshGreedy) { test::expect_resumed_equals_fresh(hybrid_b(), false, false, 11, 1); }
+TEST(HybridPromptCache, ResumedEqualsFreshSampledDrafted) {
+  test::expect_resumed_equals_fresh(hybrid_b(), true, true, 12, 1);
+}
+TEST(HybridPromptCache, ResumedEqualsFreshDraftedGreedyEveryThirdBlock) {
+  test::expect_resumed_equals_fresh(hybrid_b(), false, true, 13, 3);
+}
+TEST(HybridPromptCache, MultiTurnReusesPromptAndReplyAndEqualsCold) { test::expect_multi_turn_equals_cold(hybrid_b()); }
+TEST(HybridPromptCache, SaltsKeepTenantsApartAndOptOutNeitherReadsNorFeeds) {
+  test::expect_salts_and_opt_out_apart(hybrid_b());
+}
+TEST(HybridPromptCache, EvictionUnderPressureNeverTouchesALiveLane) {
+  test::expect_eviction_never_touches_a_live_lane(hybrid_b());
+}
+TEST(HybridPromptCache, RestoredSlotContinuesExactly) {
+  test::expect_restored_slot_continues_exactly(hybrid_b(),
+                                               std::string(TF_BINARY_DIR) + "/restored-hybrid-slot-test.tfslot");
 }
 
 }  // namespace

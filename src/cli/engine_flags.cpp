@@ -90,6 +90,14 @@ void add_engine_flags(CLI::App& command, EngineFlags& flags) {
   command.add_flag("--no-prompt-cache", flags.no_prompt_cache,
                    "Turn the automatic prefix cache off (every prompt is prefilled from nothing)")
       ->envname("TF_NO_PROMPT_CACHE");
+  command.add_option("--recurrent-cache-mib", flags.recurrent_cache_mib,
+                     "Hybrid models: MiB of recurrent-state checkpoints cached prefixes resume from (-1: as much "
+                     "as the KV pool)")
+      ->envname("TF_RECURRENT_CACHE_MIB")->capture_default_str();
+  command.add_option("--recurrent-checkpoint-blocks", flags.recurrent_checkpoint_blocks,
+                     "Hybrid models: a prompt keeps its state every this many 16-token blocks (0: as often as costs "
+                     "no more memory than their K/V)")
+      ->envname("TF_RECURRENT_CHECKPOINT_BLOCKS")->capture_default_str();
 }
 
 ServingOptions serving_options(const EngineFlags& flags, EngineOptions engine) {
@@ -112,6 +120,13 @@ ServingOptions serving_options(const EngineFlags& flags, EngineOptions engine) {
           "--kv-pool-fraction must be at least 0 and below 1; got " + std::to_string(flags.kv_pool_fraction) + ".");
   require(flags.kv_pool_fraction == 0.0 || flags.kv_pool_tokens == 0,
           "give --kv-pool-tokens or --kv-pool-fraction, not both.");
+  require(flags.recurrent_cache_mib >= -1 && flags.recurrent_cache_mib <= (int64_t(1) << 24),
+          "--recurrent-cache-mib must be -1 (as much as the KV pool), 0 (none) or a size in MiB; got " +
+              std::to_string(flags.recurrent_cache_mib) + ".");
+  require_in_range(flags.recurrent_checkpoint_blocks, 0, int64_t(1) << 20, "--recurrent-checkpoint-blocks",
+                   "blocks (0: automatic)");
+  engine.recurrent_cache_bytes = flags.recurrent_cache_mib < 0 ? -1 : flags.recurrent_cache_mib << 20;
+  engine.recurrent_checkpoint_blocks = flags.recurrent_checkpoint_blocks;
   engine.kv_pool_tokens = flags.kv_pool_tokens;
   engine.kv_pool_fraction = flags.kv_pool_fraction;
   engine.prompt_cache = !flags.no_prompt_cache;

@@ -38,6 +38,8 @@ struct EngineFlags {
   int64_t kv_pool_tokens = EngineOptions{}.kv_pool_tokens;
   double kv_pool_fraction = EngineOptions{}.kv_pool_fraction;
   bool no_prompt_cache = false;
+  int64_t recurrent_cache_mib = -1;  // -1: as large as the KV pool
+  int64_t recurrent_checkpoint_blocks = EngineOptions{}.recurrent_checkpoint_blocks;
 };
 
 // Registers the shared flags on a subcommand.

@@ -16,13 +16,13 @@ void Engine::Impl::admit() {
     const int64_t n_positions = int64_t(prompt.size()) + next.request.max_tokens;
     // The prompt's last position is always computed: its logits give the first token. A partly
     // filled block is recomputed too (only full blocks are keyed).
-    // A hybrid's recurrent state is not yet checkpointed at block boundaries, so its lanes cannot
-    // start past position 0: they neither adopt nor publish (they prefill cold, as exactly).
-    const bool uses_cache = options.prompt_cache && next.request.cache_prompt && !model->config().is_hybrid();
+    // A recurrent model's lane resumes only where a checkpoint holds its state.
+    const bool uses_cache = options.prompt_cache && next.request.cache_prompt;
     const BlockKey root = root_block_key(options.model_id, next.request.cache_salt);
     std::vector<BlockKey> keys;
     if (uses_cache) keys = block_keys(root, prompt, int64_t(prompt.size()) - 1, kv.block_size());
-    const int64_t n_adopt = kv.n_cached_prefix(keys);
+    int64_t n_adopt = kv.n_cached_prefix(keys);
+    if (model->recurrent_state_bytes() > 0) n_adopt = checkpoints.resumable_prefix(keys, n_adopt);
     if (kv.admission_cost(keys, n_adopt, n_positions) > kv.n_free_blocks()) break;
     auto lane = std::make_unique<Lane>();
     lane->id = next.id;
@@ -56,8 +56,21 @@ void Engine::Impl::admit() {
   n_waiting = stats.queue_depth;
   record_pool_stats();
   lock.unlock();
-  // A drafter's context from cached taps is compute: outside the lock submit() and stats() take.
-  for (size_t i = first_new; i < lanes.size(); ++i) adopt_taps(*lanes[i]);
+  // A drafter's context from cached taps is compute, a recurrent state a copy: outside the lock
+  // submit() and stats() take.
+  for (size_t i = first_new; i < lanes.size(); ++i) {
+    adopt_recurrent_state(*lanes[i]);
+    adopt_taps(*lanes[i]);
+  }
+}
+
+// A recurrent model's lane that adopted cached blocks starts from the state checkpointed at their
+// end (admission adopted no further than a checkpoint).
+void Engine::Impl::adopt_recurrent_state(Lane& lane) {
+  if (lane.n_keyed_blocks == 0 || model->recurrent_state_bytes() == 0) return;
+  const std::vector<uint8_t>* state = checkpoints.find(lane.last_key);
+  if (!state) fail_internal("a lane adopted cached blocks past the last recurrent checkpoint");
+  model->write_recurrent_state(kv, lane.kv_lane, lane.n_cached, state->data());
 }
 
 // A lane that adopted cached blocks hands its drafter their taps, so it drafts from the first
@@ -91,7 +104,27 @@ void Engine::Impl::publish_blocks(Lane& lane) {
       lane.pending_taps.erase(lane.pending_taps.begin(), end);
     }
     kv.publish(lane.kv_lane, lane.n_keyed_blocks, lane.last_key, std::move(taps));
+    checkpoint_block(lane, lane.n_keyed_blocks);
     ++lane.n_keyed_blocks;
+  }
+}
+
+// A recurrent model's state at the end of the block just published: kept as a checkpoint every
+// checkpoint_every blocks and at the prompt's last full block (a shared system prompt, the same
+// prompt again), and held by the lane otherwise, so that the block it ends on when it retires
+// gets one (the next turn of a chat resumes there). The state is read now, before the next
+// forward folds later positions into it.
+void Engine::Impl::checkpoint_block(Lane& lane, int64_t index) {
+  if (model->recurrent_state_bytes() == 0) return;
+  lane.last_block_state.clear();
+  if (checkpoints.contains(lane.last_key)) return;
+  std::vector<uint8_t> state(size_t(model->recurrent_state_bytes()));
+  model->read_recurrent_state(kv, lane.kv_lane, (index + 1) * kv.block_size(), state.data());
+  const int64_t prompt_blocks = (lane.n_prompt - 1) / kv.block_size();
+  if ((index + 1) % checkpoint_every == 0 || index + 1 == prompt_blocks) {
+    checkpoints.put(lane.last_key, std::move(state));
+  } else {
+    lane.last_block_state = std::move(state);
   }
 }
 
@@ -105,6 +138,10 @@ void Engine::Impl::record_pool_stats() {
   stats.kv_blocks_cached = pool.cached;
   stats.kv_blocks_free = pool.free;
   stats.kv_evictions = pool.evictions;
+  const RecurrentCheckpointStats states = checkpoints.stats();
+  stats.recurrent_checkpoints = states.n_checkpoints;
+  stats.recurrent_checkpoint_bytes = states.bytes;
+  stats.recurrent_checkpoint_evictions = states.evictions;
 }
 
 int64_t Engine::Impl::window_for(const Lane& lane, int64_t n_decoding) const {

@@ -39,6 +39,15 @@ static int64_t kv_pool_blocks(const EngineOptions& opts, const Model& model) {
   return pool + kv_blocks_for(opts.max_rows_per_round);
 }
 
+// A checkpoint of a recurrent model's state every so many blocks: by default as often as its
+// bytes stay within the K/V bytes of the blocks it covers (a tiny model every block; a 27B hybrid,
+// whose state outweighs a thousand positions of K/V, about every 75).
+static int64_t checkpoint_interval(const EngineOptions& opts, const Model& model, const KvCache& kv) {
+  if (opts.recurrent_checkpoint_blocks > 0) return opts.recurrent_checkpoint_blocks;
+  const int64_t block_bytes = std::max<int64_t>(1, kv.storage().bytes_for(kv.block_size()));
+  return std::max<int64_t>(1, (model.recurrent_state_bytes() + block_bytes - 1) / block_bytes);
+}
+
 Engine::Impl::Impl(const EngineOptions& opts, std::shared_ptr<Model> m, std::shared_ptr<const Tokenizer> t,
                    SpeculationOptions speculation_options)
     : options(opts),
@@ -46,6 +55,8 @@ Engine::Impl::Impl(const EngineOptions& opts, std::shared_ptr<Model> m, std::sha
       tokenizer(std::move(t)),
       eos_ids(model->config().eos_token_ids),
       kv(make_kv_cache(*model, kv_pool_blocks(opts, *model))),
+      checkpoints(opts.recurrent_cache_bytes >= 0 ? opts.recurrent_cache_bytes : kv.storage().bytes_for(kv.storage().n_slots())),
+      checkpoint_every(checkpoint_interval(opts, *model, kv)),
       speculation(std::move(speculation_options)),
       slot_records(size_t(opts.n_parallel)) {
   for (size_t i = 0; i < slot_records.size(); ++i) slot_records[i].info.id = int32_t(i);
@@ -67,6 +78,8 @@ Engine::Engine(const EngineOptions& options, std::shared_ptr<Model> model,
   if (options.kv_pool_tokens > 0 && options.kv_pool_tokens < options.n_ctx)
     fail("--kv-pool-tokens " + std::to_string(options.kv_pool_tokens) + " cannot hold one request of --ctx " +
          std::to_string(options.n_ctx) + " positions");
+  if (options.recurrent_cache_bytes < -1) fail("--recurrent-cache-mib must be 0 or more");
+  if (options.recurrent_checkpoint_blocks < 0) fail("--recurrent-checkpoint-blocks must be 0 (automatic) or more");
   if (options.n_ctx > model->config().max_position_embeddings)
     fail("--ctx " + std::to_string(options.n_ctx) + " exceeds the model's max_position_embeddings (" +
          std::to_string(model->config().max_position_embeddings) + ")");

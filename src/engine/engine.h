@@ -32,6 +32,12 @@ struct EngineOptions {
   int64_t kv_pool_tokens = 0;
   double kv_pool_fraction = 0.0;   // or this fraction of the GPU's free memory (0: by tokens)
   bool prompt_cache = true;        // the automatic prefix cache (requests may still opt out)
+  // A recurrent model's (a hybrid's) state checkpoints, which let its lanes resume a cached prefix:
+  // their total bytes (-1: as many as the KV pool's) and how often a prompt keeps one, in blocks
+  // (0: as often as costs no more memory than the K/V of those blocks). A prompt's last full block
+  // and a reply's last full block always keep one.
+  int64_t recurrent_cache_bytes = -1;
+  int64_t recurrent_checkpoint_blocks = 0;
   std::string model_id;            // names the model in prefix-cache keys and saved slots
   // The backend's arithmetic (the CPU kernels' instruction path): saved K/V comes back only into
   // an engine of the same, since another path computes other bits.
@@ -77,6 +83,10 @@ struct EngineStats {
   int64_t kv_blocks_cached = 0;
   int64_t kv_blocks_free = 0;
   int64_t kv_evictions = 0;
+  // A recurrent model's state checkpoints (now; evictions since start).
+  int64_t recurrent_checkpoints = 0;
+  int64_t recurrent_checkpoint_bytes = 0;
+  int64_t recurrent_checkpoint_evictions = 0;
   int64_t queue_depth = 0;  // now
   int64_t lanes_live = 0;   // now
 };
@@ -105,6 +115,10 @@ struct SlotSnapshot {
   std::vector<uint8_t> kv;     // [n_blocks][KvStorage::bytes_for(block_size)]
   int64_t tap_width = 0;       // 0: no drafter taps saved
   std::vector<float> taps;     // [n_blocks * block_size][tap_width]
+  // A recurrent model's state at the end of block n_blocks - 1 (Model::recurrent_state_format);
+  // without it such a model's blocks are of no use, so none are saved.
+  std::string recurrent_format;
+  std::vector<uint8_t> recurrent;
 };
 
 enum class SubmitStatus { accepted, queue_full, too_long, invalid };

@@ -25,6 +25,7 @@
 #include "models/model.h"
 #include "runtime/batch.h"
 #include "runtime/kv_cache.h"
+#include "runtime/recurrent_checkpoints.h"
 #include "speculation/proposer_gate.h"
 #include "speculation/speculation.h"
 
@@ -70,6 +71,8 @@ struct Engine::Impl {
   std::vector<int32_t> eos_ids;
   std::shared_ptr<const TokenVocabulary> grammar_tokens;  // made at the first grammar request
   KvCache kv;
+  RecurrentCheckpoints checkpoints;  // used by a model with recurrent state only
+  int64_t checkpoint_every = 0;      // blocks between a prompt's checkpoints
   Speculation speculation;
 
   std::mutex mutex;
@@ -115,7 +118,9 @@ struct Engine::Impl {
   void admit();
   int64_t window_for(const Lane& lane, int64_t n_decoding) const;
   void adopt_taps(Lane& lane);
+  void adopt_recurrent_state(Lane& lane);
   void publish_blocks(Lane& lane);
+  void checkpoint_block(Lane& lane, int64_t index);
   void record_pool_stats();  // under mutex
   // round_rows.cpp
   void pack_rows(RoundRows& rows);

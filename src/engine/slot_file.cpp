@@ -1,5 +1,6 @@
 // Layout: "TFSLOT\n", a u64 header length, the header (JSON), the tokens (i32), the K/V bytes, the
-// taps (f32), then the SHA-256 of every byte before it. Numbers little-endian.
+// taps (f32), a recurrent model's state bytes, then the SHA-256 of every byte before it. Numbers
+// little-endian.
 #include "engine/slot_file.h"
 
 #include <cstdio>
@@ -54,6 +55,8 @@ int64_t write_slot_file(const std::string& path, const SlotSnapshot& s, const Mo
                        {"n_blocks", s.n_blocks},
                        {"kv_bytes", s.kv.size()},
                        {"tap_width", s.tap_width},
+                       {"recurrent_format", s.recurrent_format},
+                       {"recurrent_bytes", s.recurrent.size()},
                        {"cache_salt", s.cache_salt}};
   const std::string header_text = header.dump();
   std::string bytes(kMagic, kMagicSize);
@@ -62,6 +65,7 @@ int64_t write_slot_file(const std::string& path, const SlotSnapshot& s, const Mo
   put_array(bytes, s.tokens);
   put_array(bytes, s.kv);
   put_array(bytes, s.taps);
+  put_array(bytes, s.recurrent);
   Sha256 hasher;
   hasher.update(bytes);
   const auto digest = hasher.digest();
@@ -118,13 +122,16 @@ SlotSnapshot read_slot_file(const std::string& path, const ModelIdentity& model,
   s.block_size = int64_t(number("block_size"));
   s.n_blocks = int64_t(number("n_blocks"));
   s.tap_width = int64_t(number("tap_width"));
+  s.recurrent_format = text("recurrent_format");
   const uint64_t n_tokens = number("n_tokens"), kv_bytes = number("kv_bytes");
+  const uint64_t recurrent_bytes = number("recurrent_bytes");
   const uint64_t n_taps = uint64_t(s.n_blocks) * uint64_t(s.block_size) * uint64_t(s.tap_width);
   if (n_tokens > (1u << 30) || kv_bytes > (uint64_t(1) << 40) || n_taps > (uint64_t(1) << 36) ||
-      s.block_size < 1 || uint64_t(s.n_blocks) * uint64_t(s.block_size) > n_tokens ||
+      recurrent_bytes > (uint64_t(1) << 40) || s.block_size < 1 ||
+      uint64_t(s.n_blocks) * uint64_t(s.block_size) > n_tokens ||
       (s.n_blocks > 0 && kv_bytes % uint64_t(s.n_blocks) != 0) || (s.n_blocks == 0 && kv_bytes != 0))
     refuse("has a corrupt header (sizes that do not fit together)");
-  const uint64_t body = 4 * n_tokens + kv_bytes + 4 * n_taps;
+  const uint64_t body = 4 * n_tokens + kv_bytes + 4 * n_taps + recurrent_bytes;
   const size_t body_at = header_at + size_t(header_size);
   if (bytes.size() != body_at + body + 32)
     refuse(bytes.size() < body_at + body + 32 ? "is truncated" : "has bytes past its end");
@@ -141,6 +148,8 @@ SlotSnapshot read_slot_file(const std::string& path, const ModelIdentity& model,
   at += kv_bytes;
   s.taps.resize(size_t(n_taps));
   std::memcpy(s.taps.data(), bytes.data() + at, 4 * n_taps);
+  at += 4 * n_taps;
+  s.recurrent.assign(bytes.begin() + int64_t(at), bytes.begin() + int64_t(at + recurrent_bytes));
   return s;
 }
 

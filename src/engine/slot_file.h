@@ -1,4 +1,4 @@
-// The saved-slot file: a slot's sequence and K/V (SlotSnapshot) with a header naming the model
+// The saved-slot file: a slot's sequence, K/V and any recurrent state (SlotSnapshot) with a header naming the model
 // (its files' SHA-256), the K/V's storage form and the format version, closed by a SHA-256 of
 // everything before it, so a file for another model, a truncated or a corrupt one is refused with a
 // sentence saying which, before any of it reaches the cache.
@@ -18,7 +18,7 @@ struct ModelIdentity {
   std::vector<std::pair<std::string, std::string>> files;  // (file name, hex SHA-256), sorted
 };
 
-constexpr int kSlotFileVersion = 1;
+constexpr int kSlotFileVersion = 2;  // 2: a recurrent model's state
 
 // Writes atomically (a temporary file renamed over `path`); returns the bytes written. Throws
 // tf::Error when the file cannot be written.

@@ -118,6 +118,16 @@ SlotSnapshot Engine::save_slot(int32_t id) {
       snapshot.tap_width = 0;
       snapshot.taps.clear();
     }
+    // A recurrent model resumes only where its state was checkpointed: the blocks up to the last
+    // checkpoint, and that state, are what is worth saving.
+    if (impl.model->recurrent_state_bytes() > 0) {
+      const int64_t n = impl.checkpoints.resumable_prefix(keys, snapshot.n_blocks);
+      snapshot.n_blocks = n;
+      snapshot.kv.resize(size_t(n * block_bytes));
+      if (snapshot.tap_width > 0) snapshot.taps.resize(size_t(n * block_size * snapshot.tap_width));
+      snapshot.recurrent_format = impl.model->recurrent_state_format();
+      if (n > 0) snapshot.recurrent = *impl.checkpoints.find(keys[size_t(n - 1)]);
+    }
     return snapshot;
   });
 }
@@ -135,15 +145,20 @@ int64_t Engine::restore_slot(int32_t id, SlotSnapshot snapshot) {
         fail("the saved slot has token id " + std::to_string(token) + ", outside this model's vocabulary");
     const int64_t block_size = kv.block_size();
     const int64_t block_bytes = kv.storage().bytes_for(block_size);
+    const int64_t state_bytes = impl.model->recurrent_state_bytes();
+    const bool same_state_form =
+        snapshot.recurrent_format == impl.model->recurrent_state_format() &&
+        int64_t(snapshot.recurrent.size()) == (state_bytes > 0 && snapshot.n_blocks > 0 ? state_bytes : 0);
     const bool same_form = snapshot.kv_format == impl.kv_form() && snapshot.block_size == block_size &&
-                           int64_t(snapshot.kv.size()) == snapshot.n_blocks * block_bytes;
+                           int64_t(snapshot.kv.size()) == snapshot.n_blocks * block_bytes && same_state_form;
     // Only whole blocks of this storage's form come back; another form's K/V (another backend)
     // would not be the bits this machine computes, so those positions are prefilled again.
     int64_t n_restored = 0;
     if (same_form) {
       const BlockKey root = root_block_key(impl.options.model_id, snapshot.cache_salt);
       const auto keys = block_keys(root, snapshot.tokens, int64_t(snapshot.tokens.size()), block_size);
-      const int64_t n = std::min({snapshot.n_blocks, int64_t(keys.size()), kv.n_free_blocks()});
+      int64_t n = std::min({snapshot.n_blocks, int64_t(keys.size()), kv.n_free_blocks()});
+      if (state_bytes > 0 && n < snapshot.n_blocks) n = 0;  // the state is for the last block only
       std::vector<uint8_t> bytes(static_cast<size_t>(block_bytes));
       for (int64_t b = 0; b < n; ++b) {
         std::copy_n(snapshot.kv.data() + b * block_bytes, block_bytes, bytes.data());
@@ -154,6 +169,12 @@ int64_t Engine::restore_slot(int32_t id, SlotSnapshot snapshot) {
         }
         if (!kv.insert_cached(keys[size_t(b)], bytes, std::move(taps))) break;
         n_restored += block_size;
+      }
+      // A recurrent model resumes from the last block's state; blocks without it are of no use.
+      if (state_bytes > 0) {
+        const bool has_state = n > 0 && n_restored == n * block_size &&
+                               impl.checkpoints.put(keys[size_t(n - 1)], std::move(snapshot.recurrent));
+        if (!has_state) n_restored = 0;
       }
     }
     std::lock_guard<std::mutex> lock(impl.mutex);
@@ -172,8 +193,10 @@ int64_t Engine::erase_slot(int32_t id) {
     std::lock_guard<std::mutex> lock(impl.mutex);
     Impl::SlotRecord& record = impl.idle_slot(id);
     const BlockKey root = root_block_key(impl.options.model_id, record.cache_salt);
-    for (const BlockKey& key : block_keys(root, record.tokens, int64_t(record.tokens.size()), impl.kv.block_size()))
+    for (const BlockKey& key : block_keys(root, record.tokens, int64_t(record.tokens.size()), impl.kv.block_size())) {
       impl.kv.forget(key);
+      impl.checkpoints.forget(key);
+    }
     const int64_t n_erased = int64_t(record.tokens.size());
     record.tokens.clear();
     record.info.n_tokens = 0;

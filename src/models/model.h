@@ -63,6 +63,24 @@ class Model {
     static const std::vector<float> none;
     return none;
   }
+  // A recurrent model's per-lane state (a hybrid's DeltaNet and convolution state), which the
+  // prefix cache and saved slots keep at block boundaries because K/V cannot rebuild it. Models
+  // without one have 0 bytes and are never asked for it.
+  virtual int64_t recurrent_state_bytes() const { return 0; }
+  // The state's layout and element type: saved state is only put back into a model of the same form.
+  virtual std::string recurrent_state_format() const { return {}; }
+  // Copies out the state the lane's sequence has at `position`: every position before it is
+  // committed, and none after the last forward's start is folded in yet (the state never rolls back).
+  virtual void read_recurrent_state(KvCache& kv, int32_t lane, int64_t position, uint8_t* out) {
+    (void)kv, (void)lane, (void)position, (void)out;
+    fail_internal("this model has no recurrent state to read");
+  }
+  // Starts the lane's sequence at `position` from a state read_recurrent_state gave for the same
+  // tokens: its next forward's first row is at `position`.
+  virtual void write_recurrent_state(KvCache& kv, int32_t lane, int64_t position, const uint8_t* in) {
+    (void)kv, (void)lane, (void)position, (void)in;
+    fail_internal("this model has no recurrent state to write");
+  }
   // The block drafter in drafter_dir, on this model's backend and sharing its embedding and LM head.
   // Throws tf::Error naming the directory and the field or tensor.
   virtual std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, int n_threads) const = 0;

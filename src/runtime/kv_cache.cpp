@@ -1,5 +1,4 @@
-
-
+// The KV pool and the prefix cache: block keys, tables, references, promises and eviction.
 #include "runtime/kv_cache.h"
 
 #include <algorithm>

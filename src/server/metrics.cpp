@@ -50,6 +50,14 @@ std::string prometheus_text(const EngineStats& stats) {
   append_metric(out, "kv_blocks_free", "gauge", "KV blocks holding nothing.", double(stats.kv_blocks_free));
   append_metric(out, "kv_evictions_total", "counter", "Cached KV blocks evicted to make room.",
                 double(stats.kv_evictions));
+  append_metric(out, "recurrent_checkpoints", "gauge",
+                "Recurrent-state checkpoints a hybrid model's cached prefixes resume from.",
+                double(stats.recurrent_checkpoints));
+  append_metric(out, "recurrent_checkpoint_bytes", "gauge", "Bytes those checkpoints hold.",
+                double(stats.recurrent_checkpoint_bytes));
+  append_metric(out, "recurrent_checkpoint_evictions_total", "counter",
+                "Recurrent-state checkpoints dropped to stay within --recurrent-cache-mib.",
+                double(stats.recurrent_checkpoint_evictions));
   append_metric(out, "queue_depth", "gauge", "Requests waiting for a lane.",
                 double(stats.queue_depth));
   append_metric(out, "lanes_live", "gauge", "Lanes generating now.", double(stats.lanes_live));

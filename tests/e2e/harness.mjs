@@ -121,3 +121,25 @@ export async function waitForMetrics(server, predicate, timeoutMs = 10_000) {
   }
   return values;
 }
+
+// A five-turn chat about one Python file (the multi-turn prefix cache's tests): `ask` sends the
+// conversation so far and returns the reply; each reply's content joins the conversation.
+export const chatQuestions = [
+  'Write a Python function that adds two numbers.',
+  'Now make it add three numbers.',
+  'Rename the function to total.',
+  'Add a docstring.',
+  'Show the whole file again.',
+];
+
+export async function converse(ask) {
+  const messages = [{ role: 'system', content: 'You are a helpful assistant that writes Python.' }];
+  const replies = [];
+  for (const question of chatQuestions) {
+    messages.push({ role: 'user', content: question });
+    const reply = await ask(messages);
+    replies.push(reply);
+    messages.push({ role: 'assistant', content: reply.choices[0].message.content });
+  }
+  return replies;
+}

@@ -1,12 +1,15 @@
 // A Qwen3.5-class hybrid (Gated DeltaNet + gated attention) served by `tensorfold serve --model DIR`:
 // /v1/completions through the `openai` client, with speculation on; replies equal the draft-off
-// ones and the solo ones when eight run together.
+// ones and the solo ones when eight run together; a chat resumed from the prefix cache (the
+// recurrent state's checkpoints) and a restored slot equal the cold conversation.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { modelDir as chatModelDir, openaiClient, request, sourceDir, startServer } from './harness.mjs';
+import {
+  chatQuestions, converse, metrics, modelDir as chatModelDir, openaiClient, request, sourceDir, startServer,
+} from './harness.mjs';
 
 // The tiny hybrid with the real Qwen3 vocabulary, beside the tiny chat model's tokenizer files.
 const hybridFixture = path.join(sourceDir, 'tests', 'fixtures', 'models', 'qwen3.5-tiny-chat');
@@ -77,4 +80,69 @@ test('the model is listed and a bad parameter is a 400 naming it', async () => {
   const bad = await request(server, '/v1/completions', { body: { prompt: 'x', max_tokens: -1 } });
   assert.equal(bad.status, 400);
   assert.match(bad.text, /max_tokens/);
+});
+
+test('a five-turn chat resumes from the cache and equals the cold conversation', { timeout: 240_000 }, async () => {
+  const cold = await startServer(['--no-prompt-cache'], { model: dir });
+  try {
+    const ask = (c) => (messages) => c.chat.completions.create({
+      model: modelId, messages, max_tokens: 32, temperature: 0.7, seed: 5,
+    });
+    const warm = await converse(ask(client));
+    const fresh = await converse(ask(openaiClient(cold)));
+    for (let i = 0; i < chatQuestions.length; ++i) {
+      assert.equal(warm[i].token_sha, fresh[i].token_sha, `turn ${i + 1}`);
+      assert.equal(warm[i].choices[0].message.content, fresh[i].choices[0].message.content, `turn ${i + 1}`);
+    }
+    for (let i = 1; i < chatQuestions.length; ++i) {
+      const { prompt_tokens: total, prompt_tokens_details: { cached_tokens: hit } } = warm[i].usage;
+      assert.ok(hit > 0 && hit < total, `turn ${i + 1} resumed the conversation so far (${hit} of ${total})`);
+      assert.equal(hit % 16, 0, 'at a block boundary');
+    }
+    const values = await metrics(server);
+    assert.ok(values.tensorfold_recurrent_checkpoints > 0);
+    assert.ok(values.tensorfold_recurrent_checkpoint_bytes > 0);
+  } finally {
+    await cold.stop();
+  }
+});
+
+test('a saved hybrid slot survives a restart and continues exactly', { timeout: 240_000 }, async () => {
+  const slotDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tf-hybrid-slots-'));
+  const messages = [{ role: 'user', content: 'Write a Python class for a stack with push and pop.' }];
+  const ask = (s, history) => request(s, '/v1/chat/completions', {
+    body: { model: modelId, messages: history, max_tokens: 40, temperature: 0 },
+  });
+  try {
+    const first = await startServer(['--parallel', '1', '--slot-save-path', slotDir], { model: dir });
+    let reply;
+    try {
+      reply = await ask(first, messages);
+      assert.equal(reply.status, 200, reply.text);
+      const saved = await request(first, '/slots/0?action=save', { body: { name: 'stack' } });
+      assert.equal(saved.status, 200, saved.text);
+      assert.ok(saved.json.n_saved_kv >= 16, saved.text);
+    } finally {
+      await first.stop();
+    }
+    const next = [...messages, { role: 'assistant', content: reply.json.choices[0].message.content },
+      { role: 'user', content: 'Add a peek method.' }];
+    const cold = await startServer(['--no-prompt-cache'], { model: dir });
+    const expected = await ask(cold, next);
+    await cold.stop();
+    const second = await startServer(['--parallel', '1', '--slot-save-path', slotDir], { model: dir });
+    try {
+      const restored = await request(second, '/slots/0?action=restore', { body: { name: 'stack' } });
+      assert.equal(restored.status, 200, restored.text);
+      assert.ok(restored.json.n_restored_kv >= 16, restored.text);
+      const resumed = await ask(second, next);
+      assert.equal(resumed.json.token_sha, expected.json.token_sha);
+      assert.equal(resumed.json.choices[0].message.content, expected.json.choices[0].message.content);
+      assert.ok(resumed.json.usage.prompt_tokens_details.cached_tokens >= 16, JSON.stringify(resumed.json.usage));
+    } finally {
+      await second.stop();
+    }
+  } finally {
+    fs.rmSync(slotDir, { recursive: true, force: true });
+  }
 });

@@ -6,28 +6,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { metrics, modelId, openaiClient, request, startServer } from './harness.mjs';
-
-const questions = [
-  'Write a Python function that adds two numbers.',
-  'Now make it add three numbers.',
-  'Rename the function to total.',
-  'Add a docstring.',
-  'Show the whole file again.',
-];
-
-// The conversation of `turns` replies; `ask` sends one turn and returns the assistant's reply.
-async function converse(ask) {
-  const messages = [{ role: 'system', content: 'You are a helpful assistant that writes Python.' }];
-  const replies = [];
-  for (const question of questions) {
-    messages.push({ role: 'user', content: question });
-    const reply = await ask(messages);
-    replies.push(reply);
-    messages.push({ role: 'assistant', content: reply.choices[0].message.content });
-  }
-  return replies;
-}
+import { chatQuestions as questions, converse, metrics, modelId, openaiClient, request, startServer } from './harness.mjs';
 
 const turn = (client, extra = {}) => (messages) => client.chat.completions.create({
   model: modelId, messages, max_tokens: 48, temperature: 0.7, seed: 11, ...extra,

@@ -2,6 +2,7 @@
 #include "backends/cpu/hybrid_state_storage.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace tf {
 
@@ -34,6 +35,45 @@ void HybridStateStorage::reset_lane(int32_t lane) {
   state.state.assign(size_t(n_linear_layers_ * state_per_layer_), 0.0f);
   state.conv.assign(size_t(n_linear_layers_ * conv_per_layer_), 0.0f);
   state.inputs.assign(size_t(n_linear_layers_), {});
+}
+
+namespace {
+int64_t state_floats(const ModelConfig& c) {
+  const HybridConfig& h = c.hybrid;
+  return h.n_layers_of(LayerKind::linear_attention) * h.linear_n_value_heads * h.linear_key_head_dim *
+         h.linear_value_head_dim;
+}
+int64_t conv_floats(const ModelConfig& c) {
+  const HybridConfig& h = c.hybrid;
+  return h.n_layers_of(LayerKind::linear_attention) * (h.conv_kernel - 1) * h.conv_dim();
+}
+}  // namespace
+
+int64_t HybridStateStorage::lane_bytes(const ModelConfig& config) {
+  return int64_t(sizeof(float)) * (state_floats(config) + conv_floats(config));
+}
+
+std::string HybridStateStorage::lane_format(const ModelConfig& config) {
+  const HybridConfig& h = config.hybrid;
+  const auto n = std::to_string(h.n_layers_of(LayerKind::linear_attention));
+  return "f32 state " + n + "x" + std::to_string(h.linear_n_value_heads) + "x" + std::to_string(h.linear_key_head_dim) +
+         "x" + std::to_string(h.linear_value_head_dim) + ", conv " + n + "x" + std::to_string(h.conv_kernel - 1) + "x" +
+         std::to_string(h.conv_dim());
+}
+
+void HybridStateStorage::read_lane(int32_t lane_id, uint8_t* out) {
+  const LaneRecurrence& state = lane(lane_id);
+  std::memcpy(out, state.state.data(), state.state.size() * sizeof(float));
+  std::memcpy(out + state.state.size() * sizeof(float), state.conv.data(), state.conv.size() * sizeof(float));
+}
+
+void HybridStateStorage::write_lane(int32_t lane_id, int64_t position, const uint8_t* in) {
+  lane(lane_id);
+  reset_lane(lane_id);
+  LaneRecurrence& state = lanes_[size_t(lane_id)];
+  std::memcpy(state.state.data(), in, state.state.size() * sizeof(float));
+  std::memcpy(state.conv.data(), in + state.state.size() * sizeof(float), state.conv.size() * sizeof(float));
+  state.position = position;
 }
 
 }  // namespace tf

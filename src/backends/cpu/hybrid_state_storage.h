@@ -9,6 +9,7 @@
 // and rejected rows leave no trace.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/host_kv_storage.h"
@@ -41,6 +42,14 @@ class HybridStateStorage : public HostKvStorage {
   LaneRecurrence& lane(int32_t lane);
   // Clears a lane's state back to position 0 (a lane id reused by a new sequence).
   void reset_lane(int32_t lane);
+
+  // A lane's state and conv history as bytes (the prefix cache's checkpoints, saved slots): f32,
+  // every layer's state, then every layer's conv history.
+  static int64_t lane_bytes(const ModelConfig& config);
+  static std::string lane_format(const ModelConfig& config);
+  void read_lane(int32_t lane, uint8_t* out);
+  // Sets the lane's state to `in` at `position`, with no pass to replay after it.
+  void write_lane(int32_t lane, int64_t position, const uint8_t* in);
 
   int64_t state_floats_per_layer() const { return state_per_layer_; }
   int64_t conv_floats_per_layer() const { return conv_per_layer_; }

@@ -67,6 +67,49 @@ std::unique_ptr<KvStorage> Qwen35CpuModel::make_kv_storage(int64_t n_slots) cons
   return std::make_unique<HybridStateStorage>(config_, n_slots);
 }
 
+// The rows of the lane's last pass that hold its committed positions from the state's to `to`, in
+// position order: what folding the state up to `to` replays.
+std::vector<int32_t> Qwen35CpuModel::committed_rows(const KvCache& kv, HybridStateStorage& storage, int32_t lane,
+                                                    int64_t to) {
+  const LaneRecurrence& state = storage.lane(lane);
+  std::vector<int32_t> rows;
+  for (int64_t p = state.position; p < to; ++p) {
+    const SlotOrigin& origin = storage.origin(kv.slot(lane, p));
+    if (origin.pass == 0 || origin.pass != state.pass || origin.lane != lane)
+      fail_internal("position " + std::to_string(p) + " of lane " + std::to_string(lane) +
+                    " holds no recurrent inputs from the lane's last pass (its state can only resume from a "
+                    "checkpoint at a block boundary)");
+    rows.push_back(origin.row);
+  }
+  return rows;
+}
+
+int64_t Qwen35CpuModel::recurrent_state_bytes() const { return HybridStateStorage::lane_bytes(config_); }
+
+std::string Qwen35CpuModel::recurrent_state_format() const { return HybridStateStorage::lane_format(config_); }
+
+// Folds the committed positions up to `position` into the lane's state with the pass's own
+// kernels (the next pass replays only what follows), then copies the state out.
+void Qwen35CpuModel::read_recurrent_state(KvCache& kv, int32_t lane, int64_t position, uint8_t* out) {
+  HybridStateStorage& storage = kv.storage_as<HybridStateStorage>();
+  LaneRecurrence& state = storage.lane(lane);
+  if (position < state.position)
+    fail_internal("lane " + std::to_string(lane) + "'s recurrent state is at position " +
+                  std::to_string(state.position) + ", past " + std::to_string(position) + " (it does not roll back)");
+  LanePass pass;
+  pass.lane = lane;
+  pass.replay = committed_rows(kv, storage, lane, position);
+  int64_t linear_index = 0;
+  for (const Qwen35LayerWeights& w : weights_.layers)
+    if (w.kind == LayerKind::linear_attention) replay_lane(w, linear_index++, pass, state);
+  state.position = position;
+  storage.read_lane(lane, out);
+}
+
+void Qwen35CpuModel::write_recurrent_state(KvCache& kv, int32_t lane, int64_t position, const uint8_t* in) {
+  kv.storage_as<HybridStateStorage>().write_lane(lane, position, in);
+}
+
 // Groups the rows by lane, finds what each lane's state must replay (the positions committed since
 // its last pass, through the tags its slots carry) and where each row's convolution window lies.
 void Qwen35CpuModel::plan_lanes(const Batch& batch, const KvCache& kv, HybridStateStorage& storage) {
@@ -107,14 +150,7 @@ void Qwen35CpuModel::plan_lanes(const Batch& batch, const KvCache& kv, HybridSta
       fail_internal("lane " + std::to_string(pass.lane) + "'s recurrent state is at position " +
                     std::to_string(state.position) + ", past its row at " + std::to_string(root_pos) +
                     " (a hybrid's recurrent state does not roll back)");
-    for (int64_t p = state.position; p < root_pos; ++p) {
-      const SlotOrigin& origin = storage.origin(kv.slot(pass.lane, p));
-      if (origin.pass == 0 || origin.pass != state.pass || origin.lane != pass.lane)
-        fail_internal("position " + std::to_string(p) + " of lane " + std::to_string(pass.lane) +
-                      " holds no recurrent inputs from the lane's last pass (a prefix whose recurrent state was "
-                      "never computed on this lane, such as a cached one, cannot be resumed by a hybrid yet)");
-      pass.replay.push_back(origin.row);
-    }
+    pass.replay = committed_rows(kv, storage, pass.lane, root_pos);
   }
   // Tags for this pass, after every lookup above: a row's slot now names the row.
   for (const LanePass& pass : lane_passes_)

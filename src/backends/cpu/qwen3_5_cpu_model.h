@@ -22,6 +22,10 @@ class Qwen35CpuModel : public Model {
   std::unique_ptr<KvStorage> make_kv_storage(int64_t n_slots) const override;
   int64_t weight_bytes_per_step() const override;
   std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, int n_threads) const override;
+  int64_t recurrent_state_bytes() const override;
+  std::string recurrent_state_format() const override;
+  void read_recurrent_state(KvCache& kv, int32_t lane, int64_t position, uint8_t* out) override;
+  void write_recurrent_state(KvCache& kv, int32_t lane, int64_t position, const uint8_t* in) override;
 
  private:
   // One lane's rows in this pass and the committed positions its state must replay first.
@@ -31,6 +35,7 @@ class Qwen35CpuModel : public Model {
     std::vector<int32_t> rows;   // batch rows, in batch order
     std::vector<int32_t> replay; // rows of the lane's previous pass to fold in, in position order
   };
+  std::vector<int32_t> committed_rows(const KvCache& kv, HybridStateStorage& storage, int32_t lane, int64_t to);
   void plan_lanes(const Batch& batch, const KvCache& kv, HybridStateStorage& storage);
   void attention_block(int64_t layer, int64_t attention_index, const Batch& batch, HybridStateStorage& storage);
   void delta_net_block(int64_t layer, int64_t linear_index, const Batch& batch, HybridStateStorage& storage);
