@@ -10,6 +10,7 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <regex>
 #include <sstream>
@@ -74,10 +75,12 @@ struct HttpServer::Impl {
   std::shared_ptr<const ServingStack> stack;       // set before load_state becomes ready
   std::shared_ptr<const ServingContext> context;  // set before load_state becomes ready
   std::thread loader;
+  std::promise<void> loader_finished;  // set when the loader thread ends, however it ends
 
   std::mutex stop_mutex;
   std::condition_variable stop_wake;
   bool is_stop_requested = false;
+  std::atomic<bool> is_stopping{false};  // what the loader checks at each progress report
 
   std::unique_ptr<HttpTransport> transport;
 
@@ -311,11 +314,15 @@ struct HttpServer::Impl {
     return json_reply(200, {{"content", context->tokenizer->decode(tokens)}});
   }
 
+  // Thrown from the progress report when the server stops while loading: the load unwinds.
+  struct LoadCancelled {};
+
   void load_in_background() {
     loader = std::thread([this] {
       try {
         auto loaded = options.load_stack([this](size_t done, size_t total) {
           if (total > 0) load_fraction = double(done) / double(total);
+          if (is_stopping) throw LoadCancelled{};
         });
         ContextSettings settings;
         settings.served_model_names = options.served_model_names;
@@ -328,6 +335,8 @@ struct HttpServer::Impl {
         context = serving;
         load_state = LoadState::ready;
         std::fprintf(stderr, "tensorfold: model %s ready\n", serving->limits.model_id.c_str());
+      } catch (const LoadCancelled&) {
+        std::fprintf(stderr, "tensorfold: loading stopped by the shutdown\n");
       } catch (const std::exception& error) {
         load_error = error.what();
         is_load_error_internal = dynamic_cast<const Error*>(&error) == nullptr;
@@ -335,12 +344,14 @@ struct HttpServer::Impl {
         std::fprintf(stderr, "tensorfold: loading the model failed: %s\n", error.what());
         request_stop();
       }
+      loader_finished.set_value();
     });
   }
 
   void request_stop() {
     std::lock_guard<std::mutex> lock(stop_mutex);
     is_stop_requested = true;
+    is_stopping = true;
     stop_wake.notify_all();
   }
 
@@ -376,7 +387,16 @@ void HttpServer::run() {
     std::unique_lock<std::mutex> lock(impl.stop_mutex);
     impl.stop_wake.wait(lock, [&] { return impl.is_stop_requested; });
   }
+  const auto deadline = std::chrono::steady_clock::now() + impl.options.shutdown_timeout;
   impl.shut_down_gracefully();
+  // A load that reports no progress (random weights, a GPU upload) cannot be stopped midway; the
+  // shutdown does not wait past its timeout for it: nothing is served, nothing is lost.
+  if (impl.loader_finished.get_future().wait_until(deadline) != std::future_status::ready) {
+    std::fprintf(stderr, "tensorfold: the model is still loading after %lld ms; exiting without it\n",
+                 static_cast<long long>(impl.options.shutdown_timeout.count()));
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
   impl.loader.join();
   if (impl.load_state.load() == LoadState::failed) {
     const std::string message = "could not load the model: " + impl.load_error;

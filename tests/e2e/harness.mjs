@@ -14,7 +14,8 @@ export const modelId = 'qwen3-tiny-chat';
 // With embeddedDefault the server gets no --model: it runs what a user gets with no flags. `model`
 // (or `modelDir`, the same) names another model directory than the tiny chat model.
 export async function startServer(extraArgs = [],
-                                  { startTimeoutMs = 60_000, embeddedDefault = false, model: modelOpt, modelDir: modelDirOpt } = {}) {
+                                  { startTimeoutMs = 60_000, embeddedDefault = false, model: modelOpt, modelDir: modelDirOpt,
+                                    waitUntilReady = true } = {}) {
   const dir = modelOpt ?? modelDirOpt ?? modelDir;
   if (!binary) throw new Error('TF_BINARY must name the built tensorfold binary');
   const model = embeddedDefault ? [] : ['--model', dir];
@@ -47,6 +48,7 @@ export async function startServer(extraArgs = [],
       if (outcome === 'timeout') { child.kill('SIGKILL'); await exited; }
     },
   };
+  if (!waitUntilReady) return server;  // listening; the model may still be loading
   try {
     server.healthAnswers = await waitForHealth(server.baseUrl, startTimeoutMs);
   } catch (error) {

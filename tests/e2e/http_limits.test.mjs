@@ -286,4 +286,24 @@ describe('graceful shutdown', () => {
       await server.stop();
     }
   });
+
+  test('SIGTERM while the model is still loading exits in time', { timeout: 90_000 }, async () => {
+    // Random weights of a 1.7B shape take seconds to make and report no progress: the slow case.
+    const server = await startServer(['--synthetic', 'qwen3-1.7b', '--shutdown-timeout', '1'], { waitUntilReady: false });
+    try {
+      const health = await request(server, '/health', { method: 'GET' });
+      assert.equal(health.status, 503, health.text);
+      assert.equal(health.json.status, 'loading');
+      const exited = new Promise((resolve) => server.child.once('exit', (code) => resolve(code)));
+      const signalled = Date.now();
+      server.child.kill('SIGTERM');
+      const code = await exited;
+      const exitMs = Date.now() - signalled;
+      assert.equal(code, 0, server.log());
+      assert.ok(exitMs < 4_000, `exit took ${exitMs} ms`);
+      assert.match(server.log(), /still loading|loading stopped/);
+    } finally {
+      await server.stop();
+    }
+  });
 });
