@@ -20,12 +20,15 @@
 #include "speculation/drafter_proposer.h"
 #include "support/expect_error.h"
 #include "support/fixtures.h"
+#include "support/random_drafter.h"
 
 namespace tf {
 namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
+using test::TempDir;
+using test::write_random_drafter;
 
 // The reference runs PyTorch in float32 on the stored weights; ours is float32 too, so the only
 // differences are summation orders.
@@ -34,15 +37,6 @@ constexpr float kTolerance = 1e-4f;
 const char* kTarget = "qwen3-tiny-a";
 const char* kReferenceDrafter = "tests/fixtures/drafter/tiny-a-drafter";
 const char* kReferenceDump = "tests/fixtures/drafter/tiny-a-drafter-reference.json";
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "tf_drafter_XXXXXX").string();
-    path = mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 const Qwen3Weights& target_weights(const Model& model) {
   return dynamic_cast<const Qwen3CpuModel&>(model).weights();
@@ -68,61 +62,6 @@ std::vector<float> prefill_taps(Model& model, const std::vector<int32_t>& ids,
     taps.insert(taps.end(), model.taps().begin(), model.taps().end());
   }
   return taps;
-}
-
-// A random drafter directory fitting the target `target` (f32 weights, two layers, GQA).
-void write_random_drafter(const std::string& dir, const ModelConfig& target, uint32_t seed,
-                          Json* config_out = nullptr) {
-  const int64_t hidden = target.hidden_size, inter = 128, head_dim = 32, n_heads = 3, n_kv = 1;
-  const std::vector<int32_t> layer_ids = {0, int32_t(target.n_layers - 1)};
-  Json config = {{"architectures", {"DFlashDrafter"}},
-                 {"block_size", 16},
-                 {"target_layer_ids", layer_ids},
-                 {"mask_token_id", int32_t(target.vocab_size - 2)},
-                 {"hidden_size", hidden},
-                 {"intermediate_size", inter},
-                 {"num_hidden_layers", 2},
-                 {"num_attention_heads", n_heads},
-                 {"num_key_value_heads", n_kv},
-                 {"head_dim", head_dim},
-                 {"rms_norm_eps", 1e-6},
-                 {"rope_theta", 10000.0},
-                 {"target_hidden_size", hidden},
-                 {"vocab_size", target.vocab_size}};
-  if (config_out) *config_out = config;
-  std::ofstream(dir + "/config.json") << config.dump(2);
-
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<std::vector<float>> storage;
-  std::vector<TensorToWrite> tensors;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale, float offset) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    storage.emplace_back(size_t(n));
-    for (float& x : storage.back()) x = offset + scale * normal(rng);
-    tensors.push_back({name, DType::f32, shape, storage.back().data(), size_t(n) * sizeof(float)});
-  };
-  storage.reserve(64);
-  const int64_t n_taps = int64_t(layer_ids.size());
-  add("fc.weight", {hidden, n_taps * hidden}, 0.1f, 0.0f);
-  add("hidden_norm.weight", {hidden}, 0.1f, 1.0f);
-  add("norm.weight", {hidden}, 0.1f, 1.0f);
-  for (int i = 0; i < 2; ++i) {
-    const std::string l = "layers." + std::to_string(i) + ".";
-    add(l + "input_layernorm.weight", {hidden}, 0.1f, 1.0f);
-    add(l + "self_attn.q_proj.weight", {n_heads * head_dim, hidden}, 0.1f, 0.0f);
-    add(l + "self_attn.k_proj.weight", {n_kv * head_dim, hidden}, 0.1f, 0.0f);
-    add(l + "self_attn.v_proj.weight", {n_kv * head_dim, hidden}, 0.1f, 0.0f);
-    add(l + "self_attn.o_proj.weight", {hidden, n_heads * head_dim}, 0.1f, 0.0f);
-    add(l + "self_attn.q_norm.weight", {head_dim}, 0.1f, 1.0f);
-    add(l + "self_attn.k_norm.weight", {head_dim}, 0.1f, 1.0f);
-    add(l + "post_attention_layernorm.weight", {hidden}, 0.1f, 1.0f);
-    add(l + "mlp.gate_proj.weight", {inter, hidden}, 0.1f, 0.0f);
-    add(l + "mlp.up_proj.weight", {inter, hidden}, 0.1f, 0.0f);
-    add(l + "mlp.down_proj.weight", {hidden, inter}, 0.1f, 0.0f);
-  }
-  write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
 }
 
 std::vector<int32_t> random_ids(size_t n, int64_t vocab, uint32_t seed) {
@@ -169,7 +108,7 @@ TEST(DrafterForward, ContextAndBlockAreBatchInvariant) {
   auto model = load_model(test::fixture_model(kTarget), {});
   const ModelConfig& c = model->config();
   write_random_drafter(dir.path, c, 11);
-  CpuDFlashDrafter drafter(dir.path, c, target_weights(*model), 3);
+  CpuDFlashDrafter drafter(dir.path, c, target_weights(*model).embed_tokens, target_weights(*model).lm_head, 3);
   const auto& layer_ids = drafter.config().target_layer_ids;
   model->set_tap_layers({layer_ids.begin(), layer_ids.end()});
   std::vector<int32_t> ids = random_ids(41, c.vocab_size, 12);
@@ -223,7 +162,7 @@ TEST(DrafterLoader, ErrorsNameTheFileAndTheField) {
   write_random_drafter(dir.path, c, 3, &config);
   const std::string config_path = dir.path + "/config.json";
   auto rewrite = [&](const Json& j) { std::ofstream(config_path) << j.dump(2); };
-  auto load = [&] { CpuDFlashDrafter drafter(dir.path, c, weights, 1); };
+  auto load = [&] { CpuDFlashDrafter drafter(dir.path, c, weights.embed_tokens, weights.lm_head, 1); };
 
   for (const char* field : {"block_size", "target_layer_ids", "mask_token_id", "hidden_size",
                             "num_hidden_layers", "head_dim", "rope_theta", "target_hidden_size"}) {
@@ -256,7 +195,7 @@ TEST(DrafterProposer, GreedyChainAndRootSiblings) {
   auto model = load_model(test::fixture_model(kTarget), {});
   const ModelConfig& c = model->config();
   write_random_drafter(dir.path, c, 21);
-  auto drafter = std::make_shared<CpuDFlashDrafter>(dir.path, c, target_weights(*model), 2);
+  auto drafter = std::make_shared<CpuDFlashDrafter>(dir.path, c, target_weights(*model).embed_tokens, target_weights(*model).lm_head, 2);
   const auto& layer_ids = drafter->config().target_layer_ids;
   model->set_tap_layers({layer_ids.begin(), layer_ids.end()});
   std::vector<int32_t> ids = random_ids(30, c.vocab_size, 22);
@@ -347,7 +286,7 @@ TEST(DrafterParity, BlockLogitsMatchPyTorchReference) {
   auto ref = test::read_json(dump_path);
   auto model = load_model(test::fixture_model(kTarget), {});
   const ModelConfig& c = model->config();
-  CpuDFlashDrafter drafter(drafter_dir, c, target_weights(*model), 2);
+  CpuDFlashDrafter drafter(drafter_dir, c, target_weights(*model).embed_tokens, target_weights(*model).lm_head, 2);
   const auto& layer_ids = drafter.config().target_layer_ids;
   model->set_tap_layers({layer_ids.begin(), layer_ids.end()});
 

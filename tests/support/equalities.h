@@ -225,8 +225,10 @@ inline void expect_replay_equals_plain(std::shared_ptr<Model> model, uint32_t se
 
 // The block drafter among the proposers: the three equalities still hold bitwise (tokens, and
 // logprobs where asked for; some requests with penalties), greedy and sampled, alone and together,
-// the drafter itself put nodes in the trees, and siblings (rows off the main chain) were accepted.
-inline void expect_drafter_keeps_equalities(std::shared_ptr<Model> model, const std::string& drafter_dir) {
+// the drafter itself put nodes in the trees, and siblings (rows off the main chain) were accepted
+// (unless the drafter is a random one, whose siblings rarely are the target's choice).
+inline void expect_drafter_keeps_equalities(std::shared_ptr<Model> model, const std::string& drafter_dir,
+                                            bool expect_sibling_accepts = true) {
   auto drafter = load_drafter(drafter_dir, *model, 1);
   std::mt19937 rng(21);
   int64_t drafted = 0;
@@ -254,7 +256,8 @@ inline void expect_drafter_keeps_equalities(std::shared_ptr<Model> model, const 
       expect_same_logprobs(plain, gated_run, requests, "drafter, gated");
     }
     // The drafter's top-k at the first position are root siblings: some are the target's choice.
-    EXPECT_GT(sibling_accepts, 0) << (sampled ? "sampled" : "greedy")
+    if (expect_sibling_accepts)
+      EXPECT_GT(sibling_accepts, 0) << (sampled ? "sampled" : "greedy")
                                   << ": the test must exercise accepted siblings (K/V copied from scratch)";
   }
   EXPECT_GT(drafted, 0);

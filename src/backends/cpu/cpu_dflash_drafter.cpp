@@ -16,13 +16,14 @@
 namespace tf {
 
 CpuDFlashDrafter::CpuDFlashDrafter(const std::string& drafter_dir, const ModelConfig& target_config,
-                                   const Qwen3Weights& target_weights, int n_threads)
+                                   const WeightMatrix& target_embed_tokens, const WeightMatrix& target_lm_head,
+                                   int n_threads)
     : DFlashDrafter(DFlashConfig::load(drafter_dir)), pool_(n_threads) {
   config_.validate(drafter_dir + "/config.json", target_config);
   checkpoint_ = std::make_shared<Checkpoint>(Checkpoint::open(drafter_dir));
   weights_ = bind_dflash_weights(*checkpoint_, config_);
-  weights_.embed_tokens = target_weights.embed_tokens;
-  weights_.lm_head = target_weights.lm_head;
+  weights_.embed_tokens = target_embed_tokens;
+  weights_.lm_head = target_lm_head;
   inverse_frequencies_ = rope_inverse_frequencies(config_.head_dim, config_.rope_theta);
 }
 

@@ -15,11 +15,11 @@ namespace tf {
 // The drafter on the CPU, in f32 over the checkpoint's mapped weights.
 class CpuDFlashDrafter final : public DFlashDrafter {
  public:
-  // Loads DIR/config.json and DIR/model.safetensors. The embedding and LM head are the target's:
-  // `target_weights` must outlive the drafter. Throws tf::Error naming the file and the field or
-  // tensor.
+  // Loads DIR/config.json and DIR/model.safetensors. The embedding and LM head are the target's
+  // (a dense or a hybrid target alike): what they point into must outlive the drafter. Throws
+  // tf::Error naming the file and the field or tensor.
   CpuDFlashDrafter(const std::string& drafter_dir, const ModelConfig& target_config,
-                   const Qwen3Weights& target_weights, int n_threads);
+                   const WeightMatrix& target_embed_tokens, const WeightMatrix& target_lm_head, int n_threads);
 
   void append_context(DrafterContext& context, const float* taps, int64_t n_tokens) override;
   void run_block(DrafterContext& context, int32_t last_token, int64_t position) override;

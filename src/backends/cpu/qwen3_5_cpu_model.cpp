@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/cpu_dflash_drafter.h"
 #include "backends/cpu/kernels/activation.h"
 #include "backends/cpu/kernels/attention.h"
 #include "backends/cpu/kernels/gated_delta_net.h"
@@ -58,9 +59,10 @@ int64_t Qwen35CpuModel::weight_bytes_per_step() const {
   return total;
 }
 
-std::shared_ptr<DFlashDrafter> Qwen35CpuModel::load_drafter(const std::string& drafter_dir, int) const {
-  fail("the block drafter in " + drafter_dir + " cannot run beside a " + config_.architecture +
-       " model yet (hybrid targets have no hidden-state taps); use --drafter none");
+void Qwen35CpuModel::set_tap_layers(std::vector<int> layers) { taps_.set_layers(std::move(layers), config_.n_layers); }
+
+std::shared_ptr<DFlashDrafter> Qwen35CpuModel::load_drafter(const std::string& drafter_dir, int n_threads) const {
+  return std::make_shared<CpuDFlashDrafter>(drafter_dir, config_, weights_.embed_tokens, weights_.lm_head, n_threads);
 }
 
 std::unique_ptr<KvStorage> Qwen35CpuModel::make_kv_storage(int64_t n_slots) const {
@@ -426,6 +428,7 @@ void Qwen35CpuModel::forward(const Batch& batch, KvCache& kv, float* logits) {
   cpu::embedding_rows(weights_.embed_tokens, tokens.data(), n_rows, hidden_.data());
 
   int64_t attention_index = 0, linear_index = 0;
+  taps_.begin(n_rows, hidden);
   for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
     if (weights_.layers[size_t(layer)].kind == LayerKind::full_attention) {
       attention_block(layer, attention_index++, batch, storage);
@@ -433,6 +436,7 @@ void Qwen35CpuModel::forward(const Batch& batch, KvCache& kv, float* logits) {
       delta_net_block(layer, linear_index++, batch, storage);
     }
     mlp_block(layer, n_rows);
+    taps_.after_layer(layer, hidden_.data(), n_rows);
   }
   for (const LanePass& pass : lane_passes_)
     storage.lane(pass.lane).position = batch.rows[size_t(pass.root_row)].pos;

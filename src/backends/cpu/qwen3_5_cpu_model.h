@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cpu/hidden_taps.h"
 #include "backends/cpu/hybrid_state_storage.h"
 #include "core/thread_pool.h"
 #include "models/model.h"
@@ -21,6 +22,9 @@ class Qwen35CpuModel : public Model {
   void forward(const Batch& batch, KvCache& kv, float* logits) override;
   std::unique_ptr<KvStorage> make_kv_storage(int64_t n_slots) const override;
   int64_t weight_bytes_per_step() const override;
+  void set_tap_layers(std::vector<int> layers) override;
+  const std::vector<float>& taps() const override { return taps_.values(); }
+  // The CPU drafter, sharing this model's embedding and LM head.
   std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, int n_threads) const override;
   int64_t recurrent_state_bytes() const override;
   std::string recurrent_state_format() const override;
@@ -49,6 +53,7 @@ class Qwen35CpuModel : public Model {
   ThreadPool pool_;
   std::vector<float> inverse_frequencies_;  // of the rotary dimensions only
   uint64_t n_passes_ = 0;
+  cpu::HiddenTaps taps_;
 
   // Per forward.
   std::vector<LanePass> lane_passes_;

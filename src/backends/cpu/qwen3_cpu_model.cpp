@@ -34,17 +34,10 @@ int64_t Qwen3CpuModel::weight_bytes_per_step() const {
   return total;
 }
 
-void Qwen3CpuModel::set_tap_layers(std::vector<int> layers) {
-  for (int layer : layers)
-    if (layer < 0 || layer >= config_.n_layers)
-      fail("tap layer " + std::to_string(layer) + " is outside the model's " +
-           std::to_string(config_.n_layers) + " layers");
-  tap_layers_ = std::move(layers);
-  taps_.clear();
-}
+void Qwen3CpuModel::set_tap_layers(std::vector<int> layers) { taps_.set_layers(std::move(layers), config_.n_layers); }
 
 std::shared_ptr<DFlashDrafter> Qwen3CpuModel::load_drafter(const std::string& drafter_dir, int n_threads) const {
-  return std::make_shared<CpuDFlashDrafter>(drafter_dir, config_, weights_, n_threads);
+  return std::make_shared<CpuDFlashDrafter>(drafter_dir, config_, weights_.embed_tokens, weights_.lm_head, n_threads);
 }
 
 std::unique_ptr<KvStorage> Qwen3CpuModel::make_kv_storage(int64_t n_slots) const {
@@ -125,18 +118,11 @@ void Qwen3CpuModel::forward(const Batch& batch, KvCache& kv, float* logits) {
     key_slot_lists_[size_t(r)] = key_slots_.slots.data() + key_slots_.offsets[size_t(r)];
   cpu::embedding_rows(weights_.embed_tokens, tokens.data(), n_rows, hidden_.data());
 
-  // Taps are copies of the residual stream; they never feed back into the forward.
-  const int64_t n_taps = int64_t(tap_layers_.size());
-  taps_.resize(size_t(n_rows * n_taps * hidden));
+  taps_.begin(n_rows, hidden);
   for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
     attention_block(layer, batch, storage);
     mlp_block(layer, n_rows);
-    for (int64_t t = 0; t < n_taps; ++t) {
-      if (tap_layers_[size_t(t)] != layer) continue;
-      for (int64_t r = 0; r < n_rows; ++r)
-        std::memcpy(taps_.data() + (r * n_taps + t) * hidden, hidden_.data() + r * hidden,
-                    size_t(hidden) * sizeof(float));
-    }
+    taps_.after_layer(layer, hidden_.data(), n_rows);
   }
 
   // Only rows that asked for logits pay for the final norm and the LM head.

@@ -3,6 +3,7 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cpu/hidden_taps.h"
 #include "backends/cpu/host_kv_storage.h"
 #include "core/thread_pool.h"
 #include "models/model.h"
@@ -22,7 +23,7 @@ class Qwen3CpuModel : public Model {
   std::unique_ptr<KvStorage> make_kv_storage(int64_t n_slots) const override;
   int64_t weight_bytes_per_step() const override;
   void set_tap_layers(std::vector<int> layers) override;
-  const std::vector<float>& taps() const override { return taps_; }
+  const std::vector<float>& taps() const override { return taps_.values(); }
   // The CPU drafter, sharing this model's embedding and LM head.
   std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, int n_threads) const override;
   // The bound weights; a drafter shares the embedding and the LM head.
@@ -37,8 +38,7 @@ class Qwen3CpuModel : public Model {
   std::shared_ptr<const void> storage_;
   ThreadPool pool_;
   std::vector<float> inverse_frequencies_;
-  std::vector<int> tap_layers_;
-  std::vector<float> taps_;  // [n_rows][tap_layers_.size() * hidden]
+  cpu::HiddenTaps taps_;
 
   // Scratch, resized per forward.
   std::vector<float> hidden_;    // [n_rows][hidden]   residual stream
