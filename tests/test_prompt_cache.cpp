@@ -130,21 +130,33 @@ TEST(PromptCache, ResumedEqualsFreshGreedy) { test::expect_resumed_equals_fresh(
 TEST(PromptCache, ResumedEqualsFreshSampled) { test::expect_resumed_equals_fresh(tiny_b(), true, false, 2); }
 TEST(PromptCache, ResumedEqualsFreshDraftedGreedy) { test::expect_resumed_equals_fresh(tiny_b(), false, true, 3); }
 TEST(PromptCache, ResumedEqualsFreshDraftedSampled) { test::expect_resumed_equals_fresh(tiny_b(), true, true, 4); }
-TEST(PromptCache, MultiTurnReusesPromptAndReplyAndEqualsCold) { test::expect_multi_turn_equals_cold(tiny_b()); }
-TEST(PromptCache, SaltsKeepTenantsApartAndOptOutNeitherReadsNorFeeds) {
-  test::expect_salts_and_opt_out_apart(tiny_b());
-}
-TEST(PromptCache, EvictionUnderPressureNeverTouchesALiveLane) {
-  test::expect_eviction_never_touches_a_live_lane(tiny_b());
-}
 TEST(PromptCache, ResumedLaneDraftsAsAFreshOne) {
   test::expect_resumed_lane_drafts_as_a_fresh_one(load_model(test::fixture_model("qwen3-tiny-a"), {}),
                                                   test::source_path("tests/fixtures/drafter/tiny-a-drafter"));
 }
-TEST(PromptCache, RestoredSlotContinuesExactly) {
-  test::expect_restored_slot_continues_exactly(tiny_b(), std::string(TF_BINARY_DIR) + "/restored-slot-test.tfslot");
+
+// The cache's behaviours that a dense model and a hybrid (resuming at recurrent checkpoints) share.
+class PromptCacheOn : public ::testing::TestWithParam<const char*> {
+ protected:
+  std::shared_ptr<Model> model() const { return load_model(test::fixture_model(GetParam()), {}); }
+};
+
+TEST_P(PromptCacheOn, MultiTurnReusesPromptAndReplyAndEqualsCold) { test::expect_multi_turn_equals_cold(model()); }
+TEST_P(PromptCacheOn, SaltsKeepTenantsApartAndOptOutNeitherReadsNorFeeds) {
+  test::expect_salts_and_opt_out_apart(model());
+}
+TEST_P(PromptCacheOn, EvictionUnderPressureNeverTouchesALiveLane) {
+  test::expect_eviction_never_touches_a_live_lane(model());
+}
+TEST_P(PromptCacheOn, RestoredSlotContinuesExactly) {
+  test::expect_restored_slot_continues_exactly(
+      model(), std::string(TF_BINARY_DIR) + "/restored-slot-test-" + GetParam() + ".tfslot");
 }
 
+INSTANTIATE_TEST_SUITE_P(DenseAndHybrid, PromptCacheOn, ::testing::Values("qwen3-tiny-b", "qwen3.5-tiny-b"),
+                         [](const auto& info) {
+                           return std::string(std::string(info.param).find("qwen3.5") == 0 ? "Hybrid" : "Dense");
+                         });
 
 // ---- Hybrids: the recurrent state at block boundaries ---------------------------------------------
 
@@ -252,17 +264,6 @@ TEST(HybridPromptCache, ResumedEqualsFreshSampledDrafted) {
 }
 TEST(HybridPromptCache, ResumedEqualsFreshDraftedGreedyEveryThirdBlock) {
   test::expect_resumed_equals_fresh(hybrid_b(), false, true, 13, 3);
-}
-TEST(HybridPromptCache, MultiTurnReusesPromptAndReplyAndEqualsCold) { test::expect_multi_turn_equals_cold(hybrid_b()); }
-TEST(HybridPromptCache, SaltsKeepTenantsApartAndOptOutNeitherReadsNorFeeds) {
-  test::expect_salts_and_opt_out_apart(hybrid_b());
-}
-TEST(HybridPromptCache, EvictionUnderPressureNeverTouchesALiveLane) {
-  test::expect_eviction_never_touches_a_live_lane(hybrid_b());
-}
-TEST(HybridPromptCache, RestoredSlotContinuesExactly) {
-  test::expect_restored_slot_continues_exactly(hybrid_b(),
-                                               std::string(TF_BINARY_DIR) + "/restored-hybrid-slot-test.tfslot");
 }
 
 }  // namespace

@@ -145,3 +145,17 @@ export async function converse(ask) {
   }
   return replies;
 }
+
+// Each turn of `warm` (a server with the prompt cache) equals the same turn of `fresh` (the cold
+// conversation), and every later turn resumed the conversation so far from whole cached blocks.
+export function assertResumedConversation(warm, fresh, assert) {
+  for (let i = 0; i < chatQuestions.length; ++i) {
+    assert.equal(warm[i].choices[0].message.content, fresh[i].choices[0].message.content, `turn ${i + 1}`);
+    assert.equal(warm[i].token_sha, fresh[i].token_sha, `turn ${i + 1}`);
+  }
+  for (let i = 1; i < chatQuestions.length; ++i) {
+    const { prompt_tokens: total, prompt_tokens_details: { cached_tokens: hit } } = warm[i].usage;
+    assert.ok(hit > 0 && hit < total, `turn ${i + 1} reused the conversation so far (${hit} of ${total})`);
+    assert.equal(hit % 16, 0, 'whole blocks');
+  }
+}

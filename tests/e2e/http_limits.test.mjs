@@ -256,6 +256,15 @@ describe('the HTTP layer at its limits', () => {
   });
 });
 
+// Sends SIGTERM and waits for the exit: its code and how long it took.
+async function terminate(server) {
+  const exited = new Promise((resolve) => server.child.once('exit', (code) => resolve(code)));
+  const signalled = Date.now();
+  server.child.kill('SIGTERM');
+  const code = await exited;
+  return { code, exitMs: Date.now() - signalled };
+}
+
 describe('graceful shutdown', () => {
   test('SIGTERM ends a stream with its final chunk and [DONE], answers a non-streaming request, and exits in time', { timeout: 90_000 }, async () => {
     const server = await startServer(['--parallel', '2', '--shutdown-timeout', '5']);
@@ -266,11 +275,7 @@ describe('graceful shutdown', () => {
         .then((r) => r.text());
       const whole = request(server, '/v1/chat/completions', { body: long });
       await waitForMetrics(server, (m) => m.tensorfold_lanes_live === 2 && m.tensorfold_generated_tokens_total > 2, 20_000);
-      const exited = new Promise((resolve) => server.child.once('exit', (code) => resolve(code)));
-      const signalled = Date.now();
-      server.child.kill('SIGTERM');
-      const code = await exited;
-      const exitMs = Date.now() - signalled;
+      const { code, exitMs } = await terminate(server);
       assert.equal(code, 0, server.log());
       assert.ok(exitMs < 5_000, `exit took ${exitMs} ms`);
       const events = sseEvents(await stream);
@@ -294,11 +299,7 @@ describe('graceful shutdown', () => {
       const health = await request(server, '/health', { method: 'GET' });
       assert.equal(health.status, 503, health.text);
       assert.equal(health.json.status, 'loading');
-      const exited = new Promise((resolve) => server.child.once('exit', (code) => resolve(code)));
-      const signalled = Date.now();
-      server.child.kill('SIGTERM');
-      const code = await exited;
-      const exitMs = Date.now() - signalled;
+      const { code, exitMs } = await terminate(server);
       assert.equal(code, 0, server.log());
       assert.ok(exitMs < 4_000, `exit took ${exitMs} ms`);
       assert.match(server.log(), /still loading|loading stopped/);

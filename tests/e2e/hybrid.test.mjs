@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import {
-  chatQuestions, converse, metrics, modelDir as chatModelDir, openaiClient, request, sourceDir, startServer,
+  assertResumedConversation, converse, metrics, modelDir as chatModelDir, openaiClient, request, sourceDir, startServer,
 } from './harness.mjs';
 
 // The tiny hybrid with the real Qwen3 vocabulary, beside the tiny chat model's tokenizer files.
@@ -90,15 +90,7 @@ test('a five-turn chat resumes from the cache and equals the cold conversation',
     });
     const warm = await converse(ask(client));
     const fresh = await converse(ask(openaiClient(cold)));
-    for (let i = 0; i < chatQuestions.length; ++i) {
-      assert.equal(warm[i].token_sha, fresh[i].token_sha, `turn ${i + 1}`);
-      assert.equal(warm[i].choices[0].message.content, fresh[i].choices[0].message.content, `turn ${i + 1}`);
-    }
-    for (let i = 1; i < chatQuestions.length; ++i) {
-      const { prompt_tokens: total, prompt_tokens_details: { cached_tokens: hit } } = warm[i].usage;
-      assert.ok(hit > 0 && hit < total, `turn ${i + 1} resumed the conversation so far (${hit} of ${total})`);
-      assert.equal(hit % 16, 0, 'at a block boundary');
-    }
+    assertResumedConversation(warm, fresh, assert);
     const values = await metrics(server);
     assert.ok(values.tensorfold_recurrent_checkpoints > 0);
     assert.ok(values.tensorfold_recurrent_checkpoint_bytes > 0);
