@@ -1,13 +1,16 @@
 // Times sample_rows_f32 (seeded sampling on the GPU) at Qwen's vocabulary for 1, 16 and 64 rows and
 // several parameter sets, on language-model-shaped logits, and prints microseconds per call and per
-// row as medians with [min, max] over the repetitions.
+// row as medians with [min, max] over the repetitions, each row split over clusters of 8 and of 16
+// blocks.
 // Usage: bench_cuda_sampling [repetitions (default 25)]
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_check.cuh"
@@ -22,6 +25,8 @@ namespace {
 constexpr int64_t kVocab = 151936;
 constexpr int kMaxRows = 64;
 constexpr int kWarmup = 3;
+// Each row split over 8 and over 16 blocks (sample_rows_f32 itself takes 16 for calls of few rows).
+constexpr int kClusterBlocks[] = {8, 16};
 
 // A broad normal tail with a few tokens well above it, as an LM head gives (never all zeros).
 std::vector<float> lm_like_logits(int n_rows, std::mt19937& rng) {
@@ -61,7 +66,11 @@ int main(int argc, char** argv) {
   TF_CUDA_CHECK(cudaEventCreate(&stop));
   std::printf("sample_rows_f32, vocab %lld, median [min, max] of %d calls (one launch each, %d warm-up)\n",
               static_cast<long long>(kVocab), n_repetitions, kWarmup);
-  std::printf("| rows | parameters | us per call | us per row |\n|---|---|---|---|\n");
+  std::printf("| rows | parameters |");
+  for (const int cluster_blocks : kClusterBlocks) std::printf(" us per call, %d blocks a row | us per row |", cluster_blocks);
+  std::printf("\n|---|---|");
+  for (size_t i = 0; i < std::size(kClusterBlocks); ++i) std::printf("---|---|");
+  std::printf("\n");
   for (const int n_rows : {1, 16, 64}) {
     for (const Setting& setting : settings) {
       std::vector<GpuSamplingRow> rows(size_t(n_rows), setting.row);
@@ -71,20 +80,27 @@ int main(int argc, char** argv) {
       }
       DeviceBuffer<GpuSamplingRow> rows_device(rows.size());
       rows_device.copy_from_host(rows);
-      std::vector<double> times_us;
-      for (int i = 0; i < kWarmup + n_repetitions; ++i) {
-        TF_CUDA_CHECK(cudaEventRecord(start));
-        tf::cuda::sample_rows_f32(logits_device.data(), n_rows, kVocab, rows_device.data(), ids.data());
-        TF_CUDA_CHECK(cudaEventRecord(stop));
-        TF_CUDA_CHECK(cudaEventSynchronize(stop));
-        float milliseconds = 0.0f;
-        TF_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start, stop));
-        if (i >= kWarmup) times_us.push_back(1000.0 * milliseconds);
+      std::string line = "| " + std::to_string(n_rows) + " | " + setting.name + " |";
+      for (const int cluster_blocks : kClusterBlocks) {
+        std::vector<double> times_us;
+        for (int i = 0; i < kWarmup + n_repetitions; ++i) {
+          TF_CUDA_CHECK(cudaEventRecord(start));
+          tf::cuda::sample_rows_f32(logits_device.data(), n_rows, kVocab, rows_device.data(), ids.data(), nullptr,
+                                    cluster_blocks);
+          TF_CUDA_CHECK(cudaEventRecord(stop));
+          TF_CUDA_CHECK(cudaEventSynchronize(stop));
+          float milliseconds = 0.0f;
+          TF_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start, stop));
+          if (i >= kWarmup) times_us.push_back(1000.0 * milliseconds);
+        }
+        std::sort(times_us.begin(), times_us.end());
+        const double median = times_us[times_us.size() / 2];
+        char cell[96];
+        std::snprintf(cell, sizeof cell, " %.1f [%.1f, %.1f] | %.2f |", median, times_us.front(), times_us.back(),
+                      median / n_rows);
+        line += cell;
       }
-      std::sort(times_us.begin(), times_us.end());
-      const double median = times_us[times_us.size() / 2];
-      std::printf("| %d | %s | %.1f [%.1f, %.1f] | %.2f [%.2f, %.2f] |\n", n_rows, setting.name, median, times_us.front(),
-                  times_us.back(), median / n_rows, times_us.front() / n_rows, times_us.back() / n_rows);
+      std::printf("%s\n", line.c_str());
     }
   }
   TF_CUDA_CHECK(cudaEventDestroy(start));

@@ -36,11 +36,11 @@ TF_HOST_DEVICE inline float sampling_gap(float value, float best_value, float in
 
 // round(2^31 * e^x) for a gap x <= 0, within about 2^-29 relative (x itself is taken to 2^-24):
 // -x log2(e) in fixed point, 2^-fraction from the table and a 4-term series, then a rounding
-// shift. -inf, NaN and x <= -64 give 0; x in (-2^-24, 0] gives kSamplingMassOne. `exp2_table` is
+// shift. -inf, NaN and x <= -23 (where -x log2(e) >= 33) give 0; x in (-2^-24, 0] gives kSamplingMassOne. `exp2_table` is
 // kSamplingExp2Table (or a copy of it).
 TF_HOST_DEVICE inline uint32_t sampling_mass(float x, const uint32_t* exp2_table) {
-  if (!(x > -64.0f)) return 0;
-  const auto gap = static_cast<uint32_t>(x * -0x1p24f);  // -x in Q24, truncated: < 2^30
+  if (!(x > -23.0f)) return 0;  // also what the steps below give: a quick exit for the tail
+  const auto gap = static_cast<uint32_t>(x * -0x1p24f);  // -x in Q24, truncated: < 2^29
   constexpr uint64_t kLog2eQ31 = 3098164009u;
   const uint64_t exponent = uint64_t{gap} * kLog2eQ31;  // -x log2(e) in Q55, < 2^62
   const auto whole = static_cast<uint32_t>(exponent >> 55);

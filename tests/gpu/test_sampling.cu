@@ -195,7 +195,7 @@ struct ExactSampler {
 
 // Against the CPU sampler: the same token for every row, in batches of 1 .. 64 rows that mix every
 // parameter combination (greedy rows too, left to the argmax kernel), fresh seeds and positions,
-// and logit rows drawn from a pool.
+// and logit rows drawn from a pool, each row split over clusters of 8 and of 16 blocks.
 void test_cpu_equality(int64_t n_vocab, int n_batches, std::mt19937& rng, std::mt19937_64& rng64) {
   std::vector<std::vector<float>> pool;
   for (int i = 0; i < 6; ++i) pool.push_back(lm_like_logits(n_vocab, rng));
@@ -222,19 +222,26 @@ void test_cpu_equality(int64_t n_vocab, int n_batches, std::mt19937& rng, std::m
     logits_device.copy_from_host(logits);
     DeviceBuffer<GpuSamplingRow> rows_device(rows.size());
     rows_device.copy_from_host(rows);
-    DeviceBuffer<int32_t> ids_device(rows.size());
-    ids_device.copy_from_host(std::vector<int32_t>(rows.size(), kUntouched));
-    cuda::argmax_f32(logits_device.data(), n_rows, n_vocab, ids_device.data());
-    cuda::sample_rows_f32(logits_device.data(), n_rows, n_vocab, rows_device.data(), ids_device.data());
-    TF_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<int32_t> ids = ids_device.to_host();
+    // Each row split over clusters of 8 and of 16 blocks: the same token.
+    std::vector<int32_t> ids_by_split[2];
+    for (int split = 0; split < 2; ++split) {
+      DeviceBuffer<int32_t> ids_device(rows.size());
+      ids_device.copy_from_host(std::vector<int32_t>(rows.size(), kUntouched));
+      cuda::argmax_f32(logits_device.data(), n_rows, n_vocab, ids_device.data());
+      cuda::sample_rows_f32(logits_device.data(), n_rows, n_vocab, rows_device.data(), ids_device.data(), nullptr,
+                            split == 0 ? 8 : 16);
+      TF_CUDA_CHECK(cudaDeviceSynchronize());
+      ids_by_split[split] = ids_device.to_host();
+    }
+    const std::vector<int32_t>& ids = ids_by_split[0];
     for (int r = 0; r < n_rows; ++r) {
       const int32_t cpu_id = cpu_sample(sampler, pool[sources[size_t(r)]].data(), n_vocab, rows[size_t(r)]);
       ++n_rows_seen;
-      if (ids[size_t(r)] == cpu_id) continue;
+      if (ids[size_t(r)] == cpu_id && ids_by_split[1][size_t(r)] == cpu_id) continue;
       if (rows[size_t(r)].temperature <= 0.0f) ++n_greedy_different;
       if (n_different++ == 0)
-        first_different = " first: GPU " + std::to_string(ids[size_t(r)]) + " CPU " + std::to_string(cpu_id) + " " +
+        first_different = " first: GPU " + std::to_string(ids[size_t(r)]) + "/" +
+                          std::to_string(ids_by_split[1][size_t(r)]) + " (8/16 blocks) CPU " + std::to_string(cpu_id) + " " +
                           describe(rows[size_t(r)]) + " row " + std::to_string(r) + " of " + std::to_string(n_rows);
     }
   }

@@ -1,4 +1,4 @@
-// Sampling without sorting: one cluster of kClusterBlocks blocks per row, each block holding its
+// Sampling without sorting: one cluster of 8 or 16 blocks per row, each block holding its
 // share of the row in shared memory. Every selection (the k-th best token, the top-p cut, the drawn
 // token) is a radix search over 32-bit values whose integer weight sums are exchanged across the
 // cluster through distributed shared memory; the arithmetic is sampling_math.h's, so each row's
@@ -21,29 +21,66 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
-constexpr int kClusterBlocks = 8;
+constexpr int kMaxClusterBlocks = 16;
+// Calls of at most this many rows take clusters of 16 blocks (more of the chip for a lone row).
+constexpr int64_t kFewRows = 4;
 constexpr unsigned kFullWarp = 0xffffffffu;
 // A search fixes 8 bits of the 32-bit value per pass: 256 buckets, at most 4 passes.
 constexpr int kDigitBits = 8;
 constexpr int kBuckets = 1 << kDigitBits;
 constexpr int kBucketsPerLane = kBuckets / 32;
 static_assert(kThreads >= kBuckets && kWarps == 32, "the bucket sums and the digit choice use one thread a bucket");
+constexpr int kGroups = kThreads / kBuckets;  // groups of threads reading the peers' buckets, a quarter of the peers each
+constexpr int kPeersPerGroup = (kMaxClusterBlocks + kGroups - 1) / kGroups;
 
-// What a block shows the rest of its cluster after a pass over its share.
+// What a block shows the rest of its cluster after a pass over its share. A bucket's weight is
+// weight_high * 2^16 + weight_low, each half added by native 32-bit shared atomics (a 64-bit one
+// is a compare-and-swap loop, which spins where many threads hit one bucket); neither half can
+// overflow while a share holds fewer than 2^16 tokens of weight at most 2^31 each.
 struct Exchange {
-  unsigned long long weight[kBuckets];  // weight of the block's members in each bucket
-  unsigned int count[kBuckets];         // how many members gave it
-  unsigned long long best_key;          // the block's best rank key (the first exchange only)
+  unsigned int weight_high[kBuckets];  // sum over runs of (run weight >> 16)
+  unsigned int weight_low[kBuckets];   // sum over runs of (run weight & 0xFFFF)
+  unsigned int count[kBuckets];        // how many members gave the weight
+  unsigned long long best_key;         // the block's best rank key (the first exchange only)
 };
+
+// Adds a run of members of one digit to the block's buckets. When every lane of the warp with a
+// run holds the same digit (the common case: the low buckets take most tokens), one lane adds the
+// warp's sums. Called by the whole warp.
+__device__ __forceinline__ void add_runs(Exchange& exchange, int digit, unsigned long long weight, unsigned int count) {
+  const unsigned has_run = __ballot_sync(kFullWarp, count != 0);
+  if (has_run == 0) return;
+  const int leader_digit = __shfl_sync(kFullWarp, digit, __ffs(has_run) - 1);
+  const unsigned same = __ballot_sync(kFullWarp, count != 0 && digit == leader_digit);
+  const unsigned high = count != 0 ? unsigned(weight >> 16) : 0u;
+  const unsigned low = count != 0 ? unsigned(weight & 0xFFFFu) : 0u;
+  if (same == has_run) {
+    const unsigned warp_high = __reduce_add_sync(kFullWarp, high);
+    const unsigned warp_low = __reduce_add_sync(kFullWarp, low);
+    const unsigned warp_count = __reduce_add_sync(kFullWarp, count);
+    if (int(threadIdx.x) % 32 == __ffs(has_run) - 1) {
+      atomicAdd(&exchange.weight_high[leader_digit], warp_high);
+      atomicAdd(&exchange.weight_low[leader_digit], warp_low);
+      atomicAdd(&exchange.count[leader_digit], warp_count);
+    }
+  } else if (count != 0) {
+    atomicAdd(&exchange.weight_high[digit], high);
+    atomicAdd(&exchange.weight_low[digit], low);
+    atomicAdd(&exchange.count[digit], count);
+  }
+}
 
 struct BlockScratch {
   Exchange exchange[2];  // alternate passes use alternate copies, so one cluster barrier a pass suffices
+  unsigned long long group_weight[kGroups][kBuckets];  // the sums over each group's peers
+  unsigned int group_count[kGroups][kBuckets];
   unsigned long long total_weight[kBuckets];  // the cluster's sums for the current pass
   unsigned int total_count[kBuckets];
   uint32_t exp2_table[64];
   unsigned long long warp_key[kWarps];
+  unsigned long long peer_key[kMaxClusterBlocks];
   int warp_hits[kWarps];
-  int block_ties[kClusterBlocks];
+  int block_ties[kMaxClusterBlocks];
   int found_index;
   // Warp 0's choice after each pass, read by every thread.
   bool is_found;
@@ -112,12 +149,14 @@ __device__ SearchResult cluster_search(const cg::cluster_group& cluster, int n_l
                                        const Member& member, const NeedFor& need_for, const TieWeight& tie_weight,
                                        BlockScratch& scratch) {
   const int thread = int(threadIdx.x), lane = thread % 32;
+  const int n_blocks = int(cluster.num_blocks());
   uint32_t prefix = 0;
   unsigned long long above = 0, need = 0;
   for (int shift = 32 - kDigitBits; shift >= 0; shift -= kDigitBits) {
     Exchange& exchange = scratch.exchange[round++ & 1];
     if (thread < kBuckets) {
-      exchange.weight[thread] = 0;
+      exchange.weight_high[thread] = 0;
+      exchange.weight_low[thread] = 0;
       exchange.count[thread] = 0;
     }
     __syncthreads();
@@ -126,34 +165,60 @@ __device__ SearchResult cluster_search(const cg::cluster_group& cluster, int n_l
     int run_digit = -1;
     unsigned long long run_weight = 0;
     unsigned int run_count = 0;
-    for (int i = thread; i < n_local; i += kThreads) {
-      const auto [value, weight] = member(i);
-      if (weight == 0 || (value & fixed_mask) != prefix) continue;
-      const int digit = int(value >> shift) & (kBuckets - 1);
-      if (digit != run_digit) {
-        if (run_count != 0) {
-          atomicAdd(&exchange.weight[run_digit], run_weight);
-          atomicAdd(&exchange.count[run_digit], run_count);
+    // Whole warps walk the share together, so add_runs sees every lane.
+    for (int base = 0; base < n_local; base += kThreads) {
+      const int i = base + thread;
+      if (i < n_local) {
+        const auto [value, weight] = member(i);
+        const int digit = int(value >> shift) & (kBuckets - 1);
+        if (weight != 0 && (value & fixed_mask) == prefix) {
+          if (digit != run_digit && run_count != 0) {
+            atomicAdd(&exchange.weight_high[run_digit], unsigned(run_weight >> 16));
+            atomicAdd(&exchange.weight_low[run_digit], unsigned(run_weight & 0xFFFFu));
+            atomicAdd(&exchange.count[run_digit], run_count);
+            run_weight = 0;
+            run_count = 0;
+          }
+          run_digit = digit;
+          run_weight += weight;
+          ++run_count;
         }
-        run_digit = digit;
-        run_weight = 0;
-        run_count = 0;
       }
-      run_weight += weight;
-      ++run_count;
     }
-    if (run_count != 0) {
-      atomicAdd(&exchange.weight[run_digit], run_weight);
-      atomicAdd(&exchange.count[run_digit], run_count);
-    }
+    add_runs(exchange, run_digit, run_weight, run_count);
     cluster.sync();
+    {
+      // Four groups of threads read a quarter of the peers each, all their loads in flight at once.
+      const int bucket = thread % kBuckets, group = thread / kBuckets;
+      unsigned int highs[kPeersPerGroup], lows[kPeersPerGroup], counts[kPeersPerGroup];
+#pragma unroll
+      for (int j = 0; j < kPeersPerGroup; ++j) {
+        const int rank = group + kGroups * j;
+        highs[j] = lows[j] = counts[j] = 0;
+        if (rank < n_blocks) {
+          const Exchange* peer = cluster.map_shared_rank(&exchange, rank);
+          highs[j] = peer->weight_high[bucket];
+          lows[j] = peer->weight_low[bucket];
+          counts[j] = peer->count[bucket];
+        }
+      }
+      unsigned long long weight = 0;
+      unsigned int count = 0;
+#pragma unroll
+      for (int j = 0; j < kPeersPerGroup; ++j) {
+        weight += (static_cast<unsigned long long>(highs[j]) << 16) + lows[j];
+        count += counts[j];
+      }
+      scratch.group_weight[group][bucket] = weight;
+      scratch.group_count[group][bucket] = count;
+    }
+    __syncthreads();
     if (thread < kBuckets) {
       unsigned long long weight = 0;
       unsigned int count = 0;
-      for (int rank = 0; rank < kClusterBlocks; ++rank) {
-        const Exchange* peer = cluster.map_shared_rank(&exchange, rank);
-        weight += peer->weight[thread];
-        count += peer->count[thread];
+      for (int group = 0; group < kGroups; ++group) {
+        weight += scratch.group_weight[group][thread];
+        count += scratch.group_count[group][thread];
       }
       scratch.total_weight[thread] = weight;
       scratch.total_count[thread] = count;
@@ -214,13 +279,13 @@ __device__ SearchResult cluster_search(const cg::cluster_group& cluster, int n_l
     if (shift == 0) {
       // Every bit fixed: the members of value `prefix` tie, and the need takes the first j of them,
       // counted across the blocks in rank (id) order.
-      if (thread < kClusterBlocks) scratch.block_ties[thread] = int(cluster.map_shared_rank(&exchange, thread)->count[digit]);
+      if (thread < n_blocks) scratch.block_ties[thread] = int(cluster.map_shared_rank(&exchange, thread)->count[digit]);
       __syncthreads();
       const unsigned long long each = tie_weight(prefix);
       int nth = int((need - above + each - 1) / each);
       const int rank = int(cluster.block_rank());
       int owner = 0;
-      while (owner < kClusterBlocks - 1 && nth > scratch.block_ties[owner]) nth -= scratch.block_ties[owner++];
+      while (owner < n_blocks - 1 && nth > scratch.block_ties[owner]) nth -= scratch.block_ties[owner++];
       if (rank != owner) return {{prefix, rank < owner ? INT_MAX : -1}, -1};
       const int index = nth_local(
           n_local,
@@ -248,7 +313,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ float4 dynamic_shared[];
   __shared__ BlockScratch scratch;
   const cg::cluster_group cluster = cg::this_cluster();
-  const int row_index = int(blockIdx.x) / kClusterBlocks;
+  const int n_blocks = int(cluster.num_blocks());
+  const int row_index = int(blockIdx.x) / n_blocks;
   const GpuSamplingRow params = rows[row_index];
   if (!(params.temperature > 0.0f)) return;  // the whole cluster leaves together
   const int thread = int(threadIdx.x), warp = thread / 32, lane = thread % 32;
@@ -269,12 +335,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   if (is_aligned) {
     const float4* row4 = reinterpret_cast<const float4*>(row);
-    for (int i = thread; i < n_local / 4; i += kThreads) {
-      const float4 four = __ldg(row4 + i);
-      load(4 * i, four.x);
-      load(4 * i + 1, four.y);
-      load(4 * i + 2, four.z);
-      load(4 * i + 3, four.w);
+    constexpr int kInFlight = 2;  // loads issued before the first is used
+    for (int i = thread; i < n_local / 4; i += kInFlight * kThreads) {
+      float4 fours[kInFlight];
+      for (int u = 0; u < kInFlight; ++u)
+        if (i + u * kThreads < n_local / 4) fours[u] = __ldg(row4 + i + u * kThreads);
+      for (int u = 0; u < kInFlight; ++u) {
+        const int j = i + u * kThreads;
+        if (j >= n_local / 4) break;
+        load(4 * j, fours[u].x);
+        load(4 * j + 1, fours[u].y);
+        load(4 * j + 2, fours[u].z);
+        load(4 * j + 3, fours[u].w);
+      }
     }
     for (int i = (n_local / 4) * 4 + thread; i < n_local; i += kThreads) load(i, __ldg(row + i));
   } else {
@@ -294,11 +367,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     first_exchange.best_key = key;
   }
   cluster.sync();
+  // One thread a peer reads its best key; every thread then takes the maximum.
+  if (thread < n_blocks) scratch.peer_key[thread] = cluster.map_shared_rank(&first_exchange, thread)->best_key;
+  __syncthreads();
   best_key = 0;
-  for (int peer = 0; peer < kClusterBlocks; ++peer) {
-    const unsigned long long key = cluster.map_shared_rank(&first_exchange, peer)->best_key;
-    best_key = key > best_key ? key : best_key;
-  }
+  for (int peer = 0; peer < n_blocks; ++peer) best_key = scratch.peer_key[peer] > best_key ? scratch.peer_key[peer] : best_key;
   const int best_id = int(0xFFFFFFFFu - uint32_t(best_key));
   const float best_value = value_of_order_bits(uint32_t(best_key >> 32));
   if (!isfinite(best_value)) {
@@ -361,7 +434,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   cluster.sync();  // no block leaves while another may still read its shared memory
 }
 
-// The largest dynamic shared memory a block may take, raised once from the default 48 KB.
+// The largest dynamic shared memory a block may take, raised once from the default 48 KB; clusters
+// of 16 blocks allowed too.
 int max_share_bytes() {
   static const int bytes = [] {
     int device = 0, optin = 0;
@@ -371,6 +445,7 @@ int max_share_bytes() {
     TF_CUDA_CHECK(cudaFuncGetAttributes(&attributes, sample_rows_kernel));
     const int dynamic_bytes = optin - int(attributes.sharedSizeBytes);
     TF_CUDA_CHECK(cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_bytes));
+    TF_CUDA_CHECK(cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     return dynamic_bytes;
   }();
   return bytes;
@@ -379,24 +454,26 @@ int max_share_bytes() {
 }  // namespace
 
 void sample_rows_f32(const float* logits, int64_t n_rows, int64_t n_vocab, const GpuSamplingRow* rows, int32_t* ids,
-                     cudaStream_t stream) {
-  TF_CUDA_REQUIRE(n_rows >= 0 && n_rows * kClusterBlocks < (int64_t(1) << 31), "sample_rows_f32: bad row count");
+                     cudaStream_t stream, int cluster_blocks) {
+  if (cluster_blocks == 0) cluster_blocks = n_rows <= kFewRows ? 16 : 8;
+  TF_CUDA_REQUIRE(cluster_blocks == 8 || cluster_blocks == 16, "sample_rows_f32: clusters of 8 or 16 blocks");
+  TF_CUDA_REQUIRE(n_rows >= 0 && n_rows * cluster_blocks < (int64_t(1) << 31), "sample_rows_f32: bad row count");
   TF_CUDA_REQUIRE(n_vocab > 0 && n_vocab <= (int64_t(1) << 30), "sample_rows_f32: bad vocabulary size");
   if (n_rows == 0) return;
   // Each block's share a multiple of 4 tokens, so rows of a multiple of 4 load as float4.
-  const int64_t share = (n_vocab + 4 * kClusterBlocks - 1) / (4 * kClusterBlocks) * 4;
+  const int64_t share = (n_vocab + 4 * cluster_blocks - 1) / (4 * cluster_blocks) * 4;
   const auto share_bytes = size_t(share) * sizeof(float);
-  TF_CUDA_REQUIRE(share_bytes <= size_t(max_share_bytes()),
+  TF_CUDA_REQUIRE(share_bytes <= size_t(max_share_bytes()) && share < (int64_t(1) << 16),
                   "sample_rows_f32: a vocabulary of " + std::to_string(n_vocab) + " does not fit the cluster's shared memory");
   const bool is_aligned = n_vocab % 4 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(n_rows * kClusterBlocks));
+  config.gridDim = dim3(unsigned(n_rows * cluster_blocks));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = share_bytes;
   config.stream = stream;
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = kClusterBlocks;
+  attribute.val.clusterDim.x = unsigned(cluster_blocks);
   attribute.val.clusterDim.y = 1;
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;

@@ -24,8 +24,9 @@ struct GpuSamplingRow {
 };
 
 // logits: [n_rows][n_vocab] f32, rows: [n_rows], ids: [n_rows] (all device). Writes ids[row] for
-// every row whose temperature is above 0.
+// every row whose temperature is above 0. cluster_blocks (8 or 16; 0: chosen by the row count)
+// splits each row over that many blocks; the tokens are the same either way.
 void sample_rows_f32(const float* logits, int64_t n_rows, int64_t n_vocab, const GpuSamplingRow* rows, int32_t* ids,
-                     cudaStream_t stream = nullptr);
+                     cudaStream_t stream = nullptr, int cluster_blocks = 0);
 
 }  // namespace tf::cuda
