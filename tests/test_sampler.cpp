@@ -12,6 +12,7 @@
 
 #include "sampling/philox.h"
 #include "sampling/sampler.h"
+#include "sampling/sampling_math.h"
 
 namespace tf {
 namespace {
@@ -264,66 +265,112 @@ TEST(Sampler, DeterministicAndPositionDependent) {
   EXPECT_LT(n_same, 100);
 }
 
-// The plain version of the documented pipeline: full sorts, same arithmetic in the same order.
+// ceil(f * m) in 128-bit arithmetic, for 0 <= f < 2^40.
+uint64_t ceil_product(float f, uint64_t m) {
+  int exponent = 0;
+  const float fraction = std::frexp(f, &exponent);
+  const auto mantissa = static_cast<uint64_t>(std::ldexp(fraction, 24));  // f = mantissa * 2^(exponent - 24)
+  const unsigned __int128 product = (unsigned __int128)mantissa * m;
+  const int shift = 24 - exponent;
+  unsigned __int128 result = product;
+  if (shift > 0) {
+    if (shift >= 128) return product != 0;
+    result = (product >> shift) + ((product & (((unsigned __int128)1 << shift) - 1)) != 0);
+  } else {
+    result = product << -shift;
+  }
+  return result > ~uint64_t{0} ? ~uint64_t{0} : uint64_t(result);
+}
+
+// The plain version of the documented pipeline: full sorts, the same integer masses.
 // Everything up to the draw is independent of the position, so it is prepared once.
 struct ReferenceDistribution {
-  std::vector<float> probabilities;  // [n_vocab], meaningful for candidates only
-  std::vector<int32_t> ranked;       // kept tokens, probability descending, id ascending
-  float total = 0.0f;
+  std::vector<uint32_t> masses;  // [n_vocab], meaningful for candidates only
+  std::vector<int32_t> ranked;   // kept tokens, mass descending, id ascending
+  uint64_t total = 0;            // their mass
 };
 
 ReferenceDistribution reference_distribution(const std::vector<float>& logits,
                                              const SamplingParams& params) {
-  std::vector<float> values = logits;
-  for (float& v : values) v /= params.temperature;
-  const auto before = [&](int32_t a, int32_t b) {
-    return values[a] != values[b] ? values[a] > values[b] : a < b;
-  };
+  const std::vector<float>& values = logits;
   std::vector<int32_t> candidates(values.size());
   std::iota(candidates.begin(), candidates.end(), 0);
+  std::sort(candidates.begin(), candidates.end(), [&](int32_t a, int32_t b) {
+    return values[a] != values[b] ? values[a] > values[b] : a < b;
+  });
   if (params.top_k > 0 && static_cast<size_t>(params.top_k) < values.size()) {
-    std::sort(candidates.begin(), candidates.end(), before);
     candidates.resize(static_cast<size_t>(params.top_k));
   }
-  float max_value = -INFINITY;
-  for (int32_t id : candidates) max_value = std::max(max_value, values[id]);
-  float sum = 0.0f;
-  for (int32_t id : candidates) sum += values[id] = std::exp(values[id] - max_value);
-  float total = 0.0f;
-  for (int32_t id : candidates) total += values[id] /= sum;
-  std::sort(candidates.begin(), candidates.end(), before);
+  const float best_value = values[size_t(candidates[0])];
+  std::vector<uint32_t> masses(values.size(), 0);
+  uint64_t total = 0;
+  for (int32_t id : candidates) {
+    masses[id] = sampling_mass(sampling_gap(values[id], best_value, 1.0f / params.temperature), kSamplingExp2Table);
+    total += masses[id];
+  }
+  std::sort(candidates.begin(), candidates.end(), [&](int32_t a, int32_t b) {
+    return masses[a] != masses[b] ? masses[a] > masses[b] : a < b;
+  });
+  while (!candidates.empty() && masses[candidates.back()] == 0) candidates.pop_back();
   size_t n_kept = candidates.size();
-  float cumulative = 0.0f;
+  uint64_t cumulative = 0;
   for (size_t i = 0; i < candidates.size() && params.top_p < 1.0f; ++i) {
-    cumulative += values[candidates[i]];
-    if (cumulative >= params.top_p) {
+    cumulative += masses[candidates[i]];
+    if (cumulative >= std::max<uint64_t>(1, ceil_product(std::max(params.top_p, 0.0f), total))) {
       n_kept = i + 1;
       break;
     }
   }
   if (params.min_p > 0.0f) {
     size_t i = 1;
-    while (i < n_kept && values[candidates[i]] >= params.min_p * values[candidates[0]]) ++i;
+    while (i < n_kept && masses[candidates[i]] >= std::ceil(double(params.min_p) * kSamplingMassOne)) ++i;
     n_kept = i;
   }
-  if (n_kept < candidates.size()) {
-    total = 0.0f;
-    for (size_t i = 0; i < n_kept; ++i) total += values[candidates[i]];
-  }
   candidates.resize(n_kept);
-  return {std::move(values), std::move(candidates), total};
+  total = 0;
+  for (int32_t id : candidates) total += masses[id];
+  return {std::move(masses), std::move(candidates), total};
 }
 
 int32_t reference_draw(const ReferenceDistribution& distribution, const SamplingParams& params,
                        int64_t position) {
-  const float target =
-      philox_uniform(params.seed, static_cast<uint64_t>(position)) * distribution.total;
-  float cumulative = 0.0f;
+  const auto u = static_cast<uint32_t>(philox_uniform(params.seed, static_cast<uint64_t>(position)) * 0x1p24f);
+  const auto target = static_cast<uint64_t>(((unsigned __int128)distribution.total * u) >> 24);
+  uint64_t cumulative = 0;
   for (int32_t id : distribution.ranked) {
-    cumulative += distribution.probabilities[id];
+    cumulative += distribution.masses[id];
     if (cumulative > target) return id;
   }
-  return -1;  // the rounding fallback; the comparison then fails loudly
+  return -1;
+}
+
+// The fixed-point masses against exp in double precision, and the exact integer helpers.
+TEST(Sampler, MassesFollowExp) {
+  double worst = 0.0;
+  for (float x = 0.0f; x > -20.0f; x -= 0.000731f) {
+    const double exact = std::ldexp(std::exp(double(x)), 31);
+    const double mass = sampling_mass(x, kSamplingExp2Table);
+    worst = std::max(worst, (std::abs(mass - exact) - 0.5) / exact);  // beyond the final rounding
+  }
+  EXPECT_LT(worst, 2e-7);  // x is taken in steps of 2^-24
+  EXPECT_EQ(sampling_mass(0.0f, kSamplingExp2Table), kSamplingMassOne);
+  EXPECT_EQ(sampling_mass(-INFINITY, kSamplingExp2Table), 0u);
+  EXPECT_EQ(sampling_mass(NAN, kSamplingExp2Table), 0u);
+  EXPECT_EQ(sampling_mass(-30.0f, kSamplingExp2Table), 0u);
+  EXPECT_EQ(sampling_scaled_ceil(0.5f, 7), 4u);
+  EXPECT_EQ(sampling_scaled_ceil(0.25f, 8), 2u);
+  EXPECT_EQ(sampling_scaled_ceil(0.0f, 8), 0u);
+  EXPECT_EQ(sampling_scaled_ceil(3.0f, 5), 15u);
+  EXPECT_EQ(sampling_scaled_ceil(INFINITY, 5), ~uint64_t{0});
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 10000; ++i) {
+    const uint64_t m = rng() >> (rng() % 64);
+    const float f = std::ldexp(float(rng() >> 40), -int(rng() % 60));
+    EXPECT_EQ(sampling_scaled_ceil(f, m), ceil_product(f, m)) << f << " " << m;
+    const uint64_t w = m >> 3;
+    const auto u = uint32_t(rng() >> 40);
+    EXPECT_EQ(sampling_target(w, u), uint64_t(((unsigned __int128)w * u) >> 24));
+  }
 }
 
 TEST(Sampler, MatchesFullSortReferenceAtVocabScale) {

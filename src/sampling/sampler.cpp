@@ -1,6 +1,7 @@
 // Greedy and seeded sampling: penalties, temperature, top-k, softmax, top-p, min-p, one draw.
-// Every sum runs in an order fixed by the inputs alone, and every ranking is a total order
-// (value descending, id ascending), so a token depends only on logits, parameters and position.
+// Softmax weights are integer masses (sampling_math.h), so every sum is exact, and every ranking is
+// a total order (value or mass descending, id ascending): a token depends only on logits,
+// parameters and position, and the CUDA sampler, which shares the arithmetic, picks the same one.
 #include "sampling/sampler.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "sampling/sampling_math.h"
 
 namespace tf {
 namespace {
@@ -28,12 +30,22 @@ struct ValueDescendingIdAscending {
   }
 };
 
+// Larger mass first, lower id on ties.
+struct MassDescendingIdAscending {
+  const uint32_t* masses;
+  bool operator()(int32_t a, int32_t b) const {
+    if (masses[a] != masses[b]) return masses[a] > masses[b];
+    return a < b;
+  }
+};
+
 // Candidates ranked lazily, so only as much is sorted as a walk reaches. order[0, n_sorted)
 // is final and every entry ranks before all later ones; entries in [n_sorted, n_head) also rank
 // before all of [n_head, end), so a short walk never touches the tail.
+template <class Before>
 struct LazyRanking {
   std::vector<int32_t>& order;
-  ValueDescendingIdAscending before;
+  Before before;
   size_t n_head;
   size_t n_sorted = 0;
 
@@ -142,96 +154,77 @@ int32_t Sampler::sample(const float* logits, int64_t n_vocab, const SamplingPara
   }
   if (params.is_greedy()) return allowed_or_first(argmax(values, n_vocab), values, n_vocab, constraint);
 
-  for (size_t id = 0; id < n; ++id) values[id] /= params.temperature;
-
-  // Candidates: the top_k best by value (sorted, so the softmax sum has one order), else all
-  // tokens in id order.
+  // Candidates: the top_k best by value, else every token. The best token is always one.
+  const int32_t best = argmax(values, n_vocab);
+  const float best_value = values[best];
+  // All -inf, or some +inf: no proper distribution; take the best-ranked token.
+  if (!std::isfinite(best_value)) return allowed_or_first(best, values, n_vocab, constraint);
   order_.resize(n);
   std::iota(order_.begin(), order_.end(), 0);
-  const ValueDescendingIdAscending before{values};
   const bool has_top_k = params.top_k > 0 && static_cast<size_t>(params.top_k) < n;
   if (has_top_k) {
-    const auto kth = order_.begin() + params.top_k;
-    std::nth_element(order_.begin(), kth, order_.end(), before);
+    std::nth_element(order_.begin(), order_.begin() + params.top_k, order_.end(), ValueDescendingIdAscending{values});
     order_.resize(static_cast<size_t>(params.top_k));
-    std::sort(order_.begin(), order_.end(), before);
   }
 
-  float max_value = kNegativeInfinity;
-  for (int32_t id : order_) max_value = std::max(max_value, values[id]);
-  if (!std::isfinite(max_value)) {
-    // All -inf, or some +inf: no proper distribution; take the best-ranked candidate.
-    return allowed_or_first(*std::min_element(order_.begin(), order_.end(), before), values, n_vocab, constraint);
-  }
-  float sum = 0.0f;
+  // Integer masses (sampling_math.h): the kept set and the draw are exact sums, in any order.
+  masses_.assign(n, 0);
+  const float inverse_temperature = 1.0f / params.temperature;
+  uint64_t total = 0;
+  size_t n_positive = 0;
   for (int32_t id : order_) {
-    values[id] = std::exp(values[id] - max_value);
-    sum += values[id];
+    const uint32_t mass = sampling_mass(sampling_gap(values[id], best_value, inverse_temperature), kSamplingExp2Table);
+    masses_[size_t(id)] = mass;
+    total += mass;
+    if (mass != 0) order_[n_positive++] = id;
   }
-  float candidate_total = 0.0f;  // total probability, summed in the same candidate order
-  for (int32_t id : order_) {
-    values[id] /= sum;
-    candidate_total += values[id];
-  }
+  order_.resize(n_positive);  // tokens of mass 0 can be neither kept nor drawn
 
-  // From here `values` holds probabilities; the kept set is always a prefix of the candidates
-  // ranked by probability, so only that prefix is ever sorted.
-  LazyRanking ranking{order_, before, order_.size()};
-  if (!has_top_k) {
-    // Tokens far below the best go to the back unranked; most walks end long before them.
-    const float cutoff = (1.0f / sum) * 0x1p-16f;
-    size_t n_head = 0;
-    size_t tail = n;
-    for (size_t id = 0; id < n; ++id) {
-      if (values[id] >= cutoff) {
-        order_[n_head++] = static_cast<int32_t>(id);
-      } else {
-        order_[--tail] = static_cast<int32_t>(id);
-      }
-    }
-    ranking.n_head = n_head;
-  }
+  // Tokens ranked by (mass descending, id ascending). Those far below the best go to the back
+  // unranked; most walks end long before them.
+  const MassDescendingIdAscending before{masses_.data()};
+  const auto tail = std::partition(order_.begin(), order_.end(), [&](int32_t id) { return masses_[size_t(id)] >= (kSamplingMassOne >> 16); });
+  LazyRanking<MassDescendingIdAscending> ranking{order_, before, size_t(tail - order_.begin())};
+  // Top-p: the shortest prefix whose mass reaches ceil(top_p * total), at least one token.
   size_t n_kept = order_.size();
+  uint64_t kept_mass = total;
   if (params.top_p < 1.0f) {
-    float cumulative = 0.0f;
+    const uint64_t need = std::max<uint64_t>(1, sampling_scaled_ceil(std::max(params.top_p, 0.0f), total));
+    uint64_t cumulative = 0;
     for (size_t i = 0; i < n_kept; ++i) {
       ranking.extend(i + 1);
-      cumulative += values[order_[i]];
-      if (cumulative >= params.top_p) {
+      cumulative += masses_[size_t(order_[i])];
+      if (cumulative >= need) {
         n_kept = i + 1;
+        kept_mass = cumulative;
         break;
       }
     }
   }
+  // Min-p: keep masses of at least ceil(min_p * best mass); min_p above 1 acts as 1.
   if (params.min_p > 0.0f) {
-    ranking.extend(1);
-    const float threshold = params.min_p * values[order_[0]];
-    size_t i = 1;
+    const uint64_t threshold = std::min<uint64_t>(sampling_scaled_ceil(params.min_p, kSamplingMassOne), kSamplingMassOne);
+    uint64_t cumulative = 0;
+    size_t i = 0;
     for (; i < n_kept; ++i) {
       ranking.extend(i + 1);
-      if (values[order_[i]] < threshold) break;
+      if (masses_[size_t(order_[i])] < threshold) break;
+      cumulative += masses_[size_t(order_[i])];
     }
     n_kept = i;
+    kept_mass = cumulative;
   }
 
-  float kept_total = candidate_total;
-  if (n_kept < order_.size()) {
-    kept_total = 0.0f;
-    for (size_t i = 0; i < n_kept; ++i) kept_total += values[order_[i]];
-  }
-
-  const float target = philox_uniform(params.seed, static_cast<uint64_t>(position)) * kept_total;
-  float cumulative = 0.0f;
-  int32_t last_positive = order_[0];
+  // The draw: the first kept token whose cumulative mass passes floor(u * kept mass).
+  const auto u = static_cast<uint32_t>(philox_uniform(params.seed, static_cast<uint64_t>(position)) * 0x1p24f);
+  const uint64_t target = sampling_target(kept_mass, u);
+  uint64_t cumulative = 0;
   for (size_t i = 0; i < n_kept; ++i) {
     ranking.extend(i + 1);
-    const int32_t id = order_[i];
-    cumulative += values[id];
-    if (cumulative > target) return id;
-    if (values[id] > 0.0f) last_positive = id;
+    cumulative += masses_[size_t(order_[i])];
+    if (cumulative > target) return order_[i];
   }
-  // Rounding left the walk short of the target: the last kept token that has any probability.
-  return last_positive;
+  fail("sampler: the draw passed its kept mass");
 }
 
 float Sampler::logprob_of(const float* logits, int64_t n_vocab, int32_t token) {

@@ -80,6 +80,7 @@ class Sampler {
  private:
   std::vector<float> processed_;
   std::vector<int32_t> order_;
+  std::vector<uint32_t> masses_;  // [n_vocab] each candidate's integer mass, 0 elsewhere
   std::vector<std::pair<int32_t, int32_t>> penalties_;
 };
 

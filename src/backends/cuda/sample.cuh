@@ -1,12 +1,11 @@
 // Seeded sampling on the GPU: temperature, top-k, top-p, min-p and one Philox draw per row.
 //
-// It draws from the same distribution as the CPU tf::Sampler, with the same ranking (value
-// descending, id ascending; NaN ranks as -inf; a row with no finite best gives its best-ranked
-// token) and the same random number philox_uniform(seed, position). It is not bit-equal to the
-// CPU: its sums run in another fixed order, so a draw landing within rounding of a boundary may
-// pick the neighbouring token. It is deterministic and batch-invariant: a row's token depends only
-// on its logits, its GpuSamplingRow and n_vocab, never on the other rows of the call.
-// Penalties are applied to the logits before it (penalties.cuh); logprobs come from the raw logits.
+// The twin of the CPU tf::Sampler after penalties and constraints: the same candidates, the same
+// integer masses and cuts (sampling_math.h) and the same random number philox_uniform(seed,
+// position), so each row's token is bitwise the CPU's (NaN ranks as -inf; a row with no finite
+// best gives its best-ranked token). A row's token depends only on its logits, its GpuSamplingRow
+// and n_vocab, never on the other rows of the call. Penalties are applied to the logits before it
+// (penalties.cuh); logprobs come from the raw logits.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -25,8 +24,9 @@ struct GpuSamplingRow {
 };
 
 // logits: [n_rows][n_vocab] f32, rows: [n_rows], ids: [n_rows] (all device). Writes ids[row] for
-// every row whose temperature is above 0.
+// every row whose temperature is above 0. cluster_blocks (8 or 16; 0: chosen by the row count)
+// splits each row over that many blocks; the tokens are the same either way.
 void sample_rows_f32(const float* logits, int64_t n_rows, int64_t n_vocab, const GpuSamplingRow* rows, int32_t* ids,
-                     cudaStream_t stream = nullptr);
+                     cudaStream_t stream = nullptr, int cluster_blocks = 0);
 
 }  // namespace tf::cuda
