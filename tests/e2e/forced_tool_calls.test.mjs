@@ -6,23 +6,14 @@
 // undrafted, greedy or sampled, streamed or whole.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { modelDir as chatModelDir, openaiClient, request, sourceDir, startServer } from './harness.mjs';
+import { hybridChatSources, linkedModelDir, openaiClient, request, startServer } from './harness.mjs';
 
-const hybridFixture = path.join(sourceDir, 'tests', 'fixtures', 'models', 'qwen3.5-tiny-chat');
-const templatesDir = path.join(sourceDir, 'tests', 'fixtures', 'templates');
 let server;
 let client;
 let dir;
 before(async () => {
-  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tf-forced-calls-'));
-  for (const file of ['config.json', 'generation_config.json', 'model.safetensors'])
-    fs.symlinkSync(path.join(hybridFixture, file), path.join(dir, file));
-  for (const file of ['tokenizer.json', 'tokenizer_config.json'])
-    fs.symlinkSync(path.join(chatModelDir, file), path.join(dir, file));
-  fs.copyFileSync(path.join(templatesDir, 'qwen3.6.jinja'), path.join(dir, 'chat_template.jinja'));
+  dir = linkedModelDir(hybridChatSources, 'qwen3.6.jinja');
   server = await startServer(['--parallel', '4', '--served-model-name', 'hybrid'], { model: dir });
   client = openaiClient(server);
 });
