@@ -396,12 +396,12 @@ class SchemaConverter {
 
   // The members of an object schema with 'properties', in the order the client gave them (no
   // others are written); an optional one may be left out. `member` writes one, `separator` goes
-  // between two. tail[i][c]: the members from i on, c = a member precedes (so the next needs a
-  // separator).
+  // between two. tail[i][after]: the members from i on, `after` = a member precedes (so the next
+  // needs the separator).
   template <typename MemberWriter>
   std::string members(const json& schema, const std::string& path, const std::string& separator,
                       const MemberWriter& member) {
-    const json& properties = schema["properties"];
+    const json& properties = schema.at("properties");
     if (!properties.is_object()) throw unsupported(path + ".properties", "expected an object");
     auto additional = schema.find("additionalProperties");
     if (additional != schema.end() && !additional->is_boolean())
@@ -424,18 +424,18 @@ class SchemaConverter {
     const int n_variants = separator.empty() ? 1 : 2;
     std::vector<std::array<std::string, 2>> tail(n + 1, {"\"\"", "\"\""});
     for (size_t i = n; i-- > 0;) {
-      for (int comma = 0; comma < n_variants; ++comma) {
-        const std::string present = (comma ? separator : "") + written[i] + " " + tail[i + 1][n_variants - 1];
-        tail[i][comma] = new_rule(required.count(names[i]) ? present : present + " | " + tail[i + 1][comma]);
+      for (int after = 0; after < n_variants; ++after) {
+        const std::string present = (after ? separator : "") + written[i] + " " + tail[i + 1][n_variants - 1];
+        tail[i][after] = new_rule(required.count(names[i]) ? present : present + " | " + tail[i + 1][after]);
       }
     }
     return tail[0][0];
   }
 
   // One parameter's value as the template writes it and the reply parser reads it back: a
-  // property of type "string" raw (no pattern or length bounds: those are checked in JSON form);
-  // strings of an untyped enum or const raw where the parser would not read them as JSON; any other
-  // value as JSON.
+  // property of type "string" raw (its pattern or length bounds, written for JSON strings, are
+  // refused); strings of an untyped enum or const raw where the parser would not read them as JSON;
+  // any other value as JSON.
   std::string xml_value(const json& schema, const std::string& path) {
     const std::string json_form = visit(schema, path);  // also checks the schema's keywords
     if (!schema.is_object()) return json_form;
