@@ -12,6 +12,7 @@
 #include "grammar/grammar.h"
 #include "grammar/grammar_matcher.h"
 #include "sampling/sampler.h"
+#include "server/chat_reply_parser.h"
 #include "server/constraint_params.h"
 #include "server/json_schema_grammar.h"
 #include "server/openai_protocol.h"
@@ -264,16 +265,150 @@ TEST(JsonSchemaTest, ForcedToolCallsFollowTheQwen3FormAndTheToolSchema) {
   std::vector<server::ToolSchema> tools = {
       {"get_weather", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", {"city"}}}, "tools[0]"},
       {"now", json::object(), "tools[1]"}};
-  const std::string one = server::tool_call_gbnf(tools, false);
+  const std::string one = server::tool_call_gbnf(tools, {server::ToolCallSyntax::qwen3_json, false, false});
   EXPECT_TRUE(matches(one, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
   EXPECT_TRUE(matches(one, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
   EXPECT_FALSE(matches(one, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));
   EXPECT_FALSE(matches(one, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
-  const std::string parallel = server::tool_call_gbnf(tools, true);
+  const std::string parallel = server::tool_call_gbnf(tools, {server::ToolCallSyntax::qwen3_json, true, false});
   EXPECT_TRUE(matches(parallel, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n"
                                 "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
   EXPECT_FALSE(matches(one, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n"
                             "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+}
+
+// A Qwen3.5-class reply's calls as the reply parser gives them: [name, arguments] per call.
+std::vector<std::pair<std::string, std::string>> parsed_xml_calls(const std::string& reply, bool starts_in_reasoning,
+                                                                  const std::vector<server::ToolSchema>& tools) {
+  server::ReplyParserOptions options;
+  options.family = ChatTemplateFamily::qwen3_5;
+  options.parses_reasoning = true;
+  options.starts_in_reasoning = starts_in_reasoning;
+  options.parses_tool_calls = true;
+  for (const server::ToolSchema& tool : tools)  // as completion_handler derives them
+    if (tool.parameters.contains("properties"))
+      for (const auto& [name, schema] : tool.parameters["properties"].items())
+        if (schema.contains("type") && schema["type"].is_string()) options.parameter_types[tool.name][name] = schema["type"];
+  server::ChatReplyParser parser(options);
+  server::ReplyPiece piece = parser.push(reply);
+  piece.append(parser.finish());
+  std::vector<std::pair<std::string, std::string>> calls;
+  for (const server::ToolCallDelta& delta : piece.tool_calls) {
+    if (delta.name) calls.push_back({*delta.name, ""});
+    calls.back().second += delta.arguments;
+  }
+  return calls;
+}
+
+TEST(JsonSchemaTest, ForcedToolCallsFollowTheQwen35XmlFormAndTheToolSchema) {
+  using nlohmann::ordered_json;
+  std::vector<server::ToolSchema> tools = {
+      {"get_weather",
+       ordered_json::parse(R"({"type": "object", "properties": {
+          "city": {"type": "string"}, "days": {"type": "integer"}, "units": {"type": "string", "enum": ["c", "f"]},
+          "where": {"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]},
+          "mode": {"enum": ["fast", "true"]}}, "required": ["city", "days"]})"),
+       "tools[0].function.parameters"},
+      {"now", ordered_json::object(), "tools[1].function.parameters"}};
+  const server::ToolCallForm one_call{server::ToolCallSyntax::qwen3_5_xml, false, false};
+  const std::string one = server::tool_call_gbnf(tools, one_call);
+  const auto call = [](const std::string& name, const std::string& parameters) {
+    return "<tool_call>\n<function=" + name + ">\n" + parameters + "</function>\n</tool_call>";
+  };
+  const auto parameter = [](const std::string& key, const std::string& value) {
+    return "<parameter=" + key + ">\n" + value + "\n</parameter>\n";
+  };
+  // Strings raw (any text without </parameter>, several lines, a '<' or a cut tag inside), other
+  // values as JSON; optional parameters present or not, in the order of 'properties'.
+  const std::string paris = call("get_weather", parameter("city", "Paris") + parameter("days", "3"));
+  EXPECT_TRUE(matches(one, paris));
+  const std::string full = call("get_weather", parameter("city", "a <b>\n</param </parameter x") + parameter("days", "-12") +
+                                                   parameter("units", "f") + parameter("where", "{\"lat\": 1.5}") +
+                                                   parameter("mode", "\"true\""));
+  EXPECT_TRUE(matches(one, full));
+  EXPECT_TRUE(matches(one, call("now", "")));
+  EXPECT_TRUE(matches(one, call("now", parameter("anything", "goes\nhere"))));
+  // Refused: a missing required parameter, an unknown function or parameter, the wrong order, a
+  // value of the wrong type, a string value that holds the closing tag, two calls where one is asked.
+  EXPECT_FALSE(matches(one, call("get_weather", parameter("city", "Paris"))));
+  EXPECT_FALSE(matches(one, call("get_time", "")));
+  EXPECT_FALSE(matches(one, call("get_weather", parameter("city", "Paris") + parameter("days", "3") + parameter("x", "1"))));
+  EXPECT_FALSE(matches(one, call("get_weather", parameter("days", "3") + parameter("city", "Paris"))));
+  EXPECT_FALSE(matches(one, call("get_weather", parameter("city", "Paris") + parameter("days", "three"))));
+  EXPECT_FALSE(matches(one, call("get_weather", parameter("city", "Paris") + parameter("days", "3") + parameter("units", "k"))));
+  EXPECT_FALSE(matches(one, call("get_weather", parameter("city", "x</parameter>y") + parameter("days", "3"))));
+  EXPECT_FALSE(matches(one, call("get_weather", parameter("city", "Paris") + parameter("days", "3") + parameter("mode", "true"))));
+  EXPECT_FALSE(matches(one, paris + "\n" + paris));
+  const std::string parallel = server::tool_call_gbnf(tools, {server::ToolCallSyntax::qwen3_5_xml, true, false});
+  EXPECT_TRUE(matches(parallel, paris + "\n" + call("now", "")));
+  // After a prompt that opened <think>: free reasoning, its close and a blank line, then the call.
+  const std::string thinking = server::tool_call_gbnf(tools, {server::ToolCallSyntax::qwen3_5_xml, false, true});
+  EXPECT_TRUE(matches(thinking, "Paris, I think. </thin\n</think>\n\n" + paris));
+  EXPECT_TRUE(matches(thinking, "</think>\n\n" + paris));
+  EXPECT_FALSE(matches(thinking, paris));
+
+  // What the grammar lets through is what the parser reads as calls, with the arguments typed.
+  EXPECT_EQ(parsed_xml_calls(full, false, tools),
+            (std::vector<std::pair<std::string, std::string>>{
+                {"get_weather", R"({"city": "a <b>\n</param </parameter x", "days": -12, "units": "f", "where": {"lat": 1.5}, "mode": "true"})"}}));
+  EXPECT_EQ(parsed_xml_calls("Paris, I think.\n</think>\n\n" + paris + "\n" + call("now", ""), true, tools),
+            (std::vector<std::pair<std::string, std::string>>{{"get_weather", R"({"city": "Paris", "days": 3})"}, {"now", "{}"}}));
+  // And what the template writes for such a call, the grammar accepts.
+  ChatMessage assistant{"assistant", "", std::nullopt, {{"call_0", "get_weather", ordered_json::parse(
+      R"({"city": "Oslo\nNorway", "days": 2, "where": {"lat": 59.9}})")}}};
+  const std::string rendered =
+      ChatTemplate(ChatTemplateFamily::qwen3_5).render({{"user", "q", std::nullopt, {}}, assistant}, {false, false, {}, {}}).text;
+  const size_t begin = rendered.find("<tool_call>"), end = rendered.find("</tool_call>") + std::string("</tool_call>").size();
+  ASSERT_NE(begin, std::string::npos) << rendered;
+  EXPECT_TRUE(matches(one, rendered.substr(begin, end - begin))) << rendered;
+}
+
+TEST(JsonSchemaTest, ForcedXmlCallsRefuseWhatTheirRawFormCannotHold) {
+  auto param_of = [](const std::string& parameters) {
+    try {
+      server::tool_call_gbnf({{"f", nlohmann::ordered_json::parse(parameters), "tools[0].function.parameters"}},
+                             {server::ToolCallSyntax::qwen3_5_xml, true, false});
+    } catch (const server::ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return e.param;
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(param_of(R"({"type": "object", "properties": {"s": {"type": "string", "pattern": "^a$"}}})"),
+            "tools[0].function.parameters.properties.s.pattern");
+  EXPECT_EQ(param_of(R"({"type": "object", "properties": {"s": {"type": "string", "maxLength": 3}}})"),
+            "tools[0].function.parameters.properties.s.maxLength");
+  EXPECT_EQ(param_of(R"({"type": "array"})"), "tools[0].function.parameters.type");
+  EXPECT_EQ(param_of(R"({"anyOf": [{"type": "object"}]})"), "tools[0].function.parameters.anyOf");
+  EXPECT_EQ(param_of(R"({"type": "object", "properties": {"a>b": {"type": "integer"}}})"),
+            "tools[0].function.parameters.properties.a>b");
+  EXPECT_EQ(param_of(R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}})"),
+            "tools[0].function.parameters.properties.n.minimum");
+  EXPECT_EQ(param_of(R"({"type": "object", "properties": {"n": {"type": "integer"}}})"), "no error");
+}
+
+TEST(JsonSchemaTest, MembersFollowThePropertiesOrderTheClientGave) {
+  // Parsed from text, as the server parses a body: "zeta" before "alpha" stays so.
+  const nlohmann::ordered_json body = nlohmann::ordered_json::parse(R"({"response_format": {"type": "json_schema",
+      "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"zeta": {"type": "integer"},
+      "alpha": {"type": "integer"}, "mid": {"type": "boolean"}}, "required": ["zeta", "alpha"]}}}})");
+  const std::string g = server::parse_constraint_fields(body).grammar_text;
+  EXPECT_TRUE(matches(g, R"({"zeta": 1, "alpha": 2})"));
+  EXPECT_TRUE(matches(g, R"({"zeta": 1, "alpha": 2, "mid": true})"));
+  EXPECT_FALSE(matches(g, R"({"alpha": 2, "zeta": 1})"));
+  EXPECT_FALSE(matches(g, R"({"zeta": 1, "mid": true, "alpha": 2})"));
+  // A forced call's arguments and parameters too, in both syntaxes.
+  nlohmann::ordered_json tool_body = nlohmann::ordered_json::parse(R"({"tool_choice": "required", "tools": [{"type": "function",
+      "function": {"name": "f", "parameters": {"type": "object", "properties": {"zeta": {"type": "integer"},
+      "alpha": {"type": "integer"}}, "required": ["zeta", "alpha"]}}}]})");
+  const std::string json_call = server::parse_constraint_fields(tool_body).grammar_text;
+  EXPECT_TRUE(matches(json_call, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"zeta\": 1, \"alpha\": 2}}\n</tool_call>"));
+  EXPECT_FALSE(matches(json_call, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"alpha\": 2, \"zeta\": 1}}\n</tool_call>"));
+  const std::string xml_call = server::parse_constraint_fields(tool_body, server::ToolCallSyntax::qwen3_5_xml).grammar_text;
+  EXPECT_TRUE(matches(xml_call, "<tool_call>\n<function=f>\n<parameter=zeta>\n1\n</parameter>\n<parameter=alpha>\n2\n"
+                                "</parameter>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(matches(xml_call, "<tool_call>\n<function=f>\n<parameter=alpha>\n2\n</parameter>\n<parameter=zeta>\n1\n"
+                                 "</parameter>\n</function>\n</tool_call>"));
 }
 
 TEST(SamplerConstraintTest, BiasAndMaskApplyBeforeEverythingAndAnEmptyConstraintChangesNothing) {

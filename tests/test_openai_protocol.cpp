@@ -539,9 +539,13 @@ TEST(OpenAiProtocol, BadToolFieldsNameTheirParameter) {
   EXPECT_EQ(named.tool_choice.mode, ToolChoiceMode::function);
   EXPECT_EQ(named.constraints.grammar_param, "tool_choice");
   ProtocolLimits xml_calls = test_limits();
-  xml_calls.chat_family = ChatTemplateFamily::qwen3_5;  // its calls are XML; the forced grammar writes JSON
-  EXPECT_EQ(error_of([&] { parse_chat_request(chat_body({{"tools", tools}, {"tool_choice", "required"}}), xml_calls); }).param,
-            "tool_choice");
+  xml_calls.chat_family = ChatTemplateFamily::qwen3_5;  // its calls are XML, and so is the forced grammar
+  const CompletionRequest xml_required = parse_chat_request(chat_body({{"tools", tools}, {"tool_choice", "required"}}), xml_calls);
+  EXPECT_NE(xml_required.constraints.grammar_text.find("<function="), std::string::npos);
+  EXPECT_NE(xml_required.constraints.grammar_text.find("think-text-0 \"</think>"), std::string::npos)
+      << "thinking is on: the prompt opened <think>, the call follows its close";
+  json no_thinking = chat_body({{"tools", tools}, {"tool_choice", "required"}, {"reasoning_effort", "none"}});
+  EXPECT_EQ(parse_chat_request(no_thinking, xml_calls).constraints.grammar_text.find("</think>"), std::string::npos);
   EXPECT_NO_THROW(parse_chat_request(chat_body({{"tools", tools}, {"tool_choice", "auto"}}), xml_calls));
   EXPECT_EQ(chat_error({{"tools", tools}, {"parallel_tool_calls", "no"}}).param, "parallel_tool_calls");
   json body = chat_body();

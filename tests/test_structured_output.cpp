@@ -1,5 +1,5 @@
 // Token constraints under speculation, on the embedded model with its real tokenizer and drafter:
-// a JSON-schema grammar, a GBNF grammar, logit_bias, min_tokens and stop_token_ids give the same
+// a JSON-schema grammar, a forced Qwen3.5-class tool call, a GBNF grammar, logit_bias, min_tokens and stop_token_ids give the same
 // reply drafted (long copy, the drafter, n-grams, a prediction) or undrafted, alone or among other
 // lanes, greedy and sampled; constrained neighbours change no token of an unconstrained request.
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include "backends/backends.h"
 #include "engine/lane_constraint.h"
 #include "grammar/grammar_matcher.h"
+#include "server/chat_reply_parser.h"
 #include "server/json_schema_grammar.h"
 #include "support/engine_runner.h"
 #include "support/equalities.h"
@@ -58,17 +59,19 @@ std::vector<std::string> prompts() {
   };
 }
 
-std::vector<GenerationRequest> schema_requests(bool sampled) {
-  auto grammar = Grammar::parse(server::json_schema_gbnf(kSchema, "schema"));
+// One grammar's requests over `texts`, greedy or sampled (a seed each).
+std::vector<GenerationRequest> constrained_requests(const std::string& gbnf, const std::vector<std::string>& texts,
+                                                    bool sampled, float temperature = 0.9f) {
+  auto grammar = Grammar::parse(gbnf);
   std::vector<GenerationRequest> requests;
   int i = 0;
-  for (const std::string& text : prompts()) {
+  for (const std::string& text : texts) {
     GenerationRequest r;
     r.prompt = embedded().tokenizer->encode(text);
     r.max_tokens = 60;
     r.constraints.grammar = grammar;
     if (sampled) {
-      r.sampling.temperature = 0.9f;
+      r.sampling.temperature = temperature;
       r.sampling.top_p = 0.95f;
       r.sampling.seed = uint64_t(70 + i);
     }
@@ -76,6 +79,52 @@ std::vector<GenerationRequest> schema_requests(bool sampled) {
     ++i;
   }
   return requests;
+}
+
+std::vector<GenerationRequest> schema_requests(bool sampled) {
+  return constrained_requests(server::json_schema_gbnf(kSchema, "schema"), prompts(), sampled);
+}
+
+// A forced Qwen3.5-class call of one tool, and prompts that quote such calls (long copy and
+// n-grams propose them) or code (a raw string parameter runs on).
+const char* kXmlCall = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+                       "</parameter>\n</function>\n</tool_call>";
+std::vector<GenerationRequest> xml_call_requests(bool sampled) {
+  const std::vector<server::ToolSchema> tools = {
+      {"get_weather",
+       nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"city": {"type": "string"},
+          "days": {"type": "integer"}, "metric": {"type": "boolean"}}, "required": ["city", "days"]})"),
+       "tools[0].function.parameters"}};
+  const std::string gbnf = server::tool_call_gbnf(tools, {server::ToolCallSyntax::qwen3_5_xml, false, false});
+  const std::string call = kXmlCall;
+  return constrained_requests(gbnf, {"Call the tool like this:\n" + call + "\n" + call + "\n",
+                                     call + "\n" + call + "\n" + call + "\n",
+                                     "def get_weather(city, days):\n    return city\n"},
+                              sampled, /*temperature=*/0.5f);  // cooler: the small model's free text runs on
+}
+
+// A stopped forced call is one whole call the reply parser reads, with its required parameters.
+void expect_valid_xml_call(const Reply& reply, const GenerationRequest& request) {
+  const std::string text = embedded().tokenizer->decode(reply.tokens);
+  GrammarMatcher matcher(request.constraints.grammar,
+                         grammar_vocabulary(*embedded().tokenizer, embedded().target->config().vocab_size));
+  GrammarState state = matcher.advance_bytes(matcher.start(), text);
+  ASSERT_FALSE(state.is_dead()) << text;
+  if (reply.final_update.finish_reason != FinishReason::stop) return;
+  EXPECT_TRUE(state.is_complete) << text;
+  server::ReplyParserOptions options;
+  options.family = ChatTemplateFamily::qwen3_5;
+  options.parses_tool_calls = true;
+  options.parameter_types["get_weather"] = {{"city", "string"}, {"days", "integer"}, {"metric", "boolean"}};
+  server::ChatReplyParser parser(options);
+  server::ReplyPiece piece = parser.push(text);
+  piece.append(parser.finish());
+  ASSERT_GE(piece.tool_calls.size(), 1u) << text;
+  EXPECT_EQ(piece.tool_calls[0].name, "get_weather");
+  std::string arguments;
+  for (const auto& delta : piece.tool_calls) arguments += delta.arguments;
+  const json parsed = json::parse(arguments);
+  EXPECT_TRUE(parsed.contains("city") && parsed["days"].is_number_integer()) << arguments;
 }
 
 EngineOptions options_with_windows(int64_t lane_window) {
@@ -100,16 +149,17 @@ void expect_valid_reply(const Reply& reply, const GenerationRequest& request) {
   }
 }
 
-void expect_drafted_equals_undrafted_with_schema(bool sampled) {
-  auto requests = schema_requests(sampled);
+using ReplyCheck = void (*)(const Reply&, const GenerationRequest&);
+
+void expect_drafted_equals_undrafted_constrained(const std::vector<GenerationRequest>& requests, ReplyCheck check) {
   const auto& e = embedded();
   const EngineRun plain = run_engine(e.target, test::without_drafts(requests), options_with_windows(16), false, e.tokenizer);
   int64_t n_stopped = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
-    expect_valid_reply(plain.replies[i], requests[i]);
+    check(plain.replies[i], requests[i]);
     n_stopped += plain.replies[i].final_update.finish_reason == FinishReason::stop;
   }
-  EXPECT_GT(n_stopped, 0) << "some replies must complete their JSON";
+  EXPECT_GT(n_stopped, 0) << "some replies must complete their grammar";
   // A prediction holding a plausible reply is one more copy source.
   auto predicted = requests;
   for (auto& r : predicted) r.draft.copy_source = plain.replies[0].tokens;
@@ -128,8 +178,18 @@ void expect_drafted_equals_undrafted_with_schema(bool sampled) {
   EXPECT_GT(accepted, 0) << "the test must exercise accepted drafts";
 }
 
-TEST(StructuredOutputTest, JsonSchemaDraftedEqualsUndraftedGreedy) { expect_drafted_equals_undrafted_with_schema(false); }
-TEST(StructuredOutputTest, JsonSchemaDraftedEqualsUndraftedSampled) { expect_drafted_equals_undrafted_with_schema(true); }
+TEST(StructuredOutputTest, JsonSchemaDraftedEqualsUndraftedGreedy) {
+  expect_drafted_equals_undrafted_constrained(schema_requests(false), expect_valid_reply);
+}
+TEST(StructuredOutputTest, JsonSchemaDraftedEqualsUndraftedSampled) {
+  expect_drafted_equals_undrafted_constrained(schema_requests(true), expect_valid_reply);
+}
+TEST(StructuredOutputTest, XmlToolCallDraftedEqualsUndraftedGreedy) {
+  expect_drafted_equals_undrafted_constrained(xml_call_requests(false), expect_valid_xml_call);
+}
+TEST(StructuredOutputTest, XmlToolCallDraftedEqualsUndraftedSampled) {
+  expect_drafted_equals_undrafted_constrained(xml_call_requests(true), expect_valid_xml_call);
+}
 
 // Constrained and unconstrained requests side by side give what each gives alone; the
 // unconstrained ones give what they give with no constrained request anywhere.

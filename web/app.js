@@ -1,5 +1,6 @@
 // TensorFold chat page: streams chat replies over SSE, shades each reply by the proposer that put
-// its tokens there ("return_provenance"), and reruns a reply with the draft off to show it is equal.
+// its tokens there ("return_provenance"), shows a thinking model's reasoning_content apart (folded),
+// and reruns a reply with the draft off to show it is equal.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -81,13 +82,13 @@ async function* sseData(response) {
   if (data.length) yield data.join('\n');
 }
 
-// Streams one chat reply into `view`; resolves with {text, tokenSha, timings, seed} or throws.
+// Streams one chat reply into `view`; resolves with {text, reasoning, tokenSha, timings, seed} or throws.
 async function streamChat(body, view, signal) {
   const response = await fetch('/v1/chat/completions', {
     method: 'POST', headers: apiHeaders(), body: JSON.stringify(body), signal,
   });
   if (!response.ok) throw await readRefusal(response);
-  const reply = { text: '', tokenSha: null, timings: null, seed: null, finishReason: null };
+  const reply = { text: '', reasoning: '', tokenSha: null, timings: null, seed: null, finishReason: null };
   const startedAt = performance.now();
   for await (const data of sseData(response)) {
     if (data === '[DONE]') break;
@@ -96,8 +97,10 @@ async function streamChat(body, view, signal) {
     const choice = chunk.choices && chunk.choices[0];
     if (choice) {
       const text = (choice.delta && choice.delta.content) || '';
+      const reasoning = (choice.delta && choice.delta.reasoning_content) || '';
       reply.text += text;
-      view.append(text, choice.provenance || []);
+      reply.reasoning += reasoning;
+      view.append(text, reasoning, choice.provenance || []);
       if (choice.finish_reason) reply.finishReason = choice.finish_reason;
     }
     if (chunk.timings) reply.timings = chunk.timings;
@@ -153,10 +156,15 @@ function tokensPerSecond(timings) {
   return timings && timings.predicted_ms > 0 ? timings.predicted_n / timings.predicted_ms * 1000 : null;
 }
 
-// One reply's text, shaded span by span, and its live figures.
+// One reply's text, shaded span by span, its reasoning (folded away) and its live figures.
 class ReplyView {
   constructor(parent) {
     this.root = element('div', 'reply');
+    this.reasoning = element('details', 'reasoning');
+    this.reasoningTitle = element('summary', '', 'thinking…');
+    this.reasoningText = element('div', 'reasoning-text');
+    this.reasoning.append(this.reasoningTitle, this.reasoningText);
+    this.reasoning.hidden = true;
     this.content = element('div', 'content');
     this.stats = element('div', 'stats');
     this.tokensPerRound = stat('tokens/round', 'stat-tpr');
@@ -164,22 +172,31 @@ class ReplyView {
     this.speed = stat('tok/s', 'stat-speed');
     this.sha = stat('token_sha', 'stat-sha sha');
     this.stats.append(this.tokensPerRound, this.rounds, this.speed, this.sha);
-    this.root.append(this.content, this.stats);
+    this.root.append(this.reasoning, this.content, this.stats);
     parent.append(this.root);
     this.n_tokens = 0;
     this.roundsSeen = new Set();
   }
 
-  append(text, provenance) {
+  append(text, reasoning, provenance) {
     this.n_tokens += provenance.length;
     for (const entry of provenance) this.roundsSeen.add(entry.round);
-    if (!text) return;
     const last = provenance[provenance.length - 1];
     const source = last ? last.source : 'unknown';
-    const span = element('span', `tok-${source}`, text);
-    if (last) span.title = `${sourceNames[source] || source}, round ${last.round}`;
-    this.content.append(span);
-    scrollToEnd();
+    const shaded = (piece) => {
+      const span = element('span', `tok-${source}`, piece);
+      if (last) span.title = `${sourceNames[source] || source}, round ${last.round}`;
+      return span;
+    };
+    if (reasoning) {
+      this.reasoning.hidden = false;
+      this.reasoningText.append(shaded(reasoning));
+    }
+    if (text) {
+      this.content.append(shaded(text));
+      this.reasoningTitle.textContent = 'reasoning';
+    }
+    if (text || reasoning) scrollToEnd();
   }
 
   // Live figures come from the provenance seen so far; the final chunk's timings replace them.
@@ -198,6 +215,7 @@ class ReplyView {
 
   finish(reply) {
     this.showStats(reply.timings, 0);
+    this.reasoningTitle.textContent = 'reasoning';
     this.sha.dataset.value = reply.tokenSha || '';
     this.sha.querySelector('.value').textContent = reply.tokenSha ? reply.tokenSha.slice(0, 16) + '…' : '–';
     this.sha.title = reply.tokenSha || '';
@@ -313,11 +331,12 @@ async function rerunUndrafted(node, body, drafted, button) {
   const view = new ReplyView(compare);
   const undrafted = await runReply(undraftedBody, view, compare);
   if (!undrafted) return;
-  const isIdentical = undrafted.text === drafted.text && undrafted.tokenSha === drafted.tokenSha;
+  const isSameText = undrafted.text === drafted.text && undrafted.reasoning === drafted.reasoning;
+  const isIdentical = isSameText && undrafted.tokenSha === drafted.tokenSha;
   compare.dataset.identical = String(isIdentical);
   const verdict = element('p', `verdict ${isIdentical ? 'same' : 'differ'}`,
     isIdentical ? 'identical: yes (same text, same token_sha)'
-                : `identical: no (${undrafted.text === drafted.text ? 'same text' : 'text differs'}, ` +
+                : `identical: no (${isSameText ? 'same text' : 'text differs'}, ` +
                   `${undrafted.tokenSha === drafted.tokenSha ? 'same token_sha' : 'token_sha differs'})`);
   const fast = tokensPerSecond(drafted.timings);
   const slow = tokensPerSecond(undrafted.timings);

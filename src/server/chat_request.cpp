@@ -212,13 +212,6 @@ void parse_chat_fields(const FieldReader& fields, const ProtocolLimits& limits, 
   request.parallel_tool_calls = fields.boolean("parallel_tool_calls").value_or(true);
   if (!request.chat_options.tools.empty() && !ChatTemplate(limits.chat_family).has_tools())
     throw invalid("tools", "Invalid 'tools': this model's chat template has no tool calls.");
-  // The forced-call grammar (tool_call_gbnf) writes Qwen3's JSON calls; a Qwen3.5-class template
-  // reads its calls as XML, so the reply parser would not see them as calls.
-  const bool is_forced = request.tool_choice.mode == ToolChoiceMode::required ||
-                         request.tool_choice.mode == ToolChoiceMode::function;
-  if (is_forced && limits.chat_family == ChatTemplateFamily::qwen3_5)
-    throw invalid("tool_choice", "Invalid 'tool_choice': a forced tool call is not supported with this model's "
-                                 "(Qwen3.5-class) chat template yet; use 'auto' or 'none'.");
   parse_reasoning_switches(fields, limits, request);
 }
 

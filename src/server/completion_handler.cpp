@@ -105,8 +105,13 @@ GenerationRequest to_generation_request(const CompletionRequest& request, const 
   generation.sampling = request.sampling;
   generation.sampling.seed = seed;
   generation.stop = request.stop;
-  // One call only: the reply stops where its first call closes (the parser closes that call).
-  if (parses_tool_calls(request) && !request.parallel_tool_calls) generation.stop.push_back("</tool_call>");
+  // One call only: the reply stops where its first call closes (the parser closes that call). A
+  // forced call's grammar allows one call by itself, and a stop string could cut the reasoning
+  // before it.
+  const bool is_forced_call =
+      request.tool_choice.mode == ToolChoiceMode::required || request.tool_choice.mode == ToolChoiceMode::function;
+  if (parses_tool_calls(request) && !request.parallel_tool_calls && !is_forced_call)
+    generation.stop.push_back("</tool_call>");
   generation.n_top_logprobs = request.n_top_logprobs;
   generation.wants_provenance = request.return_provenance;
   apply_constraint_fields(request.constraints, &generation);

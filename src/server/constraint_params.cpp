@@ -13,8 +13,8 @@
 namespace tf::server {
 namespace {
 
-// Sorted keys, as the schema converter (json_schema_grammar) reads them.
-using plain_json = nlohmann::json;
+// The body's own member order: a schema's properties are written in the order the client gave.
+using plain_json = nlohmann::ordered_json;
 
 ApiError bad(const std::string& param, const std::string& message) {
   return ApiError(400, "Invalid '" + param + "': " + message, "invalid_request_error", param);
@@ -55,7 +55,7 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const plain_json& value)
 
 // "required" or {"type": "function", "function": {"name": ...}} turn into a tool-call grammar;
 // "auto" and "none" constrain nothing.
-void parse_forced_tool_choice(const plain_json& body, ConstraintFields* out) {
+void parse_forced_tool_choice(const plain_json& body, ToolCallForm form, ConstraintFields* out) {
   const plain_json* choice = field(body, "tool_choice");
   if (!choice) return;
   std::string named;
@@ -89,8 +89,8 @@ void parse_forced_tool_choice(const plain_json& body, ConstraintFields* out) {
   if (schemas.empty()) throw bad("tool_choice", "no tool in 'tools' is named '" + named + "'.");
   const plain_json* parallel = field(body, "parallel_tool_calls");
   if (parallel && !parallel->is_boolean()) throw bad("parallel_tool_calls", "expected a boolean.");
-  const bool is_parallel = named.empty() && (!parallel || parallel->get<bool>());
-  out->grammar_text = tool_call_gbnf(schemas, is_parallel);
+  form.is_parallel = named.empty() && (!parallel || parallel->get<bool>());
+  out->grammar_text = tool_call_gbnf(schemas, form);
   out->grammar_param = "tool_choice";
 }
 
@@ -136,7 +136,7 @@ std::string prediction_content(const plain_json& prediction) {
 
 }  // namespace
 
-ConstraintFields parse_constraint_fields(const plain_json& body) {
+ConstraintFields parse_constraint_fields(const plain_json& body, ToolCallSyntax syntax, bool starts_in_reasoning) {
   ConstraintFields out;
   if (const plain_json* format = field(body, "response_format")) parse_response_format(*format, &out);
   if (const plain_json* grammar = field(body, "grammar")) {
@@ -148,7 +148,7 @@ ConstraintFields parse_constraint_fields(const plain_json& body) {
   }
   const std::string before_tools = out.grammar_param;
   ConstraintFields tool_fields;
-  parse_forced_tool_choice(body, &tool_fields);
+  parse_forced_tool_choice(body, {syntax, true, starts_in_reasoning}, &tool_fields);
   if (!tool_fields.grammar_text.empty()) {
     if (!before_tools.empty())
       throw bad("tool_choice", "a forced tool call cannot be combined with '" + before_tools + "'.");

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/request.h"
+#include "server/json_schema_grammar.h"
 
 namespace tf::server {
 
@@ -24,8 +25,11 @@ struct ConstraintFields {
   std::optional<std::string> prediction;  // prediction.content, its parts joined
 };
 
-// Reads the fields above from a request body; throws ApiError naming the parameter.
-ConstraintFields parse_constraint_fields(const nlohmann::json& body);
+// Reads the fields above from a request body; throws ApiError naming the parameter. A forced tool
+// call is written in the chat template's `syntax`, after the reasoning when the prompt opened it.
+ConstraintFields parse_constraint_fields(const nlohmann::ordered_json& body,
+                                         ToolCallSyntax syntax = ToolCallSyntax::qwen3_json,
+                                         bool starts_in_reasoning = false);
 
 // Compiles the grammar and fills the request's TokenConstraints (and ignore_eos); a grammar that
 // does not compile is a 400 naming grammar_param.

@@ -2,6 +2,7 @@
 // compact JSON with bounded optional whitespace, so a reply cannot pad forever.
 #include "server/json_schema_grammar.h"
 
+#include <array>
 #include <map>
 #include <set>
 
@@ -11,7 +12,7 @@
 namespace tf::server {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // The lexical rules every schema grammar shares.
 constexpr const char* kCommonRules = R"(ws ::= | " " | "\n" [ \t]{0,20}
@@ -31,6 +32,22 @@ constexpr int64_t kMaxCount = 1000;  // the grammar's repetition bound
 
 ApiError unsupported(const std::string& path, const std::string& what) {
   return ApiError(400, "Invalid '" + path + "': " + what, "invalid_request_error", path);
+}
+
+// Rules NAME-0 ... for text that never holds `word` (whose first byte is not repeated in it), as
+// a deterministic automaton: NAME-k has just read the word's first k bytes, and may end anywhere.
+std::string text_without_gbnf(const std::string& name, std::string_view word) {
+  const auto rule = [&](size_t k) { return name + "-" + std::to_string(k); };
+  const std::string first = gbnf_literal(word.substr(0, 1));
+  std::string out;
+  for (size_t k = 0; k < word.size(); ++k) {
+    out += rule(k) + " ::= \"\" | " + first + " " + rule(1);
+    if (k > 0 && k + 1 < word.size()) out += " | " + gbnf_literal(word.substr(k, 1)) + " " + rule(k + 1);
+    // Any other byte starts over: the class leaves out the word's first byte and, past it, the
+    // byte that would continue the word (at the last, the one that would complete it).
+    out += " | [^" + std::string(1, word[0]) + (k > 0 ? std::string(1, word[k]) : "") + "] " + rule(0) + "\n";
+  }
+  return out;
 }
 
 // A regex (JSON Schema `pattern`, ECMA-262 subset) over a string's characters, as a GBNF
@@ -201,6 +218,37 @@ class SchemaConverter {
 
   // The expression for the root value; rules() holds the rules it uses.
   std::string value() { return visit(root_, root_path_); }
+  // A Qwen3.5-class call's parameters (the root must be an object schema): per property, in the
+  // order of 'properties', <parameter=KEY>\nVALUE\n</parameter>\n. Without properties, any
+  // parameters with raw values (none with additionalProperties false).
+  std::string xml_parameters() {
+    static const std::set<std::string> allowed = {"type", "properties", "required", "additionalProperties", "title",
+                                                  "description", "$schema", "$id", "$comment", "$defs", "definitions"};
+    if (!root_.is_object()) throw unsupported(root_path_, "a tool's parameters must be an object schema");
+    for (const auto& [key, value] : root_.items())
+      if (!allowed.count(key))
+        throw unsupported(root_path_ + "." + key, "'" + key + "' is not supported at the top of a tool's parameters "
+                                                  "with this chat template (its calls write one <parameter> per property)");
+    if (auto type = root_.find("type"); type != root_.end() && *type != "object")
+      throw unsupported(root_path_ + ".type", "a tool's parameters must be an object schema");
+    auto properties = root_.find("properties");
+    if (properties == root_.end() || properties->empty()) {
+      auto additional = root_.find("additionalProperties");
+      if (additional == root_.end() || *additional == true)
+        return "(\"<parameter=\" xml-name \">\\n\" xml-text-0 \"\\n</parameter>\\n\")*";
+      if (*additional == false) return "\"\"";
+      throw unsupported(root_path_ + ".additionalProperties", "a schema for additional parameters is not supported "
+                                                              "with this chat template; list them in 'properties'");
+    }
+    const auto member = [&](const std::string& name, const json& sub, const std::string& sub_path) {
+      if (name.empty() || name.find_first_of("<>\n") != std::string::npos)
+        throw unsupported(sub_path, "a parameter name must be non-empty, without '<', '>' or a newline");
+      return gbnf_literal("<parameter=" + name + ">\n") + " " + xml_value(sub, sub_path) + " " +
+             gbnf_literal("\n</parameter>\n");
+    };
+    return members(root_, root_path_, "", member);
+  }
+
   std::string rules() const {
     std::string out;
     for (const std::string& rule : rules_) out += rule + "\n";
@@ -340,34 +388,78 @@ class SchemaConverter {
       const std::string member = "json-string ws \":\" ws " + value + " ws";
       return new_rule("\"{\" ws (" + member + " (\",\" ws " + member + ")*)? \"}\"");
     }
-    if (!properties->is_object()) throw unsupported(path + ".properties", "expected an object");
+    const auto member = [&](const std::string& name, const json& sub, const std::string& sub_path) {
+      return gbnf_literal(json(name).dump()) + " ws \":\" ws " + visit(sub, sub_path) + " ws";
+    };
+    return new_rule("\"{\" ws " + members(schema, path, "\",\" ws ", member) + " \"}\"");
+  }
+
+  // The members of an object schema with 'properties', in the order the client gave them (no
+  // others are written); an optional one may be left out. `member` writes one, `separator` goes
+  // between two. tail[i][after]: the members from i on, `after` = a member precedes (so the next
+  // needs the separator).
+  template <typename MemberWriter>
+  std::string members(const json& schema, const std::string& path, const std::string& separator,
+                      const MemberWriter& member) {
+    const json& properties = schema.at("properties");
+    if (!properties.is_object()) throw unsupported(path + ".properties", "expected an object");
+    auto additional = schema.find("additionalProperties");
     if (additional != schema.end() && !additional->is_boolean())
       throw unsupported(path + ".additionalProperties", "a schema for additional properties beside 'properties' is not supported");
     std::set<std::string> required;
     if (auto list = schema.find("required"); list != schema.end()) {
       if (!list->is_array()) throw unsupported(path + ".required", "expected an array of names");
       for (const json& name : *list) {
-        if (!name.is_string() || !properties->contains(name.get<std::string>()))
+        if (!name.is_string() || !properties.contains(name.get<std::string>()))
           throw unsupported(path + ".required", "every required name must be one of 'properties'");
         required.insert(name.get<std::string>());
       }
     }
-    // Members in the order of 'properties' (no others are written); an optional one may be left
-    // out. tail[i][c]: the members from i on, c = a member precedes (so the next needs a comma).
-    std::vector<std::string> members, names;
-    for (const auto& [name, sub] : properties->items()) {
-      members.push_back(gbnf_literal(json(name).dump()) + " ws \":\" ws " + visit(sub, path + ".properties." + name) + " ws");
+    std::vector<std::string> written, names;
+    for (const auto& [name, sub] : properties.items()) {
+      written.push_back(member(name, sub, path + ".properties." + name));
       names.push_back(name);
     }
-    const size_t n = members.size();
+    const size_t n = written.size();
+    const int n_variants = separator.empty() ? 1 : 2;
     std::vector<std::array<std::string, 2>> tail(n + 1, {"\"\"", "\"\""});
     for (size_t i = n; i-- > 0;) {
-      for (int comma = 0; comma < 2; ++comma) {
-        const std::string present = (comma ? "\",\" ws " : "") + members[i] + " " + tail[i + 1][1];
-        tail[i][comma] = new_rule(required.count(names[i]) ? present : present + " | " + tail[i + 1][comma]);
+      for (int after = 0; after < n_variants; ++after) {
+        const std::string present = (after ? separator : "") + written[i] + " " + tail[i + 1][n_variants - 1];
+        tail[i][after] = new_rule(required.count(names[i]) ? present : present + " | " + tail[i + 1][after]);
       }
     }
-    return new_rule("\"{\" ws " + tail[0][0] + " \"}\"");
+    return tail[0][0];
+  }
+
+  // One parameter's value as the template writes it and the reply parser reads it back: a
+  // property of type "string" raw (its pattern or length bounds, written for JSON strings, are
+  // refused); strings of an untyped enum or const raw where the parser would not read them as JSON;
+  // any other value as JSON.
+  std::string xml_value(const json& schema, const std::string& path) {
+    const std::string json_form = visit(schema, path);  // also checks the schema's keywords
+    if (!schema.is_object()) return json_form;
+    const bool is_string = schema.contains("type") && schema["type"] == "string";  // the parser's test
+    std::vector<json> values;
+    if (auto list = schema.find("enum"); list != schema.end()) values.assign(list->begin(), list->end());
+    else if (auto value = schema.find("const"); value != schema.end()) values.push_back(*value);
+    else if (!is_string) return json_form;
+    if (values.empty()) {
+      for (const char* key : {"pattern", "minLength", "maxLength"})
+        if (schema.contains(key))
+          throw unsupported(path + "." + key, std::string("'") + key + "' is not supported for a string parameter with "
+                                              "this chat template (its calls write strings raw)");
+      return "xml-text-0";
+    }
+    std::vector<std::string> items;
+    for (const json& value : values) {
+      const bool is_raw = value.is_string() && (is_string || !json::accept(value.get<std::string>()));
+      if (is_string && !value.is_string()) throw unsupported(path, "a string parameter's values must be strings");
+      if (is_raw && value.get<std::string>().find("</parameter>") != std::string::npos)
+        throw unsupported(path, "a parameter's value may not hold '</parameter>'");
+      items.push_back(is_raw ? gbnf_literal(value.get<std::string>()) : value_literal(value));
+    }
+    return "(" + join(items, " | ") + ")";
   }
 
   std::string reference(const json& ref, const std::string& path) {
@@ -403,28 +495,46 @@ class SchemaConverter {
 
 }  // namespace
 
-std::string json_schema_gbnf(const nlohmann::json& schema, const std::string& param) {
+std::string json_schema_gbnf(const nlohmann::ordered_json& schema, const std::string& param) {
   SchemaConverter converter(schema, param, "s");
   const std::string value = converter.value();
   return "root ::= " + value + "\n" + kCommonRules + converter.rules();
 }
 
-std::string tool_call_gbnf(const std::vector<ToolSchema>& tools, bool is_parallel) {
+std::string tool_call_gbnf(const std::vector<ToolSchema>& tools, const ToolCallForm& form) {
   if (tools.empty()) throw ApiError(400, "tool_choice needs at least one tool in 'tools'.", "invalid_request_error", "tools");
   std::string rules;
   std::vector<std::string> calls;
   for (size_t i = 0; i < tools.size(); ++i) {
     SchemaConverter converter(tools[i].parameters, tools[i].param, "t" + std::to_string(i) + "-");
-    const std::string arguments = converter.value();
+    const std::string& name = tools[i].name;
+    if (form.syntax == ToolCallSyntax::qwen3_5_xml) {
+      if (name.find_first_of("<>\n") != std::string::npos)
+        throw ApiError(400, "Invalid 'tools': a function name may not hold '<', '>' or a newline with this chat template.",
+                       "invalid_request_error", "tools");
+      // <tool_call>\n<function=NAME>\n, the parameters, </function>\n</tool_call>: as the template writes a call.
+      const std::string parameters = converter.xml_parameters();
+      calls.push_back(gbnf_literal("<tool_call>\n<function=" + name + ">\n") + " " + parameters + " " +
+                      gbnf_literal("</function>\n</tool_call>"));
+    } else {
+      // The Qwen3 form: JSON with "name" then "arguments" inside the tags, one call per block.
+      const std::string arguments = converter.value();
+      calls.push_back("\"<tool_call>\\n{\\\"name\\\": \" " + gbnf_literal(nlohmann::json(name).dump()) +
+                      " \", \\\"arguments\\\": \" " + arguments + " \"}\\n</tool_call>\"");
+    }
     rules += converter.rules();
-    // The Qwen3 form: JSON with "name" then "arguments" inside the tags, one call per block.
-    calls.push_back("\"<tool_call>\\n{\\\"name\\\": \" " + gbnf_literal(nlohmann::json(tools[i].name).dump()) +
-                    " \", \\\"arguments\\\": \" " + arguments + " \"}\\n</tool_call>\"");
   }
   std::string call = "tool-call ::= " + calls[0];
   for (size_t i = 1; i < calls.size(); ++i) call += " | " + calls[i];
-  const std::string root = is_parallel ? "root ::= tool-call (\"\\n\" tool-call)*\n" : "root ::= tool-call\n";
-  return root + call + "\n" + kCommonRules + rules;
+  // A prompt that opened <think> leaves the reasoning to the model; the call follows its close,
+  // after the blank line the template writes there.
+  const std::string reasoning = form.starts_in_reasoning ? "think-text-0 \"</think>\\n\\n\" " : "";
+  const std::string calls_rule = form.is_parallel ? "tool-call (\"\\n\" tool-call)*" : "tool-call";
+  std::string grammar = "root ::= " + reasoning + calls_rule + "\n" + call + "\n" + kCommonRules + rules;
+  if (form.syntax == ToolCallSyntax::qwen3_5_xml)
+    grammar += "xml-name ::= [^<>\\n]+\n" + text_without_gbnf("xml-text", "</parameter>");
+  if (form.starts_in_reasoning) grammar += text_without_gbnf("think-text", "</think>");
+  return grammar;
 }
 
 std::string json_object_gbnf() { return std::string("root ::= json-object\n") + kCommonRules; }

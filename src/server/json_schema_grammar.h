@@ -9,24 +9,33 @@
 namespace tf::server {
 
 // GBNF whose root matches one JSON value valid against `schema` (param: where the schema sits in
-// the request, for errors). Supported: type (one or a list), properties/required/
+// the request, for errors); an object's members in the order of its 'properties' as the client
+// wrote them (hence ordered_json). Supported: type (one or a list), properties/required/
 // additionalProperties, items/minItems/maxItems, enum, const, anyOf/oneOf, $ref into $defs or
 // definitions (recursion allowed), strings with minLength/maxLength and pattern (a regex subset:
 // literals, escapes \d \w \s, classes, groups, |, * + ? {m,n}, ^ $), numbers, integers, booleans,
 // null. Annotations (title, description, default, examples, $schema, $id, $comment) are ignored.
-std::string json_schema_gbnf(const nlohmann::json& schema, const std::string& param);
+std::string json_schema_gbnf(const nlohmann::ordered_json& schema, const std::string& param);
 // Any JSON object (response_format json_object).
 std::string json_object_gbnf();
 
 // One function a tool call may name: its parameters' schema (an empty object: any object).
 struct ToolSchema {
   std::string name;
-  nlohmann::json parameters = nlohmann::json::object();
+  nlohmann::ordered_json parameters = nlohmann::ordered_json::object();
   std::string param;  // where the schema sits in the request, for errors ("tools[0].function.parameters")
 };
-// tool_choice "required" (every tool) or a named function (one): the reply is Qwen3 tool-call
-// blocks, <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>, with ARGS following the
-// tool's schema; with is_parallel, one or more blocks separated by a newline.
-std::string tool_call_gbnf(const std::vector<ToolSchema>& tools, bool is_parallel);
+// How the chat template writes a call: Qwen3's JSON (<tool_call>\n{"name": NAME, "arguments":
+// ARGS}\n</tool_call>) or the Qwen3.5-class XML (<tool_call>\n<function=NAME>\n<parameter=KEY>\n
+// VALUE\n</parameter>\n...</function>\n</tool_call>, a "string" parameter raw, others as JSON).
+enum class ToolCallSyntax { qwen3_json, qwen3_5_xml };
+struct ToolCallForm {
+  ToolCallSyntax syntax = ToolCallSyntax::qwen3_json;
+  bool is_parallel = true;           // one or more calls, separated by a newline; else exactly one
+  bool starts_in_reasoning = false;  // the prompt opened <think>: free reasoning, "</think>\n\n", then the calls
+};
+// tool_choice "required" (every tool) or a named function (one): the reply is tool-call blocks in
+// the template's syntax, each naming one of `tools` with the parameters its schema requires.
+std::string tool_call_gbnf(const std::vector<ToolSchema>& tools, const ToolCallForm& form);
 
 }  // namespace tf::server

@@ -223,7 +223,10 @@ CompletionRequest parse_chat_request(const json& body, const ProtocolLimits& lim
   const FieldReader fields(body);
   parse_chat_fields(fields, limits, request);
   // After the chat fields, so tools and tool_choice are refused by their own checks first.
-  request.constraints = parse_constraint_fields(body);
+  const ChatTemplate chat_template(limits.chat_family);
+  request.constraints = parse_constraint_fields(
+      body, limits.chat_family == ChatTemplateFamily::qwen3_5 ? ToolCallSyntax::qwen3_5_xml : ToolCallSyntax::qwen3_json,
+      chat_template.opens_thinking(request.chat_options));
   const bool is_logprobs = fields.boolean("logprobs").value_or(false);
   const std::optional<int64_t> n_top =
       fields.integer("top_logprobs", 0, max_chat_top_logprobs);

@@ -1,13 +1,14 @@
 // The chat page at / in headless Chromium against the embedded default model: a rename reply shows
 // long-copied tokens and more than one token per round, and "run again with draft off" gives the
-// same text and token_sha. A screenshot goes to browser-artifacts/ beside the binary.
+// same text and token_sha; with a Qwen3 template, a reply's reasoning_content is shown apart and
+// folded. Screenshots go to browser-artifacts/ beside the binary.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import puppeteer from 'puppeteer-core';
-import { startServer } from './harness.mjs';
+import { embeddedModelDir, linkedModelDir, startServer } from './harness.mjs';
 
 const chromiumPath = process.env.TF_CHROMIUM ?? '/usr/bin/chromium';
 const artifactsDir = path.join(process.env.TF_BINARY ? path.dirname(process.env.TF_BINARY) : os.tmpdir(),
@@ -84,4 +85,49 @@ test('a rename on the page is shaded by long copy and equals its draft-off rerun
     await page.setViewport({ width: 1200, height: Math.min(height, 4000) });
     await page.screenshot({ path: path.join(artifactsDir, 'page.png') });
     assert.deepEqual(pageErrors, []);
+  });
+
+// The embedded code model copies what a rename request shows it, <think> block included: served
+// with the Qwen3 template, that block comes back as reasoning_content.
+test('reasoning_content is shown apart from the reply, folded, and equal on the draft-off rerun', { timeout: 180_000 },
+  async () => {
+    const dir = linkedModelDir([{ dir: embeddedModelDir }], 'qwen3.jinja');
+    const thinkingServer = await startServer(['--drafter', 'none', '--served-model-name', 'code-model-qwen3-template'], { modelDir: dir });
+    try {
+      await page.setViewport({ width: 1200, height: 900 });
+      await page.goto(`${thinkingServer.baseUrl}/`, { waitUntil: 'load' });
+      await page.waitForFunction(() => document.getElementById('server-status').textContent === 'ready');
+      assert.equal(await page.$eval('#thinking', (node) => node.checked), true);
+      await page.$eval('#temperature', (node) => { node.value = '0'; });
+      await page.$eval('#max-tokens', (node) => { node.value = '120'; });
+      const file = '<think>\nnames become paths\n</think>\n\nimport os\n\n\ndef list_files(root):\n    names = []\n' +
+        '    return names\n';
+      await page.$eval('#prompt', (node, text) => { node.value = text; }, `Rename names to paths in this file:\n\n${file}`);
+      await page.click('#send');
+      const reply = await page.waitForSelector('.message.assistant[data-state]');
+      assert.equal(await reply.evaluate((node) => node.dataset.state), 'done');
+      const reasoning = await reply.$('.reply details.reasoning');
+      assert.equal(await reasoning.evaluate((node) => node.hidden), false, 'the reasoning is shown');
+      assert.equal(await reasoning.evaluate((node) => node.open), false, 'folded until opened');
+      assert.equal(await reasoning.$eval('summary', (node) => node.textContent), 'reasoning');
+      assert.equal(await reasoning.$eval('.reasoning-text', (node) => node.textContent), 'names become paths');
+      const content = await reply.$eval('.reply .content', (node) => node.textContent);
+      assert.equal(content.trimEnd(), 'import os\n\n\ndef list_files(root):\n    paths = []\n    return paths');
+      await reasoning.$eval('summary', (node) => node.click());
+      assert.equal(await reasoning.evaluate((node) => node.open), true, 'a click unfolds it');
+      assert.ok(await reasoning.$eval('.reasoning-text', (node) => node.getBoundingClientRect().height > 0));
+
+      await reply.$eval('.rerun', (node) => node.click());
+      const compare = await page.waitForSelector('.compare[data-identical], .compare[data-state=failed]');
+      assert.equal(await compare.evaluate((node) => node.dataset.identical), 'true',
+        await compare.evaluate((node) => node.textContent));
+      assert.equal(await compare.$eval('.reasoning-text', (node) => node.textContent), 'names become paths');
+
+      fs.mkdirSync(artifactsDir, { recursive: true });
+      await page.screenshot({ path: path.join(artifactsDir, 'page-reasoning.png'), fullPage: true });
+      assert.deepEqual(pageErrors, []);
+    } finally {
+      await thinkingServer.stop();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });

@@ -1,6 +1,8 @@
 // Starts the real `tensorfold serve` on loopback for end-to-end tests and offers small helpers
 // (raw JSON requests, SSE reading, /metrics parsing), every wait bounded by a timeout.
 import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import OpenAI from 'openai';
@@ -9,6 +11,25 @@ const binary = process.env.TF_BINARY;
 export const sourceDir = process.env.TF_SOURCE_DIR ?? path.resolve(import.meta.dirname ?? '.', '../..');
 export const modelDir = path.join(sourceDir, 'tests', 'fixtures', 'models', 'qwen3-tiny-chat');
 export const modelId = 'qwen3-tiny-chat';
+export const embeddedModelDir = path.join(sourceDir, 'models', 'tensorfold-code-target');
+export const hybridFixtureDir = path.join(sourceDir, 'tests', 'fixtures', 'models', 'qwen3.5-tiny-chat');
+
+// A temporary model directory of links to other directories' files ([{dir, files}], files left out:
+// all of them), with tests/fixtures/templates/`templateFile` as its chat_template.jinja when given.
+export function linkedModelDir(sources, templateFile) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tf-model-'));
+  for (const { dir: from, files } of sources)
+    for (const name of files ?? fs.readdirSync(from)) fs.symlinkSync(path.join(from, name), path.join(dir, name));
+  if (templateFile)
+    fs.copyFileSync(path.join(sourceDir, 'tests', 'fixtures', 'templates', templateFile), path.join(dir, 'chat_template.jinja'));
+  return dir;
+}
+
+// The tiny hybrid (real Qwen3 vocabulary) with the tiny chat model's tokenizer files.
+export const hybridChatSources = [
+  { dir: hybridFixtureDir, files: ['config.json', 'generation_config.json', 'model.safetensors'] },
+  { dir: modelDir, files: ['tokenizer.json', 'tokenizer_config.json'] },
+];
 
 // Spawns the server with --port 0 and reads the port it prints, so two runs never race for one.
 // With embeddedDefault the server gets no --model: it runs what a user gets with no flags. `model`

@@ -8,21 +8,15 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import {
-  assertResumedConversation, converse, metrics, modelDir as chatModelDir, openaiClient, request, sourceDir, startServer,
+  assertResumedConversation, converse, hybridChatSources, linkedModelDir, metrics, openaiClient, request, startServer,
 } from './harness.mjs';
 
-// The tiny hybrid with the real Qwen3 vocabulary, beside the tiny chat model's tokenizer files.
-const hybridFixture = path.join(sourceDir, 'tests', 'fixtures', 'models', 'qwen3.5-tiny-chat');
 let server;
 let client;
 let dir;
 let modelId;
 before(async () => {
-  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tf-hybrid-serve-'));
-  for (const file of ['config.json', 'generation_config.json', 'model.safetensors'])
-    fs.symlinkSync(path.join(hybridFixture, file), path.join(dir, file));
-  for (const file of ['tokenizer.json', 'tokenizer_config.json'])
-    fs.symlinkSync(path.join(chatModelDir, file), path.join(dir, file));
+  dir = linkedModelDir(hybridChatSources);
   server = await startServer(['--parallel', '8'], { model: dir });
   client = openaiClient(server);
   modelId = (await request(server, '/v1/models', { method: 'GET' })).json.data[0].id;

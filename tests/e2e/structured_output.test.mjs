@@ -72,7 +72,10 @@ describe('structured output', () => {
         const params = { model: modelId, messages, max_tokens: 200, temperature, seed: 11, response_format: responseFormat };
         const reply = await client.chat.completions.create(params);
         assert.equal(reply.choices[0].finish_reason, 'stop', reply.choices[0].message.content);
-        validate(JSON.parse(reply.choices[0].message.content), schema);
+        const parsed = JSON.parse(reply.choices[0].message.content);
+        validate(parsed, schema);
+        // Every member is required: all present, in the order the schema lists them (not sorted).
+        assert.deepEqual(Object.keys(parsed), Object.keys(schema.properties));
         const undrafted = await client.chat.completions.create({ ...params, draft: false });
         assert.equal(undrafted.token_sha, reply.token_sha);
         const stream = await client.chat.completions.create({ ...params, stream: true });

@@ -6,21 +6,12 @@
 // chat_template.jinja, recognised by the server from the template's text.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { openaiClient, request, sourceDir, startServer } from './harness.mjs';
+import { embeddedModelDir, linkedModelDir, modelDir, openaiClient, request, startServer } from './harness.mjs';
 
-const embeddedDir = path.join(sourceDir, 'models', 'tensorfold-code-target');
-const templatesDir = path.join(sourceDir, 'tests', 'fixtures', 'templates');
-
-// The embedded weights with another chat template: links to its files plus chat_template.jinja.
-function modelDirWithTemplate(templateFile) {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tf-template-'));
-  for (const name of fs.readdirSync(embeddedDir)) fs.symlinkSync(path.join(embeddedDir, name), path.join(dir, name));
-  fs.copyFileSync(path.join(templatesDir, templateFile), path.join(dir, 'chat_template.jinja'));
-  return dir;
-}
+// The embedded weights with another chat template.
+const modelDirWithTemplate = (templateFile) => linkedModelDir([{ dir: embeddedModelDir }], templateFile);
 
 const tools = [
   { type: 'function', function: { name: 'get_weather', description: 'Weather in a city.',
@@ -283,10 +274,8 @@ describe('the chat request surface', () => {
 
   test('generation_config.json sampling defaults apply when a request gives none', { timeout: 60_000 }, async () => {
     // The tiny chat weights with a generation_config.json that asks for greedy decoding.
-    const tinyDir = path.join(sourceDir, 'tests', 'fixtures', 'models', 'qwen3-tiny-chat');
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tf-generation-'));
-    for (const name of fs.readdirSync(tinyDir))
-      if (name !== 'generation_config.json') fs.symlinkSync(path.join(tinyDir, name), path.join(dir, name));
+    const files = fs.readdirSync(modelDir).filter((name) => name !== 'generation_config.json');
+    const dir = linkedModelDir([{ dir: modelDir, files }]);
     fs.writeFileSync(path.join(dir, 'generation_config.json'), JSON.stringify({ temperature: 0.0, top_k: 20 }));
     const greedyServer = await startServer(['--served-model-name', 'g'], { modelDir: dir });
     try {
