@@ -33,6 +33,7 @@ void put_array(std::string& out, const std::vector<T>& values) {
   static_assert(sizeof(T) == 1 || sizeof(T) == 4);
   const size_t at = out.size();
   out.resize(at + values.size() * sizeof(T));
+  if (values.empty()) return;  // data() may be null: no memcpy from it, even of nothing
   std::memcpy(out.data() + at, values.data(), values.size() * sizeof(T));  // the host is little-endian (x86, arm)
 }
 
@@ -141,13 +142,14 @@ SlotSnapshot read_slot_file(const std::string& path, const ModelIdentity& model,
   if (std::memcmp(digest.data(), bytes.data() + bytes.size() - 32, 32) != 0)
     refuse("is corrupt (its checksum does not match)");
   size_t at = body_at;
+  // memcpy into an empty vector's null data() is undefined even for 0 bytes: guarded.
   s.tokens.resize(size_t(n_tokens));
-  std::memcpy(s.tokens.data(), bytes.data() + at, 4 * n_tokens);
+  if (n_tokens > 0) std::memcpy(s.tokens.data(), bytes.data() + at, 4 * n_tokens);
   at += 4 * n_tokens;
   s.kv.assign(bytes.begin() + int64_t(at), bytes.begin() + int64_t(at + kv_bytes));
   at += kv_bytes;
   s.taps.resize(size_t(n_taps));
-  std::memcpy(s.taps.data(), bytes.data() + at, 4 * n_taps);
+  if (n_taps > 0) std::memcpy(s.taps.data(), bytes.data() + at, 4 * n_taps);
   at += 4 * n_taps;
   s.recurrent.assign(bytes.begin() + int64_t(at), bytes.begin() + int64_t(at + recurrent_bytes));
   return s;
