@@ -1,4 +1,5 @@
-// Token constraints under speculation, on the embedded model with its real tokenizer and drafter:
+// Token constraints under speculation, on the embedded model with its real tokenizer and drafter (and
+// the JSON-schema and tool-call cases on a tiny hybrid too):
 // a JSON-schema grammar, a forced Qwen3.5-class tool call, a GBNF grammar, logit_bias, min_tokens and stop_token_ids give the same
 // reply drafted (long copy, the drafter, n-grams, a prediction) or undrafted, alone or among other
 // lanes, greedy and sampled; constrained neighbours change no token of an unconstrained request.
@@ -14,6 +15,7 @@
 #include "support/engine_runner.h"
 #include "support/equalities.h"
 #include "support/fixtures.h"
+#include "support/random_drafter.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,14 +28,33 @@ using test::run_engine;
 
 const std::string kTarget = test::source_path("models/tensorfold-code-target");
 
-struct Embedded {
-  std::shared_ptr<Model> target = load_model(kTarget, {});
-  std::shared_ptr<const Tokenizer> tokenizer = Tokenizer::from_file(kTarget + "/tokenizer.json");
-  std::shared_ptr<DFlashDrafter> drafter = load_drafter(test::source_path("models/tensorfold-code-drafter"), *target, 0);
+// A target with its tokenizer and a block drafter.
+struct ConstrainedTarget {
+  std::shared_ptr<Model> target;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::shared_ptr<DFlashDrafter> drafter;
 };
 
-Embedded& embedded() {
-  static Embedded loaded;
+const ConstrainedTarget& embedded() {
+  static const ConstrainedTarget loaded = [] {
+    ConstrainedTarget t{load_model(kTarget, {}), Tokenizer::from_file(kTarget + "/tokenizer.json"), nullptr};
+    t.drafter = load_drafter(test::source_path("models/tensorfold-code-drafter"), *t.target, 0);
+    return t;
+  }();
+  return loaded;
+}
+
+// The tiny Qwen3.5-class hybrid with the real Qwen3 vocabulary (the tiny chat model's tokenizer) and
+// a random drafter fitting it: constraints on a recurrent state's verify rows.
+const ConstrainedTarget& hybrid() {
+  static const test::TempDir drafter_dir;
+  static const ConstrainedTarget loaded = [] {
+    ConstrainedTarget t{load_model(test::fixture_model("qwen3.5-tiny-chat"), {}),
+                        Tokenizer::from_file(test::fixture_model("qwen3-tiny-chat") + "/tokenizer.json"), nullptr};
+    test::write_random_drafter(drafter_dir.path, t.target->config(), 9);
+    t.drafter = load_drafter(drafter_dir.path, *t.target, 0);
+    return t;
+  }();
   return loaded;
 }
 
@@ -60,14 +81,15 @@ std::vector<std::string> prompts() {
 }
 
 // One grammar's requests over `texts`, greedy or sampled (a seed each).
-std::vector<GenerationRequest> constrained_requests(const std::string& gbnf, const std::vector<std::string>& texts,
-                                                    bool sampled, float temperature = 0.9f) {
+std::vector<GenerationRequest> constrained_requests(const ConstrainedTarget& t, const std::string& gbnf,
+                                                    const std::vector<std::string>& texts, bool sampled,
+                                                    float temperature = 0.9f) {
   auto grammar = Grammar::parse(gbnf);
   std::vector<GenerationRequest> requests;
   int i = 0;
   for (const std::string& text : texts) {
     GenerationRequest r;
-    r.prompt = embedded().tokenizer->encode(text);
+    r.prompt = t.tokenizer->encode(text);
     r.max_tokens = 60;
     r.constraints.grammar = grammar;
     if (sampled) {
@@ -81,15 +103,15 @@ std::vector<GenerationRequest> constrained_requests(const std::string& gbnf, con
   return requests;
 }
 
-std::vector<GenerationRequest> schema_requests(bool sampled) {
-  return constrained_requests(server::json_schema_gbnf(kSchema, "schema"), prompts(), sampled);
+std::vector<GenerationRequest> schema_requests(const ConstrainedTarget& t, bool sampled) {
+  return constrained_requests(t, server::json_schema_gbnf(kSchema, "schema"), prompts(), sampled);
 }
 
 // A forced Qwen3.5-class call of one tool, and prompts that quote such calls (long copy and
 // n-grams propose them) or code (a raw string parameter runs on).
 const char* kXmlCall = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
                        "</parameter>\n</function>\n</tool_call>";
-std::vector<GenerationRequest> xml_call_requests(bool sampled) {
+std::vector<GenerationRequest> xml_call_requests(const ConstrainedTarget& t, bool sampled) {
   const std::vector<server::ToolSchema> tools = {
       {"get_weather",
        nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"city": {"type": "string"},
@@ -97,17 +119,16 @@ std::vector<GenerationRequest> xml_call_requests(bool sampled) {
        "tools[0].function.parameters"}};
   const std::string gbnf = server::tool_call_gbnf(tools, {server::ToolCallSyntax::qwen3_5_xml, false, false});
   const std::string call = kXmlCall;
-  return constrained_requests(gbnf, {"Call the tool like this:\n" + call + "\n" + call + "\n",
+  return constrained_requests(t, gbnf, {"Call the tool like this:\n" + call + "\n" + call + "\n",
                                      call + "\n" + call + "\n" + call + "\n",
                                      "def get_weather(city, days):\n    return city\n"},
                               sampled, /*temperature=*/0.5f);  // cooler: the small model's free text runs on
 }
 
 // A stopped forced call is one whole call the reply parser reads, with its required parameters.
-void expect_valid_xml_call(const Reply& reply, const GenerationRequest& request) {
-  const std::string text = embedded().tokenizer->decode(reply.tokens);
-  GrammarMatcher matcher(request.constraints.grammar,
-                         grammar_vocabulary(*embedded().tokenizer, embedded().target->config().vocab_size));
+void expect_valid_xml_call(const ConstrainedTarget& t, const Reply& reply, const GenerationRequest& request) {
+  const std::string text = t.tokenizer->decode(reply.tokens);
+  GrammarMatcher matcher(request.constraints.grammar, grammar_vocabulary(*t.tokenizer, t.target->config().vocab_size));
   GrammarState state = matcher.advance_bytes(matcher.start(), text);
   ASSERT_FALSE(state.is_dead()) << text;
   if (reply.final_update.finish_reason != FinishReason::stop) return;
@@ -137,29 +158,31 @@ EngineOptions options_with_windows(int64_t lane_window) {
 }
 
 // The reply's text follows the grammar to its end (when it ended before its budget).
-void expect_valid_reply(const Reply& reply, const GenerationRequest& request) {
-  GrammarMatcher matcher(request.constraints.grammar,
-                         grammar_vocabulary(*embedded().tokenizer, embedded().target->config().vocab_size));
-  GrammarState state = matcher.advance_bytes(matcher.start(), embedded().tokenizer->decode(reply.tokens));
-  ASSERT_FALSE(state.is_dead()) << embedded().tokenizer->decode(reply.tokens);
+void expect_valid_reply(const ConstrainedTarget& t, const Reply& reply, const GenerationRequest& request) {
+  GrammarMatcher matcher(request.constraints.grammar, grammar_vocabulary(*t.tokenizer, t.target->config().vocab_size));
+  const std::string text = t.tokenizer->decode(reply.tokens);
+  GrammarState state = matcher.advance_bytes(matcher.start(), text);
+  ASSERT_FALSE(state.is_dead()) << text;
   if (reply.final_update.finish_reason == FinishReason::stop) {
     EXPECT_TRUE(state.is_complete);
-    const json parsed = json::parse(embedded().tokenizer->decode(reply.tokens));  // throws on bad JSON
+    const json parsed = json::parse(text);  // throws on bad JSON
     EXPECT_TRUE(parsed.contains("kind") && parsed.contains("name") && parsed["lines"].is_number_integer());
   }
 }
 
-using ReplyCheck = void (*)(const Reply&, const GenerationRequest&);
+using ReplyCheck = void (*)(const ConstrainedTarget&, const Reply&, const GenerationRequest&);
 
-void expect_drafted_equals_undrafted_constrained(const std::vector<GenerationRequest>& requests, ReplyCheck check) {
-  const auto& e = embedded();
+// expect_completion: some reply ends its grammar within its budget (a random tiny model's free
+// strings and numbers may run past it).
+void expect_drafted_equals_undrafted_constrained(const ConstrainedTarget& e, const std::vector<GenerationRequest>& requests,
+                                                 ReplyCheck check, bool expect_completion = true) {
   const EngineRun plain = run_engine(e.target, test::without_drafts(requests), options_with_windows(16), false, e.tokenizer);
   int64_t n_stopped = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
-    check(plain.replies[i], requests[i]);
+    check(e, plain.replies[i], requests[i]);
     n_stopped += plain.replies[i].final_update.finish_reason == FinishReason::stop;
   }
-  EXPECT_GT(n_stopped, 0) << "some replies must complete their grammar";
+  if (expect_completion) EXPECT_GT(n_stopped, 0) << "some replies must complete their grammar";
   // A prediction holding a plausible reply is one more copy source.
   auto predicted = requests;
   for (auto& r : predicted) r.draft.copy_source = plain.replies[0].tokens;
@@ -179,24 +202,32 @@ void expect_drafted_equals_undrafted_constrained(const std::vector<GenerationReq
 }
 
 TEST(StructuredOutputTest, JsonSchemaDraftedEqualsUndraftedGreedy) {
-  expect_drafted_equals_undrafted_constrained(schema_requests(false), expect_valid_reply);
+  expect_drafted_equals_undrafted_constrained(embedded(), schema_requests(embedded(), false), expect_valid_reply);
 }
 TEST(StructuredOutputTest, JsonSchemaDraftedEqualsUndraftedSampled) {
-  expect_drafted_equals_undrafted_constrained(schema_requests(true), expect_valid_reply);
+  expect_drafted_equals_undrafted_constrained(embedded(), schema_requests(embedded(), true), expect_valid_reply);
 }
 TEST(StructuredOutputTest, XmlToolCallDraftedEqualsUndraftedGreedy) {
-  expect_drafted_equals_undrafted_constrained(xml_call_requests(false), expect_valid_xml_call);
+  expect_drafted_equals_undrafted_constrained(embedded(), xml_call_requests(embedded(), false), expect_valid_xml_call);
 }
 TEST(StructuredOutputTest, XmlToolCallDraftedEqualsUndraftedSampled) {
-  expect_drafted_equals_undrafted_constrained(xml_call_requests(true), expect_valid_xml_call);
+  expect_drafted_equals_undrafted_constrained(embedded(), xml_call_requests(embedded(), true), expect_valid_xml_call);
+}
+// The same on a hybrid: each verify row's mask for its own draft prefix, over a recurrent state
+// (its random weights rarely finish a JSON reply or a call within the budget).
+TEST(StructuredOutputTest, HybridJsonSchemaDraftedEqualsUndraftedGreedy) {
+  expect_drafted_equals_undrafted_constrained(hybrid(), schema_requests(hybrid(), false), expect_valid_reply, false);
+}
+TEST(StructuredOutputTest, HybridXmlToolCallDraftedEqualsUndraftedSampled) {
+  expect_drafted_equals_undrafted_constrained(hybrid(), xml_call_requests(hybrid(), true), expect_valid_xml_call, false);
 }
 
 // Constrained and unconstrained requests side by side give what each gives alone; the
 // unconstrained ones give what they give with no constrained request anywhere.
 TEST(StructuredOutputTest, ConcurrentEqualsSoloAndNeighboursChangeNoToken) {
   const auto& e = embedded();
-  auto requests = schema_requests(false);
-  auto sampled = schema_requests(true);
+  auto requests = schema_requests(e, false);
+  auto sampled = schema_requests(e, true);
   requests.resize(2);
   requests.insert(requests.end(), sampled.begin() + 2, sampled.end());  // two greedy, two sampled
   auto free_text = requests;
@@ -212,7 +243,7 @@ TEST(StructuredOutputTest, ConcurrentEqualsSoloAndNeighboursChangeNoToken) {
   const EngineRun alone = run_engine(e.target, mixed, options, false, e.tokenizer, e.drafter);
   test::expect_same_tokens(alone.replies, together.replies, "alone vs together");
   for (size_t i = 0; i < requests.size(); ++i) {
-    expect_valid_reply(together.replies[i], requests[i]);
+    expect_valid_reply(e, together.replies[i], requests[i]);
     EXPECT_NE(together.replies[i].tokens, together.replies[requests.size() + i].tokens)
         << "the schema must change request " << i << "'s reply";
   }
