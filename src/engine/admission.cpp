@@ -2,6 +2,8 @@
 // is promised up front, so a live lane never runs out mid-reply; it draws the blocks as it grows),
 // what a lane adopts from the prefix cache, and how many rows a lane's draft tree may use this round.
 #include <algorithm>
+#include <cstdio>
+#include <exception>
 
 #include "engine/engine_impl.h"
 
@@ -119,7 +121,14 @@ void Engine::Impl::checkpoint_block(Lane& lane, int64_t index) {
   lane.last_block_state.clear();
   if (checkpoints.contains(lane.last_key)) return;
   std::vector<uint8_t> state(size_t(model->recurrent_state_bytes()));
-  model->read_recurrent_state(kv, lane.kv_lane, (index + 1) * kv.block_size(), state.data());
+  try {
+    model->read_recurrent_state(kv, lane.kv_lane, (index + 1) * kv.block_size(), state.data());
+  } catch (const std::exception& error) {
+    // A lane whose last round failed may have no state to read; the cache only loses a resume point.
+    std::fprintf(stderr, "tensorfold: internal error: no recurrent checkpoint at block %lld: %s\n",
+                 static_cast<long long>(index), error.what());
+    return;
+  }
   const int64_t prompt_blocks = (lane.n_prompt - 1) / kv.block_size();
   if ((index + 1) % checkpoint_every == 0 || index + 1 == prompt_blocks) {
     checkpoints.put(lane.last_key, std::move(state));
