@@ -37,7 +37,7 @@ std::unique_ptr<LaneSpeculation> Speculation::for_lane(const DraftRequest& reque
 }
 
 LaneSpeculation::LaneSpeculation(Speculation& owner, std::vector<std::unique_ptr<Proposer>> proposers)
-    : owner_(owner), proposers_(std::move(proposers)) {
+    : owner_(owner), proposers_(std::move(proposers)), acceptance_(owner.acceptance_) {
   for (size_t kind = 0; kind < gates_.size(); ++kind) gates_[kind] = owner_.gates_[kind].for_new_lane();
 }
 
@@ -75,10 +75,22 @@ void LaneSpeculation::observe_taps(int64_t first_position, const float* taps, in
     if (proposer->wants_taps()) proposer->observe_taps(first_position, taps, n_tokens);
 }
 
-void LaneSpeculation::record_accepted(const std::vector<uint8_t>& accepted_sources, const RoundCosts& costs) {
+void LaneSpeculation::record_accepted(const DraftTree& tree, const std::vector<int32_t>& accepted_nodes,
+                                      const RoundCosts& costs) {
+  std::vector<uint8_t> is_accepted(size_t(tree.size()), 0);
+  std::array<int64_t, kProposerKinds> n_accepted_by_kind{};
+  for (int32_t node : accepted_nodes) {
+    is_accepted[size_t(node)] = 1;
+    n_accepted_by_kind[tree.sources[size_t(node)] % kProposerKinds] += 1;
+  }
+  if (!is_off()) {
+    acceptance_.record(tree, is_accepted, after_full_);
+    owner_.acceptance_.record(tree, is_accepted, after_full_);
+    after_full_ = tree.size() > 0 && int64_t(accepted_nodes.size()) == tree.max_depth();
+  }
   for (size_t kind = 0; kind < size_t(kProposerKinds); ++kind) {
     if (use_seconds_[kind] < 0.0) continue;
-    const int64_t n_accepted = std::count(accepted_sources.begin(), accepted_sources.end(), uint8_t(kind));
+    const int64_t n_accepted = n_accepted_by_kind[kind];
     gates_[kind].record_use(use_seconds_[kind], n_accepted, costs.lane_round_seconds);
     owner_.gates_[kind].record_use(use_seconds_[kind], n_accepted, costs.lane_round_seconds);
   }
