@@ -82,6 +82,11 @@ class LaneSpeculation {
   bool wants_taps() const;
   // taps: [n_tokens][tap width] of the rows committed this round at first_position ..., in order.
   void observe_taps(int64_t first_position, const float* taps, int64_t n_tokens);
+  // Rounds between probes: a lane's first decoding round and every kRoundsBetweenProbes-th after it
+  // verify the whole drafted tree, so a proposer or a depth that shaping cut off (or never tried:
+  // its prior too low to pay where rows are dear) is measured again.
+  static constexpr int64_t kRoundsBetweenProbes = 16;
+  bool is_probe_due() const { return rounds_to_probe_ == 0; }
   // [n_nodes] each node's chance of being accepted, from the proposers' acceptance by depth.
   std::vector<double> node_chances(const DraftTree& tree) const { return acceptance_.node_chances(tree, after_full_); }
   // After the round's acceptance: the verified tree and its accepted nodes (root first), for the
@@ -94,7 +99,8 @@ class LaneSpeculation {
   std::array<ProposerGate, kProposerKinds> gates_;  // by ProposerKind; used for the gated kinds
   std::array<double, kProposerKinds> use_seconds_{};  // this round's cost of each gated use; -1: no use
   AcceptanceByDepth acceptance_;
-  bool after_full_ = false;  // the last round accepted its tree's whole depth
+  bool after_full_ = false;      // the last round accepted its tree's whole depth
+  int64_t rounds_to_probe_ = 0;  // decoding rounds until the next probe
 };
 
 }  // namespace tf
