@@ -98,7 +98,6 @@ TEST(SpeculationTest, ReplayDepthForcesTheAcceptanceLength) {
   auto requests = random_requests(6, false, model->config().vocab_size, 11, 40, 48);
   EngineOptions options;
   options.n_ctx = 160;
-  options.window_policy = WindowPolicy::fixed;  // measured windows could verify fewer than L
   for (auto& request : requests) request.ignore_eos = true;
   const auto plain = run_requests(model, test::without_drafts(requests), options, true);
   for (int64_t depth : {1, 4, 16}) {

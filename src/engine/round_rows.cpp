@@ -51,20 +51,24 @@ void Engine::Impl::draft_tree(Lane& lane, int64_t max_rows) {
 // Measured windows: of every node every lane drafted, the likeliest to be accepted, as many as
 // maximise the round's expected tokens per second (best_node_count) under the round cost (assumed,
 // or the fit of the rounds seen). A node is never likelier than its parent, and among equals the
-// parent comes first, so the kept nodes of each lane form a tree. A lane due a probe keeps its
-// whole tree (LaneSpeculation::is_probe_due).
+// parent comes first, so the kept nodes of each lane form a tree. A lane due a probe
+// (LaneSpeculation::is_probe_due) keeps its whole tree, and so does a replay: it forces an
+// acceptance length, which is what it measures.
 void Engine::Impl::shape_trees(const std::vector<Lane*>& decoding) {
+  auto keeps_whole_tree = [](const Lane& lane) {
+    return lane.speculation->is_probe_due() || !lane.request.draft.replay.empty();
+  };
   struct Candidate {
     double chance;
     size_t lane;
     int32_t node;
   };
   std::vector<Candidate> candidates;
-  int64_t n_probe_rows = 0;
+  int64_t n_whole_rows = 0;
   for (size_t i = 0; i < decoding.size(); ++i) {
     const Lane& lane = *decoding[i];
-    if (lane.speculation->is_probe_due()) {
-      n_probe_rows += lane.tree.size();
+    if (keeps_whole_tree(lane)) {
+      n_whole_rows += lane.tree.size();
       continue;
     }
     const std::vector<double> chances = lane.speculation->node_chances(lane.tree);
@@ -75,11 +79,11 @@ void Engine::Impl::shape_trees(const std::vector<Lane*>& decoding) {
   std::vector<double> chances(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) chances[i] = candidates[i].chance;
   const RoundCostModel& cost = options.assumed_round_cost.is_known() ? options.assumed_round_cost : row_cost.model();
-  const size_t n_kept = size_t(best_node_count(cost, chances, int64_t(decoding.size()), n_probe_rows));
+  const size_t n_kept = size_t(best_node_count(cost, chances, int64_t(decoding.size()), n_whole_rows));
   if (n_kept == candidates.size()) return;
   std::vector<std::vector<uint8_t>> keep(decoding.size());
   for (size_t i = 0; i < decoding.size(); ++i)
-    keep[i].assign(size_t(decoding[i]->tree.size()), decoding[i]->speculation->is_probe_due() ? 1 : 0);
+    keep[i].assign(size_t(decoding[i]->tree.size()), keeps_whole_tree(*decoding[i]) ? 1 : 0);
   for (size_t k = 0; k < n_kept; ++k) keep[candidates[k].lane][size_t(candidates[k].node)] = 1;
   for (size_t i = 0; i < decoding.size(); ++i) decoding[i]->tree.retain(keep[i]);
 }
