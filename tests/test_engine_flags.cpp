@@ -42,6 +42,7 @@ TEST(EngineFlags, DefaultsAreTheEngineAndLoadDefaults) {
   const EngineOptions defaults;
   ASSERT_TRUE(options.engine.has_value());
   EXPECT_EQ(options.engine->lane_policy, LanePolicy::automatic);
+  EXPECT_EQ(options.engine->window_policy, WindowPolicy::measured);
   EXPECT_EQ(options.engine->prefill_chunk, defaults.prefill_chunk);
   EXPECT_EQ(options.engine->max_rows_per_round, defaults.max_rows_per_round);
   EXPECT_EQ(options.engine->lane_window, defaults.lane_window);
@@ -56,12 +57,13 @@ TEST(EngineFlags, DefaultsAreTheEngineAndLoadDefaults) {
 
 TEST(EngineFlags, FlagsReachTheOptions) {
   const ServingOptions options =
-      serving_options(parsed({"--lanes", "0", "--cuda-graphs", "off", "--cuda-pdl", "0", "--prefill-chunk", "64",
+      serving_options(parsed({"--lanes", "0", "--windows", "fixed", "--cuda-graphs", "off", "--cuda-pdl", "0", "--prefill-chunk", "64",
                               "--max-rows-per-round", "128", "--lane-window", "8", "--lone-window", "32",
                               "--most-lone-window", "96", "--min-confident-match", "12", "--threads", "3",
                               "--drafter", "none"}),
                       EngineOptions{});
   EXPECT_EQ(options.engine->lane_policy, LanePolicy::always_lone);
+  EXPECT_EQ(options.engine->window_policy, WindowPolicy::fixed);
   EXPECT_FALSE(options.load.use_cuda_graphs);
   EXPECT_FALSE(options.load.use_overlapped_launches);
   EXPECT_EQ(options.engine->prefill_chunk, 64);
@@ -88,22 +90,26 @@ TEST(EngineFlags, TheCommandsEngineOptionsAreKept) {
   EXPECT_TRUE(options.engine->speculation.gate_proposers);
 }
 
-// tools/gpu_run.sh sets TF_CUDA_PDL=0 and TF_CUDA_GRAPHS=0; TF_LANES picks the lane policy.
+// tools/gpu_run.sh sets TF_CUDA_PDL=0 and TF_CUDA_GRAPHS=0; TF_LANES picks the lane policy,
+// TF_WINDOWS the window policy.
 TEST(EngineFlags, EnvironmentMirrorsTheFlags) {
   setenv("TF_LANES", "1", 1);
   setenv("TF_CUDA_PDL", "0", 1);
   setenv("TF_CUDA_GRAPHS", "0", 1);
   setenv("TF_LONE_WINDOW", "48", 1);
+  setenv("TF_WINDOWS", "fixed", 1);
   const ServingOptions from_env = serving_options(parsed({}), EngineOptions{});
   const ServingOptions flag_wins = serving_options(parsed({"--lanes", "0"}), EngineOptions{});
   unsetenv("TF_LANES");
   unsetenv("TF_CUDA_PDL");
   unsetenv("TF_CUDA_GRAPHS");
   unsetenv("TF_LONE_WINDOW");
+  unsetenv("TF_WINDOWS");
   EXPECT_EQ(from_env.engine->lane_policy, LanePolicy::always_lanes);
   EXPECT_FALSE(from_env.load.use_overlapped_launches);
   EXPECT_FALSE(from_env.load.use_cuda_graphs);
   EXPECT_EQ(from_env.engine->lone_window, 48);
+  EXPECT_EQ(from_env.engine->window_policy, WindowPolicy::fixed);
   EXPECT_EQ(flag_wins.engine->lane_policy, LanePolicy::always_lone);
 }
 
@@ -114,6 +120,7 @@ TEST(EngineFlags, BadValuesSayWhatToChange) {
   };
   expect_message({"--lanes", "2"}, "--lanes (TF_LANES) must be auto, 0");
   expect_message({"--lanes", "yes"}, "got 'yes'");
+  expect_message({"--windows", "wide"}, "--windows (TF_WINDOWS) must be measured");
   expect_message({"--cuda-graphs", "maybe"}, "--cuda-graphs (TF_CUDA_GRAPHS) must be on or off (1 or 0); got 'maybe'");
   expect_message({"--cuda-pdl", "true"}, "--cuda-pdl (TF_CUDA_PDL) must be on or off");
   expect_message({"--prefill-chunk", "0"}, "--prefill-chunk (prompt rows per round) must be between 1 and");

@@ -13,6 +13,7 @@
 #include "speculation/proposer.h"
 #include "speculation/proposer_gate.h"
 #include "speculation/replay.h"
+#include "speculation/round_shape.h"
 
 namespace tf {
 namespace {
@@ -528,6 +529,117 @@ TEST(ProposerGate, ANewLaneStartsFromTheEnginesAverages) {
   EXPECT_TRUE(ProposerGate().should_run(0.005));  // an engine with no runs yet warms up
 }
 
+// Acceptance by depth of a chain: depth d's draft accepted, once its parent is, with chance q[d-1].
+std::vector<double> constant_acceptance(double q, int n_depths) { return std::vector<double>(size_t(n_depths), q); }
+
+// E[accepted + 1] / cost(window) of a chain, worked out directly: the reference the choice must meet.
+double chain_rate(const RoundCostModel& cost, const std::vector<double>& q, int64_t window) {
+  double tokens = 1.0, chance = 1.0;
+  for (int64_t d = 1; d < window; ++d) tokens += (chance *= q[size_t(d - 1)]);
+  return tokens / cost.seconds(window);
+}
+
+TEST(RoundShape, TheChainWindowMaximisesExpectedTokensPerSecond) {
+  // The first three drafts always accepted, the fourth never: a row costs a tenth of the round's
+  // fixed cost, so rows 2 to 4 pay and the fifth does not.
+  const std::vector<double> three_then_none = {1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+  EXPECT_EQ(best_chain_window({1.0, 0.1}, three_then_none, 64), 4);
+  // Against a brute-force search, for costs from a GPU's (rows nearly free) to a CPU's (a row about
+  // a round's fixed cost) and acceptance from poor to near-certain.
+  for (double q : {0.3, 0.6, 0.8, 0.9, 0.97}) {
+    const std::vector<double> acceptance = constant_acceptance(q, 256);
+    for (double per_row : {1e-7, 1e-4, 1e-3, 1e-2}) {
+      const RoundCostModel cost{1e-2, per_row};
+      const int64_t window = best_chain_window(cost, acceptance, 256);
+      int64_t best = 1;
+      for (int64_t n = 2; n <= 256; ++n)
+        if (chain_rate(cost, acceptance, n) > chain_rate(cost, acceptance, best)) best = n;
+      EXPECT_EQ(window, best) << "q " << q << ", per row " << per_row;
+    }
+  }
+  // Expensive rows: a small window; rows nearly free: the widest allowed; an unknown cost: the widest.
+  const std::vector<double> likely = constant_acceptance(0.8, 256);
+  EXPECT_LE(best_chain_window({1e-3, 1e-3}, likely, 256), 5);
+  EXPECT_GE(best_chain_window({1e-3, 1e-3}, likely, 256), 2);
+  EXPECT_EQ(best_chain_window({1e-2, 1e-12}, constant_acceptance(0.97, 256), 256), 256);
+  EXPECT_EQ(best_chain_window({}, likely, 256), 256);
+  // Drafts that are never accepted are never verified, however cheap.
+  EXPECT_EQ(best_chain_window({1e-2, 1e-9}, constant_acceptance(0.0, 64), 64), 1);
+}
+
+TEST(RoundShape, NodeCountCountsEveryLanesRootsAndTakesTheFewestRowsAmongEqualRates) {
+  // Two lanes' roots and four nodes of chance 1, 1, 0.5, 0.5 at 1 s a round plus 1 s a row:
+  // (2 + 1 + 1) / 5 = 0.8 beats (2 + 1 + 1 + 0.5) / 6 = 0.75.
+  EXPECT_EQ(best_node_count({1.0, 1.0}, {1.0, 1.0, 0.5, 0.5}, 2), 2);
+  // Prompt rows in the round make each draft row a smaller share of it: now the halves pay.
+  EXPECT_EQ(best_node_count({1.0, 1.0}, {1.0, 1.0, 0.5, 0.5}, 2, 100), 4);
+  // Rows of no chance at no cost change no rate: left out.
+  EXPECT_EQ(best_node_count({1.0, 0.0}, {1.0, 0.0, 0.0}, 1), 1);
+  EXPECT_EQ(best_node_count({}, {0.1, 0.1}, 1), 2);
+}
+
+// A chain of n_drafted tokens from one proposer.
+DraftTree chain_tree(int n_drafted, ProposerKind kind) {
+  DraftTree tree;
+  std::vector<int32_t> chain(static_cast<size_t>(n_drafted));
+  std::iota(chain.begin(), chain.end(), 100);
+  tree.add_chain(-1, chain, 1000, uint8_t(kind));
+  return tree;
+}
+
+std::vector<uint8_t> first_accepted(const DraftTree& tree, int n_right) {
+  std::vector<uint8_t> accepted(size_t(tree.size()), 0);
+  for (int i = 0; i < n_right && i < int(tree.size()); ++i) accepted[size_t(i)] = 1;
+  return accepted;
+}
+
+TEST(RoundShape, AcceptanceByDepthLearnsEachProposersChainAndItsSiblingsApart) {
+  AcceptanceByDepth acceptance;
+  EXPECT_DOUBLE_EQ(acceptance.conditional(ProposerKind::long_copy, false, false, 1), AcceptanceByDepth::kFirstPrior);
+  // Long copy: eight drafts a round, the first five always right. The drafter: a chain of four whose
+  // head is right every other round, plus a root sibling that never is.
+  for (int round = 0; round < 200; ++round) {
+    const DraftTree copy = chain_tree(8, ProposerKind::long_copy);
+    acceptance.record(copy, first_accepted(copy, 5), false);
+    DraftTree drafter = chain_tree(4, ProposerKind::drafter);
+    drafter.add_chain(-1, {7}, 1000, uint8_t(ProposerKind::drafter));
+    acceptance.record(drafter, first_accepted(drafter, round % 2 == 0 ? 1 : 0), false);
+  }
+  for (int32_t d = 1; d <= 5; ++d) EXPECT_GT(acceptance.conditional(ProposerKind::long_copy, false, false, d), 0.95) << d;
+  EXPECT_LT(acceptance.conditional(ProposerKind::long_copy, false, false, 6), 0.15);
+  // Depths 7 and 8 were never reached: they read as the depth above them, and deeper ones likewise.
+  EXPECT_LT(acceptance.conditional(ProposerKind::long_copy, false, false, 40), 0.15);
+  EXPECT_NEAR(acceptance.conditional(ProposerKind::drafter, false, false, 1), 0.5, 0.1);
+  EXPECT_LT(acceptance.conditional(ProposerKind::drafter, true, false, 1), 0.1);
+  // The n-gram proposer has no evidence: the prior.
+  EXPECT_DOUBLE_EQ(acceptance.conditional(ProposerKind::ngram, false, false, 3), AcceptanceByDepth::kFirstPrior);
+  // After a round that accepted its whole depth (a copy running on) the figures are apart: there the
+  // same proposer's chains were all right.
+  AcceptanceByDepth runs = acceptance;
+  for (int round = 0; round < 20; ++round) {
+    const DraftTree copy = chain_tree(8, ProposerKind::long_copy);
+    runs.record(copy, first_accepted(copy, 8), true);
+  }
+  EXPECT_GT(runs.conditional(ProposerKind::long_copy, false, true, 8), 0.9);
+  EXPECT_GT(runs.conditional(ProposerKind::long_copy, false, true, 30), 0.9);
+  EXPECT_LT(runs.conditional(ProposerKind::long_copy, false, false, 6), 0.5);
+  // A node's chance is its parent's times its own, so it never exceeds its parent's.
+  const DraftTree copy = chain_tree(8, ProposerKind::long_copy);
+  const std::vector<double> chances = acceptance.node_chances(copy, false);
+  ASSERT_EQ(chances.size(), 8u);
+  EXPECT_GT(chances[4], 0.8);
+  EXPECT_LT(chances[5], 0.15);
+  for (size_t i = 1; i < chances.size(); ++i) EXPECT_LE(chances[i], chances[i - 1]);
+  // Evidence fades when it is not renewed: a depth, or a proposer, cut off long ago is tried again.
+  AcceptanceByDepth fading = acceptance;
+  for (int round = 0; round < 300; ++round) {
+    const DraftTree short_copy = chain_tree(3, ProposerKind::long_copy);
+    fading.record(short_copy, first_accepted(short_copy, 3), false);
+  }
+  EXPECT_GT(fading.conditional(ProposerKind::long_copy, false, false, 6), 0.5);
+  EXPECT_NEAR(fading.conditional(ProposerKind::drafter, true, false, 1), AcceptanceByDepth::kFirstPrior, 0.01);
+}
+
 TEST(RowCost, ReadsTheSlopeOfRoundTimeOverRows) {
   RowCost cost;
   EXPECT_EQ(cost.seconds_per_row(), 0.0);
@@ -538,6 +650,10 @@ TEST(RowCost, ReadsTheSlopeOfRoundTimeOverRows) {
     const int64_t rows = 1 + i % 16;
     cost.record_round(rows, 0.002 + 0.0005 * double(rows));
   }
+  EXPECT_NEAR(cost.seconds_per_row(), 0.0005, 2e-5);
+  EXPECT_NEAR(cost.model().fixed_seconds, 0.002, 2e-4);
+  // Rounds that settle on one size (shaped rounds do) keep the line last read.
+  for (int i = 0; i < 400; ++i) cost.record_round(8, 0.002 + 0.0005 * 8);
   EXPECT_NEAR(cost.seconds_per_row(), 0.0005, 2e-5);
   // Rows that cost nothing (a GPU's verify rounds) read as about zero, never below.
   RowCost flat;

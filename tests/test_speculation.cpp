@@ -113,7 +113,7 @@ TEST(SpeculationTest, ReplayDepthForcesTheAcceptanceLength) {
   }
 }
 
-// Requests queued behind the only lane cannot share its rounds, so that lane keeps the lone window:
+// Fixed windows. Requests queued behind the only lane cannot share its rounds, so that lane keeps the lone window:
 // a forced acceptance longer than the shared window is reached by every reply, queued or not.
 TEST(SpeculationTest, QueuedRequestsWithNoFreeLaneKeepTheLoneWindow) {
   auto model = load_model(test::fixture_model("qwen3-tiny-b"), {});
@@ -121,6 +121,7 @@ TEST(SpeculationTest, QueuedRequestsWithNoFreeLaneKeepTheLoneWindow) {
   EngineOptions options;
   options.n_ctx = 160;
   options.n_parallel = 1;
+  options.window_policy = WindowPolicy::fixed;
   const auto plain = run_requests(model, test::without_drafts(requests), options, true);
   const int64_t depth = options.lane_window + 8;
   ASSERT_LT(depth, options.lone_window);
@@ -133,7 +134,7 @@ TEST(SpeculationTest, QueuedRequestsWithNoFreeLaneKeepTheLoneWindow) {
   }
 }
 
-// Two lanes copying at full acceptance: each starts with the shared window, doubles it after every
+// Fixed windows: two lanes copying at full acceptance each start with the shared window, doubles it after every
 // round whose full window was accepted, up to the lone window; the tokens stay those of plain decoding.
 TEST(SpeculationTest, LanesEarnWiderWindowsByFullAcceptance) {
   auto model = load_model(test::fixture_model("qwen3-tiny-b"), {});
@@ -142,6 +143,7 @@ TEST(SpeculationTest, LanesEarnWiderWindowsByFullAcceptance) {
   EngineOptions options;
   options.n_ctx = 200;
   options.n_parallel = 2;
+  options.window_policy = WindowPolicy::fixed;
   const auto plain = run_requests(model, test::without_drafts(requests), options, true);
   const int64_t depth = 40;
   replay_plain_replies(requests, plain, depth);
@@ -160,13 +162,14 @@ TEST(SpeculationTest, LanesEarnWiderWindowsByFullAcceptance) {
   }
 }
 
-// The lone stream copying at full acceptance doubles its window after every round whose whole
+// Fixed windows: the lone stream copying at full acceptance doubles its window after every round whose whole
 // window was accepted, from the lone window up to the most it may earn; the tokens stay plain ones.
 TEST(SpeculationTest, TheLoneStreamEarnsWiderWindowsByFullAcceptance) {
   auto model = load_model(test::fixture_model("qwen3-tiny-b"), {});
   auto requests = requests_to_budget(*model, 1, 14, 500);
   EngineOptions options;
   options.n_ctx = 600;
+  options.window_policy = WindowPolicy::fixed;
   const auto plain = run_requests(model, test::without_drafts(requests), options, false);
   const int64_t depth = 400;
   replay_plain_replies(requests, plain, depth);
@@ -177,6 +180,49 @@ TEST(SpeculationTest, TheLoneStreamEarnsWiderWindowsByFullAcceptance) {
       rounds_with_earned_windows(requests[0].max_tokens, depth, options.lone_window, options.most_lone_window);
   EXPECT_EQ(rounds, 5);
   EXPECT_EQ(earned[0].final_update.timings.rounds, rounds);
+}
+
+// Measured windows: the same requests shaped under round costs from rows nearly free (wide trees) to
+// a row costing a whole round (narrow ones), and under fixed windows, verify different rows and give
+// the same tokens and logprobs, bitwise, as plain decoding, alone and together.
+TEST(SpeculationTest, WindowChoicesChangeRowsNeverTokens) {
+  auto model = load_model(test::fixture_model("qwen3-tiny-a"), {});
+  for (bool sampled : {false, true}) {
+    auto requests = test::with_penalties_and_logprobs(
+        copy_friendly_requests(24, sampled, model->config().vocab_size, sampled ? 31 : 32));
+    EngineOptions options;
+    options.n_ctx = 160;
+    options.n_parallel = 8;
+    options.speculation.min_confident_match = 4;  // long copies: trees wide enough to cut
+    const test::EngineRun plain = test::run_engine(model, without_drafts(requests), options, true);
+    struct Shape {
+      const char* name;
+      WindowPolicy policy;
+      RoundCostModel cost;
+    };
+    const std::vector<Shape> shapes = {{"fixed", WindowPolicy::fixed, {}},
+                                       {"rows nearly free", WindowPolicy::measured, {1e-2, 1e-9}},
+                                       {"rows dear", WindowPolicy::measured, {1e-3, 1e-3}},
+                                       {"rows dearer", WindowPolicy::measured, {1e-3, 2e-3}},
+                                       {"measured cost", WindowPolicy::measured, {}}};
+    std::vector<int64_t> drafted;
+    for (const Shape& shape : shapes) {
+      options.window_policy = shape.policy;
+      options.assumed_round_cost = shape.cost;
+      for (bool together : {false, true}) {
+        const test::EngineRun run = test::run_engine(model, requests, options, together);
+        const std::string what = std::string(shape.name) + (together ? ", together" : ", solo");
+        expect_same_tokens(plain.replies, run.replies, what.c_str());
+        test::expect_same_logprobs(plain, run, requests, what.c_str());
+        if (!together) drafted.push_back(run.stats.drafted_tokens);
+      }
+    }
+    // The choices really differed: dear rows verify fewer drafts than nearly free ones, dearer fewer
+    // still (but some: a draft likely enough pays for its row).
+    EXPECT_LT(drafted[2], drafted[1]) << (sampled ? "sampled" : "greedy");
+    EXPECT_LT(drafted[3], drafted[2]) << (sampled ? "sampled" : "greedy");
+    EXPECT_GT(drafted[3], 0) << (sampled ? "sampled" : "greedy");
+  }
 }
 
 TEST(SpeculationTest, AlwaysWrongDraftsStillGiveCorrectTokens) {

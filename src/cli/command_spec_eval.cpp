@@ -149,7 +149,7 @@ void run_spec_eval(const SpecEvalFlags& flags) {
          << flags.drafter_tree.min_path_probability << " --drafter-root-candidates "
          << flags.drafter_tree.n_root_candidates << " --lone-window " << knobs.lone_window
          << " --most-lone-window " << knobs.most_lone_window << " --min-confident-match " << knobs.min_confident_match
-         << " --lanes " << knobs.lanes << "`\n"
+         << " --lanes " << knobs.lanes << " --windows " << knobs.windows << "`\n"
          << "- cases: " << flags.cases_file << "\n- commit: " << receipt_commit() << "\n- machine: " << receipt_machine()
          << "\n- greedy; all cases of a kind submitted at once to an engine of N lanes; tok/s = completion tokens"
             " / wall time from the first submit to the last reply (prefill included)\n"

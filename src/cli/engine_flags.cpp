@@ -36,6 +36,13 @@ LanePolicy parse_lane_policy(const std::string& text) {
        "shared lanes); got '" + text + "'.");
 }
 
+WindowPolicy parse_window_policy(const std::string& text) {
+  if (text == "measured" || text.empty()) return WindowPolicy::measured;
+  if (text == "fixed") return WindowPolicy::fixed;
+  fail("--windows (TF_WINDOWS) must be measured (each round verifies the rows whose expected tokens pay "
+       "for their cost) or fixed (the whole window, doubled by full acceptance); got '" + text + "'.");
+}
+
 void CudaLaunchFlags::apply_to(ModelLoadOptions& options) const {
   options.use_cuda_graphs = parse_switch(graphs, "--cuda-graphs (TF_CUDA_GRAPHS)");
   options.use_overlapped_launches = parse_switch(pdl, "--cuda-pdl (TF_CUDA_PDL)");
@@ -63,6 +70,11 @@ void add_engine_flags(CLI::App& command, EngineFlags& flags) {
                      "Window policy: auto (a lone greedy stream gets the lone driver's wide, copy-heavy tree), "
                      "1 (always the shared lanes' window), 0 (always the lone driver's)")
       ->envname("TF_LANES")->capture_default_str();
+  command.add_option("--windows", flags.windows,
+                     "Rows verified within that window: measured (each round, those whose expected accepted tokens "
+                     "per second pay for them, from the measured round cost and acceptance by depth) or fixed "
+                     "(the whole window, doubled after each round whose window was accepted)")
+      ->envname("TF_WINDOWS")->capture_default_str();
   add_cuda_launch_flags(command, flags.cuda);
   command.add_option("--prefill-chunk", flags.prefill_chunk, "Most prompt rows of one request per round")
       ->envname("TF_PREFILL_CHUNK")->capture_default_str();
@@ -131,6 +143,7 @@ ServingOptions serving_options(const EngineFlags& flags, EngineOptions engine) {
   engine.kv_pool_fraction = flags.kv_pool_fraction;
   engine.prompt_cache = !flags.no_prompt_cache;
   engine.lane_policy = parse_lane_policy(flags.lanes);
+  engine.window_policy = parse_window_policy(flags.windows);
   engine.prefill_chunk = flags.prefill_chunk;
   engine.max_rows_per_round = flags.max_rows_per_round;
   engine.lane_window = flags.lane_window;

@@ -28,6 +28,7 @@ struct EngineFlags {
   std::string device = "cpu";
   int n_threads = 0;
   std::string lanes = "auto";       // auto | 0 (the lone driver) | 1 (lanes)
+  std::string windows = "measured";  // measured | fixed
   CudaLaunchFlags cuda;
   int64_t prefill_chunk = EngineOptions{}.prefill_chunk;
   int64_t max_rows_per_round = EngineOptions{}.max_rows_per_round;
@@ -53,5 +54,7 @@ ServingOptions serving_options(const EngineFlags& flags, EngineOptions engine);
 
 // "auto" / "0" / "1" (--lanes, TF_LANES); throws tf::Error on anything else.
 LanePolicy parse_lane_policy(const std::string& text);
+// "measured" / "fixed" (--windows, TF_WINDOWS); throws tf::Error on anything else.
+WindowPolicy parse_window_policy(const std::string& text);
 
 }  // namespace tf::cli

@@ -23,7 +23,7 @@ void Engine::Impl::accept(Lane& lane, const LaneRows& placed) {
   int64_t n_accepted = 0;
   int64_t n_sibling_accepts = 0;
   std::vector<int64_t> committed_rows = {placed.first_row};
-  std::vector<uint8_t> accepted_sources;
+  std::vector<int32_t> accepted_nodes;
   for (;;) {
     const int64_t row = placed.first_row + 1 + node;
     const float* row_logits = nullptr;
@@ -37,7 +37,7 @@ void Engine::Impl::accept(Lane& lane, const LaneRows& placed) {
         ++n_sibling_accepts;
       }
       lane.timings.draft_accepted_n += 1;
-      accepted_sources.push_back(tree.sources[size_t(child)]);
+      accepted_nodes.push_back(child);
       committed_rows.push_back(placed.first_row + 1 + child);
       ++n_accepted;
     }
@@ -55,13 +55,13 @@ void Engine::Impl::accept(Lane& lane, const LaneRows& placed) {
   } else if (n_accepted < tree.max_depth()) {
     lane.earned_window = 0;
   }
-  lane.speculation->record_accepted(accepted_sources, round_costs());
+  lane.speculation->record_accepted(tree, accepted_nodes, round_costs());
   std::lock_guard<std::mutex> lock(mutex);
   stats.drafted_tokens += tree.size();
   stats.accepted_tokens += n_accepted;
   stats.sibling_accepts += n_sibling_accepts;
   for (uint8_t source : tree.sources) stats.drafted_by_proposer[source % kProposerKinds] += 1;
-  for (uint8_t source : accepted_sources) stats.accepted_by_proposer[source % kProposerKinds] += 1;
+  for (int32_t accepted : accepted_nodes) stats.accepted_by_proposer[tree.sources[size_t(accepted)] % kProposerKinds] += 1;
   for (int64_t d = 0; d < std::min<int64_t>(tree.max_depth(), kMaxTrackedDepth); ++d) {
     stats.drafted_at_depth[d] += 1;
     if (d < n_accepted) stats.accepted_at_depth[d] += 1;

@@ -153,9 +153,13 @@ void Engine::Impl::record_pool_stats() {
   stats.recurrent_checkpoint_evictions = states.evictions;
 }
 
+// The most rows a lane's tree may use this round. Fixed windows use them all (the lone driver's and
+// the lanes' windows, doubled by full acceptance); measured ones are the largest a round may shape
+// (shape_trees keeps the rows that pay).
 int64_t Engine::Impl::window_for(const Lane& lane, int64_t n_decoding) const {
-  const int64_t lone = std::clamp(lane.earned_window, options.lone_window,
-                                  std::max(options.lone_window, options.most_lone_window));
+  const bool is_measured = options.window_policy == WindowPolicy::measured;
+  const int64_t most_lone = std::max(options.lone_window, options.most_lone_window);
+  const int64_t lone = is_measured ? most_lone : std::clamp(lane.earned_window, options.lone_window, most_lone);
   if (options.lane_policy == LanePolicy::always_lone) return lone;
   if (options.lane_policy == LanePolicy::always_lanes) return options.lane_window;
   // The lone driver: one greedy stream that nobody can join gets the wide, copy-heavy tree, wider
@@ -168,6 +172,7 @@ int64_t Engine::Impl::window_for(const Lane& lane, int64_t n_decoding) const {
   // On lanes, a lane that keeps having its whole window accepted (a long copy) earns a wider one, up
   // to the lone window and its fair share of the round's rows, so the lanes after it are not starved.
   const int64_t fair_share = options.max_rows_per_round / std::max<int64_t>(1, n_decoding);
+  if (is_measured) return std::max(options.lane_window, std::min(most_lone, fair_share));
   const int64_t most = std::max(options.lane_window, std::min(options.lone_window, fair_share));
   return std::clamp(lane.earned_window, options.lane_window, most);
 }

@@ -227,6 +227,7 @@ bool Engine::Impl::take_cancellations() {
 // One round: pack every lane's rows, one forward that also chooses every logit row's token, then
 // each lane accepts (decoding) or commits its chunk (prefilling).
 void Engine::Impl::round() {
+  const auto round_start = EngineClock::now();
   RoundRows& rows = round_rows;
   pack_rows(rows);
   if (rows.batch.rows.empty()) return;
@@ -238,7 +239,6 @@ void Engine::Impl::round() {
   const auto forward_start = EngineClock::now();
   model->forward_and_pick(rows.batch, kv, rows.picks, picked.data(), logits.data());
   const double forward_seconds = std::chrono::duration<double>(EngineClock::now() - forward_start).count();
-  row_cost.record_round(int64_t(rows.batch.rows.size()), forward_seconds);
   const double lane_share = forward_seconds / double(std::max<size_t>(1, rows.placed.size()));
   lane_round_seconds =
       lane_round_seconds == 0.0 ? lane_share : lane_round_seconds + 0.25 * (lane_share - lane_round_seconds);
@@ -256,6 +256,12 @@ void Engine::Impl::round() {
       commit_prefill(*placed.lane, placed);
     }
   }
+  // The whole round (drafting, forward, acceptance) against its rows, for rounds of draft trees
+  // alone: what shaping weighs a verified row against. A prompt row asks for no logits and costs
+  // less than a verified row, so rounds with prompt chunks would bend the line.
+  const double round_seconds = std::chrono::duration<double>(EngineClock::now() - round_start).count();
+  if (std::all_of(rows.placed.begin(), rows.placed.end(), [](const LaneRows& p) { return p.is_decode; }))
+    row_cost.record_round(int64_t(rows.batch.rows.size()), round_seconds);
 }
 
 int32_t Engine::Impl::chosen(int64_t logit_row, const float** row_logits) const {

@@ -24,6 +24,11 @@ class DFlashDrafter;
 // for a lone greedy stream, or the shared lanes' window.
 enum class LanePolicy { automatic, always_lanes, always_lone };
 
+// How many of those rows a round verifies (--windows, TF_WINDOWS): measured, the rows whose expected
+// accepted tokens per second pay for them (the fitted round cost against each proposer's acceptance
+// by depth), at most the lane policy's window; or fixed, the window itself, doubled by full acceptance.
+enum class WindowPolicy { measured, fixed };
+
 struct EngineOptions {
   int32_t n_parallel = 4;          // most lanes live at once
   int64_t n_ctx = 4096;            // most positions (prompt + completion) of one lane
@@ -50,6 +55,10 @@ struct EngineOptions {
   int64_t most_lone_window = 256;  // the most the lone driver earns, doubling after each round whose
                                    // whole window was accepted (a long copy)
   LanePolicy lane_policy = LanePolicy::automatic;
+  WindowPolicy window_policy = WindowPolicy::measured;
+  // Tests and benchmarks: measured windows shaped as if a round cost this, not what was measured
+  // (unknown, all zero: the measured fit).
+  RoundCostModel assumed_round_cost;
   SpeculationSettings speculation;  // which proposer shapes, and whether gated ones must pay
 };
 

@@ -1,8 +1,8 @@
 // The engine thread's state, shared by the files that implement one seam each:
 //   engine.cpp     the public API, the queue and the loop: admit, round, retire
 //   admission.cpp  which queued requests become lanes, and each lane's window (the lane policy)
-//   round_rows.cpp a round's rows: each decoding lane's root and draft tree, then prompt chunks,
-//                  and who chooses each logit row's token
+//   round_rows.cpp a round's rows: each decoding lane's root and draft tree (shaped by what a row
+//                  costs), then prompt chunks, and who chooses each logit row's token
 //   acceptance.cpp walking each tree with the target's choices, committing K/V and taps
 //   output.cpp     turning accepted tokens into updates, finishing replies
 //   slots.cpp      the slots requests run in, and saving and restoring their sequences
@@ -27,6 +27,7 @@
 #include "runtime/kv_cache.h"
 #include "runtime/recurrent_checkpoints.h"
 #include "speculation/proposer_gate.h"
+#include "speculation/round_shape.h"
 #include "speculation/speculation.h"
 
 namespace tf {
@@ -103,7 +104,7 @@ struct Engine::Impl {
   // Running average of one lane's share of a round's forward: what a round a lane saves is worth
   // (with many lanes the round happens anyway; the lane saves its share of it).
   double lane_round_seconds = 0.0;
-  RowCost row_cost;  // what a verified row adds to a round
+  RowCost row_cost;  // a whole round's seconds (drafting, forward, acceptance) against its rows
   std::thread thread;
 
   Impl(const EngineOptions& options, std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
@@ -124,7 +125,9 @@ struct Engine::Impl {
   void record_pool_stats();  // under mutex
   // round_rows.cpp
   void pack_rows(RoundRows& rows);
-  void add_decode_rows(Lane& lane, int64_t max_rows, RoundRows& rows);
+  void draft_tree(Lane& lane, int64_t max_rows);
+  void shape_trees(const std::vector<Lane*>& decoding);
+  void add_decode_rows(Lane& lane, RoundRows& rows);
   void add_prefill_rows(Lane& lane, int64_t max_rows, RoundRows& rows);
   void draw_blocks(Lane& lane, int64_t n_positions);
   void add_picks(RoundRows& rows);

@@ -11,34 +11,87 @@ void Engine::Impl::pack_rows(RoundRows& rows) {
   rows.batch.rows.clear();
   rows.placed.clear();
   rows.n_scratch = 0;
-  int64_t budget = options.max_rows_per_round;
   int64_t n_decoding = 0;
   for (auto& lane : lanes) n_decoding += !lane->is_finished && !lane->is_prefilling();
-  for (const bool is_decode_pass : {true, false}) {
-    for (auto& lane_ptr : lanes) {
-      Lane& lane = *lane_ptr;
-      if (lane.is_finished || lane.is_prefilling() == is_decode_pass || budget == 0) continue;
-      const int64_t first = int64_t(rows.batch.rows.size());
-      if (is_decode_pass) {
-        lane.window = std::min(budget, window_for(lane, n_decoding));
-        add_decode_rows(lane, lane.window, rows);
-      } else {
-        add_prefill_rows(lane, budget, rows);
-      }
-      const int64_t n_rows = int64_t(rows.batch.rows.size()) - first;
-      rows.placed.push_back({&lane, first, n_rows, is_decode_pass});
-      budget -= n_rows;
-    }
+  // Every decoding lane drafts within its window and what the lanes before it left of the row
+  // budget; measured windows then keep the rows that pay.
+  int64_t budget = options.max_rows_per_round;
+  std::vector<Lane*> decoding;
+  for (auto& lane : lanes) {
+    if (lane->is_finished || lane->is_prefilling() || budget == 0) continue;
+    lane->window = std::min(budget, window_for(*lane, n_decoding));
+    draft_tree(*lane, lane->window);
+    budget -= 1 + lane->tree.size();
+    decoding.push_back(lane.get());
   }
+  if (options.window_policy == WindowPolicy::measured) shape_trees(decoding);
+  auto place = [&](Lane& lane, bool is_decode) {
+    const int64_t first = int64_t(rows.batch.rows.size());
+    if (is_decode) {
+      add_decode_rows(lane, rows);
+    } else {
+      add_prefill_rows(lane, options.max_rows_per_round - first, rows);
+    }
+    rows.placed.push_back({&lane, first, int64_t(rows.batch.rows.size()) - first, is_decode});
+  };
+  for (Lane* lane : decoding) place(*lane, true);
+  for (auto& lane : lanes)
+    if (!lane->is_finished && lane->is_prefilling() && int64_t(rows.batch.rows.size()) < options.max_rows_per_round)
+      place(*lane, false);
   add_picks(rows);
 }
 
-// The root row (the lane's last token) and its draft tree. Nodes on the main chain write K/V
-// straight to their lane's slots; the others write to scratch slots and move only if accepted.
-void Engine::Impl::add_decode_rows(Lane& lane, int64_t max_rows, RoundRows& rows) {
-  // More drafts than the budget can emit would only cost rows.
+// The lane's proposals below its root: at most the window's rows, and no more drafts than the
+// reply's budget can emit (those would only cost rows).
+void Engine::Impl::draft_tree(Lane& lane, int64_t max_rows) {
   const int64_t max_nodes = std::min(max_rows - 1, lane.budget_left() - 1);
   lane.speculation->draft(lane.history(), max_nodes, round_costs(), &lane.tree);
+}
+
+// Measured windows: of every node every lane drafted, the likeliest to be accepted, as many as
+// maximise the round's expected tokens per second (best_node_count) under the round cost (assumed,
+// or the fit of the rounds seen). A node is never likelier than its parent, and among equals the
+// parent comes first, so the kept nodes of each lane form a tree. A lane due a probe
+// (LaneSpeculation::is_probe_due) keeps its whole tree, and so does a replay: it forces an
+// acceptance length, which is what it measures.
+void Engine::Impl::shape_trees(const std::vector<Lane*>& decoding) {
+  auto keeps_whole_tree = [](const Lane& lane) {
+    return lane.speculation->is_probe_due() || !lane.request.draft.replay.empty();
+  };
+  struct Candidate {
+    double chance;
+    size_t lane;
+    int32_t node;
+  };
+  std::vector<Candidate> candidates;
+  int64_t n_whole_rows = 0;
+  for (size_t i = 0; i < decoding.size(); ++i) {
+    const Lane& lane = *decoding[i];
+    if (keeps_whole_tree(lane)) {
+      n_whole_rows += lane.tree.size();
+      continue;
+    }
+    const std::vector<double> chances = lane.speculation->node_chances(lane.tree);
+    for (size_t node = 0; node < chances.size(); ++node) candidates.push_back({chances[node], i, int32_t(node)});
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.chance > b.chance; });
+  std::vector<double> chances(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) chances[i] = candidates[i].chance;
+  const RoundCostModel& cost = options.assumed_round_cost.is_known() ? options.assumed_round_cost : row_cost.model();
+  const size_t n_kept = size_t(best_node_count(cost, chances, int64_t(decoding.size()), n_whole_rows));
+  if (n_kept == candidates.size()) return;
+  std::vector<std::vector<uint8_t>> keep(decoding.size());
+  for (size_t i = 0; i < decoding.size(); ++i)
+    keep[i].assign(size_t(decoding[i]->tree.size()), keeps_whole_tree(*decoding[i]) ? 1 : 0);
+  for (size_t k = 0; k < n_kept; ++k) keep[candidates[k].lane][size_t(candidates[k].node)] = 1;
+  for (size_t i = 0; i < decoding.size(); ++i) decoding[i]->tree.retain(keep[i]);
+}
+
+// The root row (the lane's last token) and its draft tree, pruned by the lane's grammar if it has
+// one. Nodes on the main chain write K/V straight to their lane's slots; the others write to
+// scratch slots and move only if accepted.
+void Engine::Impl::add_decode_rows(Lane& lane, RoundRows& rows) {
   if (lane.constraint) lane.constraint->prune(&lane.tree);
   const DraftTree& tree = lane.tree;
   Batch& batch = rows.batch;

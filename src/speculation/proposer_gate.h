@@ -58,30 +58,4 @@ class ProposerGate {
   int64_t probe_interval_ = kFirstProbeInterval;
 };
 
-// What one more verified row adds to a round's forward, from the rounds seen: the slope of a
-// least-squares line through (rows, seconds), each average exponentially weighted so it follows
-// the machine's load. Zero until the rounds have varied in size.
-class RowCost {
- public:
-  static constexpr double kSmoothing = 0.05;
-
-  void record_round(int64_t n_rows, double seconds) {
-    const double x = double(n_rows), weight = n_rounds_ == 0 ? 1.0 : kSmoothing;
-    mean_x_ += weight * (x - mean_x_);
-    mean_y_ += weight * (seconds - mean_y_);
-    mean_xx_ += weight * (x * x - mean_xx_);
-    mean_xy_ += weight * (x * seconds - mean_xy_);
-    ++n_rounds_;
-  }
-  double seconds_per_row() const {
-    const double variance = mean_xx_ - mean_x_ * mean_x_;
-    if (variance < 0.25) return 0.0;  // every round about the same size: no slope to read
-    return std::max(0.0, (mean_xy_ - mean_x_ * mean_y_) / variance);
-  }
-
- private:
-  double mean_x_ = 0.0, mean_y_ = 0.0, mean_xx_ = 0.0, mean_xy_ = 0.0;
-  int64_t n_rounds_ = 0;
-};
-
 }  // namespace tf

@@ -37,7 +37,7 @@ std::unique_ptr<LaneSpeculation> Speculation::for_lane(const DraftRequest& reque
 }
 
 LaneSpeculation::LaneSpeculation(Speculation& owner, std::vector<std::unique_ptr<Proposer>> proposers)
-    : owner_(owner), proposers_(std::move(proposers)) {
+    : owner_(owner), proposers_(std::move(proposers)), acceptance_(owner.acceptance_) {
   for (size_t kind = 0; kind < gates_.size(); ++kind) gates_[kind] = owner_.gates_[kind].for_new_lane();
 }
 
@@ -56,12 +56,11 @@ void LaneSpeculation::draft(const LaneHistory& history, int64_t max_nodes, const
     } else if (!gates_[kind].should_run(costs.lane_round_seconds)) {
       gates_[kind].record_skip();
     } else {
-      // A use costs the proposer's own time and a verified row for every node it adds.
-      const int64_t n_before = tree->size();
+      // A use costs the proposer's own time, and a verified row for every node of it the round
+      // verifies (added in record_accepted: shaping or a grammar may cut some).
       const auto start = Clock::now();
       proposer->propose(history, max_nodes, tree);
-      use_seconds_[kind] = std::chrono::duration<double>(Clock::now() - start).count() +
-                           double(tree->size() - n_before) * costs.seconds_per_row;
+      use_seconds_[kind] = std::chrono::duration<double>(Clock::now() - start).count();
     }
   }
 }
@@ -75,12 +74,26 @@ void LaneSpeculation::observe_taps(int64_t first_position, const float* taps, in
     if (proposer->wants_taps()) proposer->observe_taps(first_position, taps, n_tokens);
 }
 
-void LaneSpeculation::record_accepted(const std::vector<uint8_t>& accepted_sources, const RoundCosts& costs) {
+void LaneSpeculation::record_accepted(const DraftTree& tree, const std::vector<int32_t>& accepted_nodes,
+                                      const RoundCosts& costs) {
+  std::vector<uint8_t> is_accepted(size_t(tree.size()), 0);
+  std::array<int64_t, kProposerKinds> n_accepted_by_kind{}, n_verified_by_kind{};
+  for (uint8_t source : tree.sources) n_verified_by_kind[source % kProposerKinds] += 1;
+  for (int32_t node : accepted_nodes) {
+    is_accepted[size_t(node)] = 1;
+    n_accepted_by_kind[tree.sources[size_t(node)] % kProposerKinds] += 1;
+  }
+  if (!is_off()) {
+    acceptance_.record(tree, is_accepted, after_full_);
+    owner_.acceptance_.record(tree, is_accepted, after_full_);
+    after_full_ = tree.size() > 0 && int64_t(accepted_nodes.size()) == tree.max_depth();
+    rounds_to_probe_ = rounds_to_probe_ == 0 ? kRoundsBetweenProbes - 1 : rounds_to_probe_ - 1;
+  }
   for (size_t kind = 0; kind < size_t(kProposerKinds); ++kind) {
     if (use_seconds_[kind] < 0.0) continue;
-    const int64_t n_accepted = std::count(accepted_sources.begin(), accepted_sources.end(), uint8_t(kind));
-    gates_[kind].record_use(use_seconds_[kind], n_accepted, costs.lane_round_seconds);
-    owner_.gates_[kind].record_use(use_seconds_[kind], n_accepted, costs.lane_round_seconds);
+    const double seconds = use_seconds_[kind] + double(n_verified_by_kind[kind]) * costs.seconds_per_row;
+    gates_[kind].record_use(seconds, n_accepted_by_kind[kind], costs.lane_round_seconds);
+    owner_.gates_[kind].record_use(seconds, n_accepted_by_kind[kind], costs.lane_round_seconds);
   }
 }
 

@@ -11,6 +11,7 @@
 #include "speculation/drafter_proposer.h"
 #include "speculation/proposer.h"
 #include "speculation/proposer_gate.h"
+#include "speculation/round_shape.h"
 
 namespace tf {
 
@@ -51,8 +52,8 @@ struct RoundCosts {
 
 class LaneSpeculation;
 
-// One per engine: makes each lane's proposer set and keeps every lane's gate history, so a new
-// lane's gates start from what the others have seen.
+// One per engine: makes each lane's proposer set and keeps every lane's gate history and
+// acceptance by depth, so a new lane starts from what the others have seen.
 class Speculation {
  public:
   explicit Speculation(SpeculationOptions options);
@@ -66,6 +67,7 @@ class Speculation {
   friend class LaneSpeculation;
   SpeculationOptions options_;
   std::array<ProposerGate, kProposerKinds> gates_;  // every lane's uses, by ProposerKind
+  AcceptanceByDepth acceptance_;                    // every lane's rounds: where a new lane starts
 };
 
 // One lane's proposers and gates.
@@ -80,14 +82,25 @@ class LaneSpeculation {
   bool wants_taps() const;
   // taps: [n_tokens][tap width] of the rows committed this round at first_position ..., in order.
   void observe_taps(int64_t first_position, const float* taps, int64_t n_tokens);
-  // After the round's acceptance: the proposer (ProposerKind) of every accepted node, for the gates.
-  void record_accepted(const std::vector<uint8_t>& accepted_sources, const RoundCosts& costs);
+  // Rounds between probes: a lane's first decoding round and every kRoundsBetweenProbes-th after it
+  // verify the whole drafted tree, so a proposer or a depth that shaping cut off (or never tried:
+  // its prior too low to pay where rows are dear) is measured again.
+  static constexpr int64_t kRoundsBetweenProbes = 16;
+  bool is_probe_due() const { return rounds_to_probe_ == 0; }
+  // [n_nodes] each node's chance of being accepted, from the proposers' acceptance by depth.
+  std::vector<double> node_chances(const DraftTree& tree) const { return acceptance_.node_chances(tree, after_full_); }
+  // After the round's acceptance: the verified tree and its accepted nodes (root first), for the
+  // gates and the acceptance by depth.
+  void record_accepted(const DraftTree& tree, const std::vector<int32_t>& accepted_nodes, const RoundCosts& costs);
 
  private:
   Speculation& owner_;
   std::vector<std::unique_ptr<Proposer>> proposers_;
   std::array<ProposerGate, kProposerKinds> gates_;  // by ProposerKind; used for the gated kinds
   std::array<double, kProposerKinds> use_seconds_{};  // this round's cost of each gated use; -1: no use
+  AcceptanceByDepth acceptance_;
+  bool after_full_ = false;      // the last round accepted its tree's whole depth
+  int64_t rounds_to_probe_ = 0;  // decoding rounds until the next probe
 };
 
 }  // namespace tf

@@ -6,7 +6,9 @@ import { after, before, test } from 'node:test';
 import { modelId, request, sseEvents, startServer } from './harness.mjs';
 
 let server;
-before(async () => { server = await startServer(['--parallel', '4']); });
+// Fixed windows: the streamed and the whole reply must draft alike, and measured windows follow the
+// clock and what the earlier request accepted.
+before(async () => { server = await startServer(['--parallel', '4', '--windows', 'fixed']); });
 after(async () => { await server?.stop(); });
 
 const sources = new Set(['target', 'long_copy', 'drafter', 'ngram', 'replay']);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -87,6 +88,11 @@ inline EngineOptions random_windows(std::mt19937& rng, LanePolicy policy) {
   options.speculation.min_confident_match = 2 + int64_t(rng() % 24);
   options.prefill_chunk = 1 + int64_t(rng() % 40);
   options.lane_policy = policy;
+  // Fixed windows, or measured ones shaped by the measured round cost or an assumed one from rows
+  // nearly free (a GPU's) to a row costing a whole round's fixed cost (a CPU's).
+  const uint32_t windows = rng() % 3;
+  options.window_policy = windows == 0 ? WindowPolicy::fixed : WindowPolicy::measured;
+  if (windows == 2) options.assumed_round_cost = {1e-3, 1e-3 * std::pow(10.0, -double(rng() % 6))};
   return options;
 }
 

@@ -176,6 +176,8 @@ inline void expect_resumed_lane_drafts_as_a_fresh_one(std::shared_ptr<Model> mod
   EngineOptions options;
   options.n_ctx = 160;
   options.n_parallel = 1;
+  // Fixed windows: measured ones follow the clock and what the engine's earlier lanes accepted.
+  options.window_policy = WindowPolicy::fixed;
   for (const auto& request : requests) {
     const EngineRun fresh = run_engine(model, {cold(request)}, options, false, nullptr, drafter);
     Engine engine(options, model, nullptr, drafter);
