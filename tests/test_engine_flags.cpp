@@ -42,7 +42,7 @@ TEST(EngineFlags, DefaultsAreTheEngineAndLoadDefaults) {
   const EngineOptions defaults;
   ASSERT_TRUE(options.engine.has_value());
   EXPECT_EQ(options.engine->lane_policy, LanePolicy::automatic);
-  EXPECT_EQ(options.engine->window_policy, WindowPolicy::measured);
+  EXPECT_EQ(options.engine->window_policy, WindowPolicy::fixed);
   EXPECT_EQ(options.engine->prefill_chunk, defaults.prefill_chunk);
   EXPECT_EQ(options.engine->max_rows_per_round, defaults.max_rows_per_round);
   EXPECT_EQ(options.engine->lane_window, defaults.lane_window);

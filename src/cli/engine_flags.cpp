@@ -37,8 +37,8 @@ LanePolicy parse_lane_policy(const std::string& text) {
 }
 
 WindowPolicy parse_window_policy(const std::string& text) {
-  if (text == "measured" || text.empty()) return WindowPolicy::measured;
-  if (text == "fixed") return WindowPolicy::fixed;
+  if (text == "fixed" || text.empty()) return WindowPolicy::fixed;
+  if (text == "measured") return WindowPolicy::measured;
   fail("--windows (TF_WINDOWS) must be measured (each round verifies the rows whose expected tokens pay "
        "for their cost) or fixed (the whole window, doubled by full acceptance); got '" + text + "'.");
 }

@@ -28,7 +28,7 @@ struct EngineFlags {
   std::string device = "cpu";
   int n_threads = 0;
   std::string lanes = "auto";       // auto | 0 (the lone driver) | 1 (lanes)
-  std::string windows = "measured";  // measured | fixed
+  std::string windows = "fixed";  // fixed | measured
   CudaLaunchFlags cuda;
   int64_t prefill_chunk = EngineOptions{}.prefill_chunk;
   int64_t max_rows_per_round = EngineOptions{}.max_rows_per_round;
