@@ -118,22 +118,23 @@ void Engine::Impl::publish_blocks(Lane& lane) {
 // forward folds later positions into it.
 void Engine::Impl::checkpoint_block(Lane& lane, int64_t index) {
   if (model->recurrent_state_bytes() == 0) return;
-  lane.last_block_state.clear();
+  lane.last_block_state.clear();  // keeps its capacity: the next block's read reuses it
   if (checkpoints.contains(lane.last_key)) return;
-  std::vector<uint8_t> state(size_t(model->recurrent_state_bytes()));
+  std::vector<uint8_t>& state = lane.last_block_state;
+  state.resize(size_t(model->recurrent_state_bytes()));
   try {
     model->read_recurrent_state(kv, lane.kv_lane, (index + 1) * kv.block_size(), state.data());
   } catch (const std::exception& error) {
     // A lane whose last round failed may have no state to read; the cache only loses a resume point.
     std::fprintf(stderr, "tensorfold: internal error: no recurrent checkpoint at block %lld: %s\n",
                  static_cast<long long>(index), error.what());
+    state.clear();
     return;
   }
   const int64_t prompt_blocks = (lane.n_prompt - 1) / kv.block_size();
   if ((index + 1) % checkpoint_every == 0 || index + 1 == prompt_blocks) {
     checkpoints.put(lane.last_key, std::move(state));
-  } else {
-    lane.last_block_state = std::move(state);
+    state.clear();  // moved from: empty, so retiring stores nothing twice
   }
 }
 
