@@ -12,11 +12,11 @@ HybridStateStorage::HybridStateStorage(const ModelConfig& config, int64_t n_slot
       state_per_layer_(config.hybrid.linear_n_value_heads * config.hybrid.linear_key_head_dim *
                        config.hybrid.linear_value_head_dim),
       conv_per_layer_((config.hybrid.conv_kernel - 1) * config.hybrid.conv_dim()),
-      origins_(size_t(n_slots)) {}
+      tags_(n_slots) {}
 
 void HybridStateStorage::copy_slot(int32_t from, int32_t to) {
   HostKvStorage::copy_slot(from, to);
-  origins_[size_t(to)] = origins_[size_t(from)];
+  tags_.copy_slot(from, to);
 }
 
 LaneRecurrence& HybridStateStorage::lane(int32_t lane) {
@@ -30,35 +30,9 @@ LaneRecurrence& HybridStateStorage::lane(int32_t lane) {
 
 void HybridStateStorage::reset_lane(int32_t lane) {
   LaneRecurrence& state = lanes_[size_t(lane)];
-  state.position = 0;
-  state.pass = 0;
   state.state.assign(size_t(n_linear_layers_ * state_per_layer_), 0.0f);
   state.conv.assign(size_t(n_linear_layers_ * conv_per_layer_), 0.0f);
   state.inputs.assign(size_t(n_linear_layers_), {});
-}
-
-namespace {
-int64_t state_floats(const ModelConfig& c) {
-  const HybridConfig& h = c.hybrid;
-  return h.n_layers_of(LayerKind::linear_attention) * h.linear_n_value_heads * h.linear_key_head_dim *
-         h.linear_value_head_dim;
-}
-int64_t conv_floats(const ModelConfig& c) {
-  const HybridConfig& h = c.hybrid;
-  return h.n_layers_of(LayerKind::linear_attention) * (h.conv_kernel - 1) * h.conv_dim();
-}
-}  // namespace
-
-int64_t HybridStateStorage::lane_bytes(const ModelConfig& config) {
-  return int64_t(sizeof(float)) * (state_floats(config) + conv_floats(config));
-}
-
-std::string HybridStateStorage::lane_format(const ModelConfig& config) {
-  const HybridConfig& h = config.hybrid;
-  const auto n = std::to_string(h.n_layers_of(LayerKind::linear_attention));
-  return "f32 state " + n + "x" + std::to_string(h.linear_n_value_heads) + "x" + std::to_string(h.linear_key_head_dim) +
-         "x" + std::to_string(h.linear_value_head_dim) + ", conv " + n + "x" + std::to_string(h.conv_kernel - 1) + "x" +
-         std::to_string(h.conv_dim());
 }
 
 void HybridStateStorage::read_lane(int32_t lane_id, uint8_t* out) {
@@ -73,7 +47,7 @@ void HybridStateStorage::write_lane(int32_t lane_id, int64_t position, const uin
   LaneRecurrence& state = lanes_[size_t(lane_id)];
   std::memcpy(state.state.data(), in, state.state.size() * sizeof(float));
   std::memcpy(state.conv.data(), in + state.state.size() * sizeof(float), state.conv.size() * sizeof(float));
-  state.position = position;
+  tags_.lane(lane_id) = {position, 0};
 }
 
 }  // namespace tf

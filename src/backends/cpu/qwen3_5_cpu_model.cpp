@@ -69,113 +69,29 @@ std::unique_ptr<KvStorage> Qwen35CpuModel::make_kv_storage(int64_t n_slots) cons
   return std::make_unique<HybridStateStorage>(config_, n_slots);
 }
 
-// The rows of the lane's last pass that hold its committed positions from the state's to `to`, in
-// position order: what folding the state up to `to` replays.
-std::vector<int32_t> Qwen35CpuModel::committed_rows(const KvCache& kv, HybridStateStorage& storage, int32_t lane,
-                                                    int64_t to) {
-  const LaneRecurrence& state = storage.lane(lane);
-  std::vector<int32_t> rows;
-  for (int64_t p = state.position; p < to; ++p) {
-    const SlotOrigin& origin = storage.origin(kv.slot(lane, p));
-    if (origin.pass == 0 || origin.pass != state.pass || origin.lane != lane)
-      fail_internal("position " + std::to_string(p) + " of lane " + std::to_string(lane) +
-                    " holds no recurrent inputs from the lane's last pass (its state can only resume from a "
-                    "checkpoint at a block boundary)");
-    rows.push_back(origin.row);
-  }
-  return rows;
-}
+int64_t Qwen35CpuModel::recurrent_state_bytes() const { return hybrid_lane_bytes(config_); }
 
-int64_t Qwen35CpuModel::recurrent_state_bytes() const { return HybridStateStorage::lane_bytes(config_); }
-
-std::string Qwen35CpuModel::recurrent_state_format() const { return HybridStateStorage::lane_format(config_); }
+std::string Qwen35CpuModel::recurrent_state_format() const { return hybrid_lane_format(config_); }
 
 // Folds the committed positions up to `position` into the lane's state with the pass's own
 // kernels (the next pass replays only what follows), then copies the state out.
 void Qwen35CpuModel::read_recurrent_state(KvCache& kv, int32_t lane, int64_t position, uint8_t* out) {
   HybridStateStorage& storage = kv.storage_as<HybridStateStorage>();
   LaneRecurrence& state = storage.lane(lane);
-  if (position < state.position)
+  LaneProgress& progress = storage.tags().lane(lane);
+  if (position < progress.position)
     fail_internal("lane " + std::to_string(lane) + "'s recurrent state is at position " +
-                  std::to_string(state.position) + ", past " + std::to_string(position) + " (it does not roll back)");
-  LanePass pass;
-  pass.lane = lane;
-  pass.replay = committed_rows(kv, storage, lane, position);
+                  std::to_string(progress.position) + ", past " + std::to_string(position) + " (it does not roll back)");
+  const std::vector<int32_t> replay = committed_rows(kv, storage.tags(), lane, position);
   int64_t linear_index = 0;
   for (const Qwen35LayerWeights& w : weights_.layers)
-    if (w.kind == LayerKind::linear_attention) replay_lane(w, linear_index++, pass, state);
-  state.position = position;
+    if (w.kind == LayerKind::linear_attention) replay_lane(w, linear_index++, replay, state);
+  progress.position = position;
   storage.read_lane(lane, out);
 }
 
 void Qwen35CpuModel::write_recurrent_state(KvCache& kv, int32_t lane, int64_t position, const uint8_t* in) {
   kv.storage_as<HybridStateStorage>().write_lane(lane, position, in);
-}
-
-// Groups the rows by lane, finds what each lane's state must replay (the positions committed since
-// its last pass, through the tags its slots carry) and where each row's convolution window lies.
-void Qwen35CpuModel::plan_lanes(const Batch& batch, const KvCache& kv, HybridStateStorage& storage) {
-  const auto& rows = batch.rows;
-  const int64_t n_rows = int64_t(rows.size());
-  const int64_t history = config_.hybrid.conv_kernel - 1;
-  lane_passes_.clear();
-  pass_of_row_.assign(size_t(n_rows), -1);
-  last_child_.assign(size_t(n_rows), -1);
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const BatchRow& row = rows[size_t(r)];
-    int32_t index = -1;
-    for (size_t i = 0; i < lane_passes_.size(); ++i)
-      if (lane_passes_[i].lane == row.lane) index = int32_t(i);
-    if (index < 0) {
-      index = int32_t(lane_passes_.size());
-      lane_passes_.push_back({row.lane, -1, {}, {}});
-    }
-    LanePass& pass = lane_passes_[size_t(index)];
-    if (row.parent < 0) {
-      if (pass.root_row >= 0 || !pass.rows.empty())
-        fail_internal("lane " + std::to_string(row.lane) + " has more than one row without an in-batch parent, or "
-                      "one that is not its first row (a hybrid's lane state has one starting point per pass)");
-      pass.root_row = int32_t(r);
-    } else {
-      last_child_[size_t(row.parent)] = int32_t(r);
-    }
-    pass_of_row_[size_t(r)] = index;
-    pass.rows.push_back(int32_t(r));
-  }
-
-  const uint64_t pass_id = ++n_passes_;
-  for (LanePass& pass : lane_passes_) {
-    const int32_t root_pos = rows[size_t(pass.root_row)].pos;
-    LaneRecurrence& state = storage.lane(pass.lane);
-    if (root_pos == 0) storage.reset_lane(pass.lane);  // a new sequence on this lane
-    if (state.position > root_pos)
-      fail_internal("lane " + std::to_string(pass.lane) + "'s recurrent state is at position " +
-                    std::to_string(state.position) + ", past its row at " + std::to_string(root_pos) +
-                    " (a hybrid's recurrent state does not roll back)");
-    pass.replay = committed_rows(kv, storage, pass.lane, root_pos);
-  }
-  // Tags for this pass, after every lookup above: a row's slot now names the row.
-  for (const LanePass& pass : lane_passes_)
-    for (size_t i = 0; i < pass.rows.size(); ++i)
-      storage.origin(rows[size_t(pass.rows[i])].kv_slot) = {pass_id, pass.lane, int32_t(i)};
-  for (LanePass& pass : lane_passes_) {
-    LaneRecurrence& state = storage.lane(pass.lane);
-    state.pass = pass_id;
-  }
-
-  // The convolution window of each row: its in-batch ancestors, then the lane's conv history.
-  conv_sources_.assign(size_t(n_rows * history), 0);
-  for (int64_t r = 0; r < n_rows; ++r) {
-    for (int64_t back = 1; back <= history; ++back) {
-      int32_t at = int32_t(r);
-      int64_t steps = 0;
-      while (steps < back && rows[size_t(at)].parent >= 0) {
-        at = rows[size_t(at)].parent;
-        ++steps;
-      }
-      conv_sources_[size_t(r * history + back - 1)] = steps == back ? at : int32_t(-1 - (history - (back - steps)));
-    }
-  }
 }
 
 void Qwen35CpuModel::attention_block(int64_t layer, int64_t attention_index, const Batch& batch,
@@ -228,17 +144,17 @@ void Qwen35CpuModel::attention_block(int64_t layer, int64_t attention_index, con
 
 // Folds the lane's committed rows of its previous pass into its state and conv history, token by
 // token, with the same kernels as the pass.
-void Qwen35CpuModel::replay_lane(const Qwen35LayerWeights& w, int64_t linear_index, const LanePass& pass,
+void Qwen35CpuModel::replay_lane(const Qwen35LayerWeights& w, int64_t linear_index, const std::vector<int32_t>& replay,
                                  LaneRecurrence& state) {
   const HybridConfig& h = config_.hybrid;
-  const int64_t n = int64_t(pass.replay.size());
+  const int64_t n = int64_t(replay.size());
   if (n == 0) return;
   const int64_t channels = h.conv_dim(), history = h.conv_kernel - 1, stride = input_stride(h);
   float* conv_history = state.conv.data() + linear_index * history * channels;
   const std::vector<float>& inputs = state.inputs[size_t(linear_index)];
   // The timeline: the history, then the replayed rows' pre-conv channels.
   auto timeline = [&](int64_t t) -> const float* {
-    return t < history ? conv_history + t * channels : inputs.data() + pass.replay[size_t(t - history)] * stride;
+    return t < history ? conv_history + t * channels : inputs.data() + replay[size_t(t - history)] * stride;
   };
   std::vector<float> prepared(static_cast<size_t>(n * channels));
   pool_.parallel_for(n, [&](int64_t begin, int64_t end) {
@@ -262,7 +178,7 @@ void Qwen35CpuModel::replay_lane(const Qwen35LayerWeights& w, int64_t linear_ind
       const int64_t key_head = head / heads_per_key;
       for (int64_t j = 0; j < n; ++j) {
         const float* token = prepared.data() + j * channels;
-        const float* record = inputs.data() + pass.replay[size_t(j)] * stride + channels;
+        const float* record = inputs.data() + replay[size_t(j)] * stride + channels;
         cpu::gated_delta_step(s, token + key_head * dk, token + h.linear_key_dim() + key_head * dk,
                               token + 2 * h.linear_key_dim() + head * dv, record[head],
                               record[h.linear_n_value_heads + head], dk, dv, out.data());
@@ -288,7 +204,7 @@ void Qwen35CpuModel::recurrence(int64_t linear_index, const Batch& batch, Hybrid
       for (int64_t r = 0; r < n_rows; ++r) {
         const BatchRow& row = batch.rows[size_t(r)];
         std::vector<float> s;
-        if (row.parent >= 0 && last_child_[size_t(row.parent)] == int32_t(r)) {
+        if (row.parent >= 0 && plan_.last_child[size_t(row.parent)] == int32_t(r)) {
           s = std::move(live[size_t(row.parent)]);
         } else {
           if (!spare.empty()) {
@@ -307,7 +223,7 @@ void Qwen35CpuModel::recurrence(int64_t linear_index, const Batch& batch, Hybrid
                               token + 2 * h.linear_key_dim() + head * dv, g_beta[head],
                               g_beta[h.linear_n_value_heads + head], dk, dv,
                               attn_out_.data() + r * h.linear_value_dim() + head * dv);
-        if (last_child_[size_t(r)] >= 0) {
+        if (plan_.last_child[size_t(r)] >= 0) {
           live[size_t(r)] = std::move(s);
         } else {
           spare.push_back(std::move(s));
@@ -340,9 +256,9 @@ void Qwen35CpuModel::delta_net_block(int64_t layer, int64_t linear_index, const 
     }
 
   // Each lane's state catches up with its committed positions, then keeps this pass's inputs.
-  for (const LanePass& pass : lane_passes_) {
+  for (const HybridLanePass& pass : plan_.lanes) {
     LaneRecurrence& state = storage.lane(pass.lane);
-    replay_lane(w, linear_index, pass, state);
+    replay_lane(w, linear_index, pass.replay, state);
     std::vector<float>& inputs = state.inputs[size_t(linear_index)];
     inputs.resize(pass.rows.size() * size_t(stride));
     for (size_t i = 0; i < pass.rows.size(); ++i) {
@@ -359,7 +275,7 @@ void Qwen35CpuModel::delta_net_block(int64_t layer, int64_t linear_index, const 
       const float* conv_history = storage.lane(batch.rows[size_t(r)].lane).conv.data() +
                                   linear_index * history * channels;
       for (int64_t i = 0; i < history; ++i) {
-        const int32_t source = conv_sources_[size_t(r * history + (history - i) - 1)];
+        const int32_t source = plan_.conv_sources[size_t(r * history + (history - i) - 1)];
         window[size_t(i)] = source >= 0 ? mixed_.data() + source * channels : conv_history + (-1 - source) * channels;
       }
       window[size_t(history)] = mixed_.data() + r * channels;
@@ -424,7 +340,11 @@ void Qwen35CpuModel::forward(const Batch& batch, KvCache& kv, float* logits) {
   resolve_key_slots(batch, kv, key_slots_);  // also checks every parent
   key_slot_lists_.resize(rows);
   for (size_t r = 0; r < rows; ++r) key_slot_lists_[r] = key_slots_.slots.data() + key_slots_.offsets[r];
-  plan_lanes(batch, kv, storage);
+  plan_hybrid_pass(batch, kv, storage.tags(), h.conv_kernel - 1, ++n_passes_,
+                   [&](int32_t lane) {
+                     storage.lane(lane);
+                     storage.reset_lane(lane);
+                   }, &plan_);
   cpu::embedding_rows(weights_.embed_tokens, tokens.data(), n_rows, hidden_.data());
 
   int64_t attention_index = 0, linear_index = 0;
@@ -438,8 +358,7 @@ void Qwen35CpuModel::forward(const Batch& batch, KvCache& kv, float* logits) {
     mlp_block(layer, n_rows);
     taps_.after_layer(layer, hidden_.data(), n_rows);
   }
-  for (const LanePass& pass : lane_passes_)
-    storage.lane(pass.lane).position = batch.rows[size_t(pass.root_row)].pos;
+  finish_hybrid_pass(batch, plan_, storage.tags());
 
   // Only rows that asked for logits pay for the final norm and the LM head.
   int64_t n_out = 0;

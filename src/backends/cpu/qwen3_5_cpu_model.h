@@ -32,18 +32,10 @@ class Qwen35CpuModel : public Model {
   void write_recurrent_state(KvCache& kv, int32_t lane, int64_t position, const uint8_t* in) override;
 
  private:
-  // One lane's rows in this pass and the committed positions its state must replay first.
-  struct LanePass {
-    int32_t lane = -1;
-    int32_t root_row = -1;       // its row whose parent is committed
-    std::vector<int32_t> rows;   // batch rows, in batch order
-    std::vector<int32_t> replay; // rows of the lane's previous pass to fold in, in position order
-  };
-  std::vector<int32_t> committed_rows(const KvCache& kv, HybridStateStorage& storage, int32_t lane, int64_t to);
-  void plan_lanes(const Batch& batch, const KvCache& kv, HybridStateStorage& storage);
   void attention_block(int64_t layer, int64_t attention_index, const Batch& batch, HybridStateStorage& storage);
   void delta_net_block(int64_t layer, int64_t linear_index, const Batch& batch, HybridStateStorage& storage);
-  void replay_lane(const Qwen35LayerWeights& w, int64_t linear_index, const LanePass& pass, LaneRecurrence& state);
+  void replay_lane(const Qwen35LayerWeights& w, int64_t linear_index, const std::vector<int32_t>& replay,
+                   LaneRecurrence& state);
   void recurrence(int64_t linear_index, const Batch& batch, HybridStateStorage& storage);
   void mlp_block(int64_t layer, int64_t n_rows);
 
@@ -56,10 +48,7 @@ class Qwen35CpuModel : public Model {
   cpu::HiddenTaps taps_;
 
   // Per forward.
-  std::vector<LanePass> lane_passes_;
-  std::vector<int32_t> pass_of_row_;   // [n_rows] index into lane_passes_
-  std::vector<int32_t> last_child_;    // [n_rows] the last row whose parent it is, or -1
-  std::vector<int32_t> conv_sources_;  // [n_rows][conv_kernel - 1]: row >= 0, or -1 - j for the lane's conv history j
+  HybridPassPlan plan_;
   std::vector<int32_t> positions_;
   KeySlots key_slots_;
   std::vector<const int32_t*> key_slot_lists_;
