@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "models/synthetic.h"
 #if TF_HAVE_CUDA
+#include "backends/cuda/qwen3_5_cuda_model.h"
 #include "backends/cuda/qwen3_cuda_model.h"
 #endif
 
@@ -35,23 +36,17 @@ cuda::CudaModelOptions cuda_options(const ModelLoadOptions& options) {
 }
 #endif
 
-// The CUDA backend runs dense Qwen3 only; a hybrid asked for there is refused by name.
-void require_backend_runs(const ModelConfig& config, const std::string& device, const std::string& source) {
-  if (config.is_hybrid() && device == "cuda")
-    fail("model type " + (config.model_type.empty() ? config.architecture : config.model_type) + " (" +
-         config.architecture + ", " + source + ") is a Qwen3.5-class hybrid, which runs on --device cpu only in this "
-         "build; the " + device + " backend has no Gated DeltaNet layers yet");
-}
-
 }  // namespace
 
 std::shared_ptr<Model> load_model(const std::string& model_dir, const ModelLoadOptions& options) {
   ModelConfig config = ModelConfig::load(model_dir);
-  require_backend_runs(config, options.device, model_dir);
   require_device_in_build(options.device);
   auto checkpoint = std::make_shared<Checkpoint>(Checkpoint::open(model_dir, options.progress));
   if (config.is_hybrid()) {
     Qwen35Weights weights = bind_qwen3_5_weights(*checkpoint, config);
+#if TF_HAVE_CUDA
+    if (options.device == "cuda") return cuda::make_qwen3_5_cuda_model(config, weights, cuda_options(options));
+#endif
     return std::make_shared<Qwen35CpuModel>(config, std::move(weights), checkpoint, options.n_threads);
   }
   Qwen3Weights weights = bind_qwen3_weights(*checkpoint, config);
@@ -65,9 +60,12 @@ std::shared_ptr<Model> load_model(const std::string& model_dir, const ModelLoadO
 std::shared_ptr<Model> make_synthetic_model(const std::string& name, int bits, const ModelLoadOptions& options) {
   if (bits != 0 && bits != 4 && bits != 8) fail("synthetic weights take --bits 0, 4 or 8");
   ModelConfig config = synthetic_config(name);
-  require_backend_runs(config, options.device, "synthetic weights");
   require_device_in_build(options.device);
   if (bits) config.quantization = QuantizationConfig{64, bits};
+#if TF_HAVE_CUDA
+  if (config.is_hybrid() && options.device == "cuda")
+    return cuda::make_synthetic_qwen3_5_cuda_model(config, cuda_options(options));
+#endif
   if (config.is_hybrid()) {
     SyntheticHybridWeights synthetic = make_synthetic_hybrid_weights(config);
     return std::make_shared<Qwen35CpuModel>(config, std::move(synthetic.weights), synthetic.storage,

@@ -64,6 +64,9 @@ inline void expect_resumed_equals_fresh(std::shared_ptr<Model> model, bool sampl
   EngineOptions options = random_windows(rng, LanePolicy::automatic);
   options.n_ctx = 160;
   options.recurrent_checkpoint_blocks = checkpoint_blocks;
+  // Room for every checkpoint the primers leave: what is served must not hang on the default budget
+  // (the K/V pool's bytes, half as many on a bf16 GPU); eviction has its own test.
+  options.recurrent_cache_bytes = int64_t(256) << 20;
   const int64_t granularity = model->recurrent_state_bytes() > 0 ? checkpoint_blocks : 1;
   const EngineRun fresh = run_engine(model, cold_requests, options, true);
   for (const auto& r : fresh.replies) EXPECT_EQ(r.final_update.timings.cache_n, 0);

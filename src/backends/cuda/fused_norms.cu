@@ -28,9 +28,15 @@ __global__ void qk_norm_rope_to_cache_kernel(const uint16_t* __restrict__ qkv, i
   const int64_t slot_index = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
   if (slot_index >= int64_t(n_rows) * heads_per_row) return;
   const int row = int(slot_index / heads_per_row), head = int(slot_index % heads_per_row);
-  const int head_dim = shape.head_dim, half = head_dim / 2;
+  const int head_dim = shape.head_dim;
+  const int rotary_dim = shape.rotary_dim > 0 ? shape.rotary_dim : head_dim, half = rotary_dim / 2;
   const int64_t kv_dim = int64_t(shape.n_kv_heads) * head_dim;
-  const uint16_t* source = qkv + int64_t(row) * (int64_t(heads_per_row) * head_dim) + int64_t(head) * head_dim;
+  // A gated query head spans two heads' width (query, then gate); k and v heads follow the queries.
+  const int query_width = shape.gated_query ? 2 * head_dim : head_dim;
+  const int64_t row_width = int64_t(shape.n_heads) * query_width + 2 * kv_dim;
+  const int64_t head_offset = head < shape.n_heads ? int64_t(head) * query_width
+                                                   : int64_t(shape.n_heads) * query_width + int64_t(head - shape.n_heads) * head_dim;
+  const uint16_t* source = qkv + int64_t(row) * row_width + head_offset;
 
   if (head >= shape.n_heads + shape.n_kv_heads) {  // a value head goes to the cache as is
     uint16_t* target = v_cache + int64_t(kv_slots[row]) * kv_dim + int64_t(head - shape.n_heads - shape.n_kv_heads) * head_dim;
@@ -54,6 +60,7 @@ __global__ void qk_norm_rope_to_cache_kernel(const uint16_t* __restrict__ qkv, i
   const int32_t position = positions[row];
   for (int i = lane; i < half; i += 32)
     rotate_pair(head_values[i], head_values[i + half], position, inverse_frequencies[i], target[i], target[i + half]);
+  for (int i = rotary_dim + lane; i < head_dim; i += 32) target[i] = f32_to_bf16_bits(head_values[i]);  // exact: already bf16
 }
 
 }  // namespace
@@ -65,6 +72,8 @@ void qk_norm_rope_to_cache_bf16(const uint16_t* qkv, int64_t n_rows, const QkvSh
   TF_CUDA_REQUIRE(shape.n_heads > 0 && shape.n_kv_heads > 0 && shape.head_dim > 0 && shape.head_dim % 8 == 0 &&
                       shape.head_dim <= kMaxHeadDim,
                   "qk_norm_rope_to_cache_bf16: head_dim must be a multiple of 8 up to 256");
+  TF_CUDA_REQUIRE(shape.rotary_dim >= 0 && shape.rotary_dim % 2 == 0 && shape.rotary_dim <= shape.head_dim,
+                  "qk_norm_rope_to_cache_bf16: rotary_dim must be even and at most head_dim");
   TF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<uintptr_t>(q_out) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(v_cache) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(q_gain) % 16 == 0 && reinterpret_cast<uintptr_t>(k_gain) % 16 == 0,

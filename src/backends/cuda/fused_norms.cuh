@@ -12,10 +12,13 @@ struct QkvShape {
   int n_heads;
   int n_kv_heads;
   int head_dim;  // even, a multiple of 8, at most 256
+  int rotary_dim = 0;        // the leading dimensions of each head that turn (0: all); the rest pass through
+  bool gated_query = false;  // each query head is followed by its output gate (head_dim values) in the row
 };
 
-// From a fused q|k|v projection ([n_rows][(n_heads + 2 n_kv_heads) head_dim]): per-head RMSNorm of
-// q and k with their gains, RoPE at each row's position, q to q_out ([n_rows][n_heads head_dim]),
+// From a fused q|k|v projection ([n_rows][(n_heads + 2 n_kv_heads) head_dim], or with gated_query
+// [n_rows][(2 n_heads + 2 n_kv_heads) head_dim], query then gate per head): per-head RMSNorm of q and k
+// with their gains, RoPE on the first rotary_dim dimensions at each row's position, q to q_out ([n_rows][n_heads head_dim]),
 // k and v to their cache rows at kv_slots[row] ([n_slots][n_kv_heads head_dim]). The same bits as
 // rms_norm_bf16, rope_bf16 and scatter_rows_bf16 in sequence.
 void qk_norm_rope_to_cache_bf16(const uint16_t* qkv, int64_t n_rows, const QkvShape& shape, const uint16_t* q_gain,

@@ -39,8 +39,10 @@ constexpr int64_t kMaxOverlappedRows = 8;
 
 Qwen3CudaModel::Qwen3CudaModel(ModelConfig config, Qwen3CudaWeights weights, CudaModelOptions options)
     : config_(std::move(config)), weights_(std::move(weights)), options_(options) {
-  inverse_frequencies_ = DeviceBuffer<float>(size_t(config_.head_dim / 2));
-  inverse_frequencies_.copy_from_host(rope_inverse_frequencies(config_.head_dim, config_.rope_theta));
+  // A hybrid turns only the first rotary_dim dimensions of each head.
+  const int64_t rotary_dim = config_.is_hybrid() ? config_.hybrid.rotary_dim : config_.head_dim;
+  inverse_frequencies_ = DeviceBuffer<float>(size_t(rotary_dim / 2));
+  inverse_frequencies_.copy_from_host(rope_inverse_frequencies(rotary_dim, config_.rope_theta));
 }
 
 std::shared_ptr<DFlashDrafter> Qwen3CudaModel::load_drafter(const std::string& drafter_dir, int) const {
@@ -195,15 +197,23 @@ void Qwen3CudaModel::attention_block(int64_t layer, int64_t n_rows, CudaKvStorag
   linear(attn_out_.data(), n_rows, w.o_proj.view(), hidden, q_dim, proj_.data(), LinearOutput::bf16, stream);
 }
 
-void Qwen3CudaModel::mlp_block(int64_t layer, int64_t n_rows) {
-  const auto& w = weights_.layers[size_t(layer)];
+void Qwen3CudaModel::mlp_block(const DeviceBuffer<uint16_t>& norm, const CudaMatrix& gate_up, const CudaMatrix& down,
+                               int64_t n_rows) {
   const int64_t hidden = config_.hidden_size, inter = config_.intermediate_size;
   cudaStream_t stream = stream_.get();
-  add_rms_norm_bf16(hidden_.data(), proj_.data(), n_rows, hidden, w.post_attention_norm.data(), config_.rms_norm_eps,
-                    normed_.data(), stream);
-  linear(normed_.data(), n_rows, w.gate_up_proj.view(), 2 * inter, hidden, mlp_act_.data(), LinearOutput::swiglu_bf16,
-         stream);
-  linear(mlp_act_.data(), n_rows, w.down_proj.view(), hidden, inter, proj_.data(), LinearOutput::bf16, stream);
+  add_rms_norm_bf16(hidden_.data(), proj_.data(), n_rows, hidden, norm.data(), config_.rms_norm_eps, normed_.data(),
+                    stream);
+  linear(normed_.data(), n_rows, gate_up.view(), 2 * inter, hidden, mlp_act_.data(), LinearOutput::swiglu_bf16, stream);
+  linear(mlp_act_.data(), n_rows, down.view(), hidden, inter, proj_.data(), LinearOutput::bf16, stream);
+}
+
+void Qwen3CudaModel::enqueue_decoder(int64_t n_rows, KvCache& kv) {
+  CudaKvStorage& storage = kv.storage_as<CudaKvStorage>();
+  for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
+    const auto& w = weights_.layers[size_t(layer)];
+    attention_block(layer, n_rows, storage);
+    mlp_block(w.post_attention_norm, w.gate_up_proj, w.down_proj, n_rows);
+  }
 }
 
 void Qwen3CudaModel::keep_taps(int64_t layer, int64_t n_rows) {
@@ -227,14 +237,11 @@ void Qwen3CudaModel::unpack_taps(int64_t n_rows) {
     }
 }
 
-void Qwen3CudaModel::enqueue_layers(int64_t n_rows, int64_t n_logit_rows, CudaKvStorage& kv) {
+void Qwen3CudaModel::enqueue_layers(int64_t n_rows, int64_t n_logit_rows, KvCache& kv) {
   const int64_t hidden = config_.hidden_size;
   cudaStream_t stream = stream_.get();
   embedding(weights_.embed_tokens.view(), config_.vocab_size, hidden, tokens_, n_rows, hidden_.data(), stream);
-  for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
-    attention_block(layer, n_rows, kv);
-    mlp_block(layer, n_rows);
-  }
+  enqueue_decoder(n_rows, kv);
   add_bf16(hidden_.data(), proj_.data(), n_rows * hidden, hidden_.data(), stream);
   keep_taps(config_.n_layers - 1, n_rows);
 
@@ -254,20 +261,21 @@ int64_t Qwen3CudaModel::enqueue_forward(const Batch& batch, KvCache& kv) {
   batch.check_token_ids(config_.vocab_size);
   CudaKvStorage& storage = kv.storage_as<CudaKvStorage>();
   const int64_t n_logit_rows = upload_rows(batch, kv);
+  prepare_forward(batch, kv);
   cudaStream_t stream = stream_.get();
   const OverlappedLaunchScope overlap(options_.use_overlapped_launches && n_rows <= kMaxOverlappedRows);  // a captured graph keeps the choice
 
   if (options_.use_graphs && n_rows <= kMaxGraphRows) {
-    const GraphKey key{n_rows, n_logit_rows, storage.keys(0), storage.values(0), storage.n_slots()};
+    const GraphKey key{n_rows, n_logit_rows, storage.keys(0), storage.values(0), storage.n_slots(), graph_variant()};
     auto graph = graphs_.find(key);
     if (graph == graphs_.end()) {
       if (graphs_.size() >= kMaxGraphs) graphs_.clear();
-      graph = graphs_.emplace(key, CapturedGraph::capture(stream, [&] { enqueue_layers(n_rows, n_logit_rows, storage); }))
+      graph = graphs_.emplace(key, CapturedGraph::capture(stream, [&] { enqueue_layers(n_rows, n_logit_rows, kv); }))
                   .first;
     }
     graph->second.launch(stream);
   } else {
-    enqueue_layers(n_rows, n_logit_rows, storage);
+    enqueue_layers(n_rows, n_logit_rows, kv);
   }
 
   const size_t n_tap_values = tap_layers_.size() * size_t(n_rows * config_.hidden_size);

@@ -104,6 +104,8 @@ std::array<MatrixFormat, 4> layer_formats(const Qwen3LayerWeights& l) {
           format_of({&l.down_proj})};
 }
 
+}  // namespace
+
 // Host weights to the GPU. bf16 rows go straight from the mapped file; packed MLX rows are reordered
 // on the host into the kernels' layout; anything else is converted row by row (in parallel) into one
 // pinned staging buffer.
@@ -191,6 +193,8 @@ class WeightUploader {
   ThreadPool pool_;
 };
 
+namespace {
+
 void upload_layer(WeightUploader& upload, const Qwen3LayerWeights& from, Qwen3CudaLayerWeights& to) {
   upload.vector(from.input_norm, to.input_norm);
   upload.matrix({&from.q_proj, &from.k_proj, &from.v_proj}, to.qkv_proj);
@@ -233,16 +237,46 @@ std::vector<Qwen3CudaLayerWeights> upload_qwen3_layers(const std::vector<Qwen3La
   return out;
 }
 
-CudaMatrix upload_matrix(const WeightMatrix& weights) {
-  CudaMatrix m = allocate_matrix(weights.n_rows, weights.n_cols, format_of({&weights}));
-  WeightUploader().matrix({&weights}, m);
+CudaMatrix upload_matrix(const WeightMatrix& weights) { return WeightUploads().fused_matrix({&weights}); }
+
+WeightUploads::WeightUploads() : uploader_(std::make_unique<WeightUploader>()) {}
+WeightUploads::~WeightUploads() = default;
+
+CudaMatrix WeightUploads::fused_matrix(std::initializer_list<const WeightMatrix*> parts, bool is_interleaved) {
+  int64_t n_rows = 0;
+  for (const WeightMatrix* part : parts) n_rows += part->n_rows;
+  CudaMatrix m = allocate_matrix(n_rows, (*parts.begin())->n_cols, format_of(parts));
+  uploader_->matrix(parts, m, is_interleaved);
   return m;
 }
 
+DeviceBuffer<uint16_t> WeightUploads::vector(const WeightVector& weights) {
+  DeviceBuffer<uint16_t> v{size_t(weights.n)};
+  uploader_->vector(weights, v);
+  return v;
+}
+
+DeviceBuffer<float> upload_f32(const float* values, int64_t n) {
+  DeviceBuffer<float> v{size_t(n)};
+  v.copy_from_host(values, size_t(n));
+  return v;
+}
+
 DeviceBuffer<uint16_t> upload_vector(const WeightVector& weights) {
-  DeviceBuffer<uint16_t> v(size_t(weights.n));
+  DeviceBuffer<uint16_t> v{size_t(weights.n)};
   WeightUploader().vector(weights, v);
   return v;
+}
+
+CudaMatrix random_cuda_matrix(int64_t n_rows, int64_t n_cols, int bits, int group_size, uint64_t* seed) {
+  CudaMatrix matrix = allocate_matrix(n_rows, n_cols, {bits, group_size});
+  if (bits == 0) {
+    fill_random_bf16(matrix.bf16.data(), int64_t(matrix.bf16.size()), (*seed)++, 0.02f);
+  } else {
+    fill_random_u32(matrix.packed.data(), int64_t(matrix.packed.size()), (*seed)++);
+    fill_random_scale_bias(matrix.scale_bias.data(), int64_t(matrix.scale_bias.size()), (*seed)++, bits);
+  }
+  return matrix;
 }
 
 Qwen3CudaWeights synthetic_qwen3_cuda_weights(const ModelConfig& c) {

@@ -3,6 +3,8 @@
 // depends on K alone, so a fused matrix gives bitwise the columns the separate ones would.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <vector>
 
 #include "backends/cuda/device_buffer.cuh"
@@ -60,6 +62,27 @@ std::vector<Qwen3CudaLayerWeights> upload_qwen3_layers(const std::vector<Qwen3La
 // One matrix (bf16, or packed MLX) and one gain vector (bf16), as upload_qwen3_weights stores them.
 CudaMatrix upload_matrix(const WeightMatrix& weights);
 DeviceBuffer<uint16_t> upload_vector(const WeightVector& weights);
+// A vector as f32 (f32 values as they are).
+DeviceBuffer<float> upload_f32(const float* values, int64_t n);
+
+class WeightUploader;
+// Many uploads through one pinned staging buffer and thread pool (a whole model's).
+class WeightUploads {
+ public:
+  WeightUploads();
+  ~WeightUploads();
+  // Matrices that read the same input as one: the parts' rows one after another, or interleaved (row
+  // r of part i at row r * n_parts + i); packed when every part is MLX-quantized alike.
+  CudaMatrix fused_matrix(std::initializer_list<const WeightMatrix*> parts, bool is_interleaved = false);
+  DeviceBuffer<uint16_t> vector(const WeightVector& weights);
+
+ private:
+  std::unique_ptr<WeightUploader> uploader_;
+};
+
+// A matrix made on the GPU as synthetic_qwen3_cuda_weights makes its matrices (bits 0: bf16), with
+// seeds from *seed onwards (advanced past the ones it used).
+CudaMatrix random_cuda_matrix(int64_t n_rows, int64_t n_cols, int bits, int group_size, uint64_t* seed);
 
 // Weights of the config's shape made on the GPU: bf16 matrices uniform in +-0.02 from a hash of
 // their index, or (config.quantization.bits 4 or 8) random packed words with random scales and

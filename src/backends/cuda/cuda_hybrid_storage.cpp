@@ -1,0 +1,75 @@
+// Per-lane DeltaNet state of a hybrid in device memory. Every copy here runs on the legacy default
+// stream, which orders with the model's (blocking) stream as the K/V slot copies do.
+#include "backends/cuda/cuda_hybrid_storage.h"
+
+#include <algorithm>
+
+namespace tf::cuda {
+
+DeltaNetShape delta_net_shape(const ModelConfig& config) {
+  const HybridConfig& h = config.hybrid;
+  return {int(h.linear_n_key_heads), int(h.linear_n_value_heads), int(h.linear_key_head_dim),
+          int(h.linear_value_head_dim), int(h.conv_kernel), int(h.n_layers_of(LayerKind::linear_attention))};
+}
+
+CudaHybridStorage::CudaHybridStorage(const ModelConfig& config, int64_t n_slots)
+    : CudaKvStorage(config.hybrid.n_layers_of(LayerKind::full_attention), config.kv_dim(), n_slots),
+      shape_(delta_net_shape(config)),
+      tags_(n_slots) {}
+
+void CudaHybridStorage::copy_slot(int32_t from, int32_t to) {
+  CudaKvStorage::copy_slot(from, to);
+  tags_.copy_slot(from, to);
+}
+
+CudaHybridStorage::LaneBuffers& CudaHybridStorage::buffers(int32_t lane) {
+  if (lane >= int32_t(lanes_.size())) lanes_.resize(size_t(lane) + 1);
+  LaneBuffers& b = lanes_[size_t(lane)];
+  if (b.state.size() == 0) {
+    b.state = DeviceBuffer<float>(size_t(shape_.n_linear_layers * shape_.state_floats_per_layer()));
+    b.history = DeviceBuffer<float>(size_t(shape_.n_linear_layers * shape_.history_floats_per_layer()));
+    b.state.fill_bytes(0);
+    b.history.fill_bytes(0);
+  }
+  return b;
+}
+
+DeltaNetLane CudaHybridStorage::lane(int32_t lane, int64_t n_rows) {
+  LaneBuffers& b = buffers(lane);
+  if (n_rows > b.record_capacity) {
+    // Room for this pass, rounded up; the kept records move along, layer by layer.
+    const int64_t capacity = std::max<int64_t>((n_rows + 15) / 16 * 16, 2 * b.record_capacity);
+    const size_t record_bytes = size_t(shape_.record_floats()) * sizeof(float);
+    DeviceBuffer<float> grown(size_t(shape_.n_linear_layers * capacity * shape_.record_floats()));
+    if (b.record_capacity > 0)
+      TF_CUDA_CHECK(cudaMemcpy2D(grown.data(), size_t(capacity) * record_bytes, b.records.data(),
+                                 size_t(b.record_capacity) * record_bytes, size_t(b.record_capacity) * record_bytes,
+                                 size_t(shape_.n_linear_layers), cudaMemcpyDeviceToDevice));
+    b.records = std::move(grown);
+    b.record_capacity = capacity;
+  }
+  return {b.state.data(), b.history.data(), b.records.data(), b.record_capacity, 0, 0, 0, 0};
+}
+
+void CudaHybridStorage::reset_lane(int32_t lane) {
+  LaneBuffers& b = buffers(lane);
+  b.state.fill_bytes(0);
+  b.history.fill_bytes(0);
+}
+
+void CudaHybridStorage::read_lane(int32_t lane, uint8_t* out) {
+  LaneBuffers& b = buffers(lane);
+  TF_CUDA_CHECK(cudaDeviceSynchronize());  // the fold that precedes the read may still run
+  TF_CUDA_CHECK(cudaMemcpy(out, b.state.data(), b.state.n_bytes(), cudaMemcpyDeviceToHost));
+  TF_CUDA_CHECK(cudaMemcpy(out + b.state.n_bytes(), b.history.data(), b.history.n_bytes(), cudaMemcpyDeviceToHost));
+}
+
+void CudaHybridStorage::write_lane(int32_t lane, int64_t position, const uint8_t* in) {
+  LaneBuffers& b = buffers(lane);
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  TF_CUDA_CHECK(cudaMemcpy(b.state.data(), in, b.state.n_bytes(), cudaMemcpyHostToDevice));
+  TF_CUDA_CHECK(cudaMemcpy(b.history.data(), in + b.state.n_bytes(), b.history.n_bytes(), cudaMemcpyHostToDevice));
+  tags_.lane(lane) = {position, 0};
+}
+
+}  // namespace tf::cuda

@@ -1,0 +1,231 @@
+// Qwen3.5-class hybrid forward on the GPU: gated attention layers from the dense model's kernels
+// (a gated q projection, partial rotary, a sigmoid output gate), Gated DeltaNet layers from
+// gated_delta_net.cuh, every lane's pass planned on the host as the CPU model plans it.
+#include "backends/cuda/qwen3_5_cuda_model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cuda/activation.cuh"
+#include "backends/cuda/attention.cuh"
+#include "backends/cuda/device_info.h"
+#include "backends/cuda/fused_norms.cuh"
+#include "backends/cuda/linear.cuh"
+#include "backends/cuda/rms_norm.cuh"
+#include "core/error.h"
+
+namespace tf::cuda {
+namespace {
+
+DeltaNetLayer delta_layer(const Qwen35CudaLayerWeights& w, int64_t linear_index) {
+  return {int(linear_index), w.conv.data(), w.a_log.data(), w.dt_bias.data(), w.gated_norm.data()};
+}
+
+size_t round_up_16(size_t n) { return (n + 15) / 16 * 16; }
+
+}  // namespace
+
+Qwen35CudaModel::Qwen35CudaModel(ModelConfig config, Qwen35CudaWeights weights, CudaModelOptions options)
+    : Qwen3CudaModel(std::move(config), std::move(weights.head), options),
+      layers_(std::move(weights.layers)),
+      shape_(delta_net_shape(config_)) {
+  if (shape_.key_head_dim > 128)
+    fail("linear_key_head_dim " + std::to_string(shape_.key_head_dim) +
+         " is wider than the CUDA backend's Gated DeltaNet takes (128)");
+  if (config_.head_dim % 8 != 0 || config_.head_dim > 256 || shape_.value_dim() % 8 != 0)
+    fail("the CUDA backend needs head_dim a multiple of 8 up to 256 and a DeltaNet value width that is a multiple of "
+         "8 (head_dim " + std::to_string(config_.head_dim) + ", value width " + std::to_string(shape_.value_dim()) + ")");
+}
+
+std::unique_ptr<KvStorage> Qwen35CudaModel::make_kv_storage(int64_t n_slots) const {
+  return std::make_unique<CudaHybridStorage>(config_, n_slots);
+}
+
+int64_t Qwen35CudaModel::weight_bytes_per_step() const {
+  int64_t total = weights_.lm_head().n_bytes();
+  for (const auto& l : layers_)
+    for (const CudaMatrix* m : {&l.qkv_proj, &l.o_proj, &l.in_proj, &l.out_proj, &l.gate_up_proj, &l.down_proj})
+      total += m->n_bytes();
+  return total;
+}
+
+void Qwen35CudaModel::reserve_hybrid(int64_t n_rows) {
+  if (n_rows <= hybrid_capacity_) return;
+  drop_graphs();  // their pointers are about to move
+  const size_t rows = size_t(n_rows);
+  gated_qkv_ = DeviceBuffer<uint16_t>(rows * size_t(2 * config_.q_dim() + 2 * config_.kv_dim()));
+  projection_ = DeviceBuffer<float>(rows * size_t(shape_.projection_floats()));
+  delta_out_ = DeviceBuffer<uint16_t>(rows * size_t(shape_.value_dim()));
+  hybrid_capacity_ = n_rows;
+}
+
+// Layout: the lanes, then arrays whose offsets depend on the row and lane counts alone (a captured
+// graph keeps their addresses): lane rows, load_from, save_to, conv sources; the replay rows last.
+void Qwen35CudaModel::upload_pass(const std::vector<DeltaNetLane>& lanes, const std::vector<int32_t>& ints,
+                                  int64_t n_replay, int64_t n_lane_rows, int64_t n_saved) {
+  const size_t lane_bytes = round_up_16(lanes.size() * sizeof(DeltaNetLane));
+  const size_t n_bytes = lane_bytes + ints.size() * sizeof(int32_t);
+  if (pass_staging_.size() < n_bytes) pass_staging_ = PinnedHostBuffer<uint8_t>(n_bytes + n_bytes / 2);
+  if (pass_data_.size() < n_bytes) {
+    drop_graphs();
+    pass_data_ = DeviceBuffer<uint8_t>(pass_staging_.size());
+  }
+  const int64_t state_floats = shape_.state_floats_per_layer();
+  if (int64_t(saved_states_.size()) < n_saved * state_floats) {
+    drop_graphs();
+    saved_states_ = DeviceBuffer<float>(size_t(n_saved * state_floats));
+  }
+  std::memcpy(pass_staging_.data(), lanes.data(), lanes.size() * sizeof(DeltaNetLane));
+  std::memcpy(pass_staging_.data() + lane_bytes, ints.data(), ints.size() * sizeof(int32_t));
+  TF_CUDA_CHECK(cudaMemcpyAsync(pass_data_.data(), pass_staging_.data(), n_bytes, cudaMemcpyHostToDevice,
+                                stream_.get()));
+  const auto* device_ints = reinterpret_cast<const int32_t*>(pass_data_.data() + lane_bytes);
+  delta_pass_.lanes = reinterpret_cast<const DeltaNetLane*>(pass_data_.data());
+  delta_pass_.n_lanes = int(lanes.size());
+  delta_pass_.lane_rows = device_ints;
+  delta_pass_.load_from = device_ints + n_lane_rows;
+  delta_pass_.save_to = device_ints + 2 * n_lane_rows;
+  delta_pass_.conv_sources = device_ints + 3 * n_lane_rows;
+  delta_pass_.replay_rows = device_ints + int64_t(ints.size()) - n_replay;
+  delta_pass_.saved_states = saved_states_.data();
+}
+
+// Each lane's rows run in batch order in one block row; a row continues from the state of the row
+// before it when that is its parent (chains), and otherwise from its parent's saved state (trees).
+void Qwen35CudaModel::prepare_forward(const Batch& batch, KvCache& kv) {
+  CudaHybridStorage& storage = kv.storage_as<CudaHybridStorage>();
+  const int64_t n_rows = int64_t(batch.rows.size()), history = shape_.history();
+  plan_hybrid_pass(batch, kv, storage.tags(), history, ++n_passes_, [&](int32_t lane) { storage.reset_lane(lane); },
+                   &plan_);
+  finish_hybrid_pass(batch, plan_, storage.tags());
+  reserve_hybrid(n_rows);
+
+  std::vector<DeltaNetLane> lanes;
+  std::vector<int32_t> lane_rows, load_from, save_to, replay;
+  std::vector<int32_t> saved_as(size_t(n_rows), -1);  // per batch row
+  int64_t n_saved = 0;
+  for (const HybridLanePass& pass : plan_.lanes) {
+    DeltaNetLane lane = storage.lane(pass.lane, int64_t(pass.rows.size()));
+    lane.n_replay = int(pass.replay.size());
+    lane.replay_offset = int(replay.size());
+    lane.n_rows = int(pass.rows.size());
+    lane.row_offset = int(lane_rows.size());
+    replay.insert(replay.end(), pass.replay.begin(), pass.replay.end());
+    for (size_t u = 0; u < pass.rows.size(); ++u) {
+      const int32_t parent = batch.rows[size_t(pass.rows[u])].parent;
+      int32_t load = -1;
+      if (u > 0 && parent != pass.rows[u - 1]) {
+        if (saved_as[size_t(parent)] < 0) saved_as[size_t(parent)] = int32_t(n_saved++);
+        load = saved_as[size_t(parent)];
+      }
+      lane_rows.push_back(pass.rows[u]);
+      load_from.push_back(load);
+    }
+    lanes.push_back(lane);
+  }
+  for (int32_t row : lane_rows) save_to.push_back(saved_as[size_t(row)]);
+
+  std::vector<int32_t> ints;
+  ints.reserve(size_t(3 * n_rows + n_rows * history) + replay.size());
+  for (const auto* part : {&lane_rows, &load_from, &save_to, &plan_.conv_sources, &replay})
+    ints.insert(ints.end(), part->begin(), part->end());
+  upload_pass(lanes, ints, int64_t(replay.size()), n_rows, n_saved);
+}
+
+void Qwen35CudaModel::attention_block(const Qwen35CudaLayerWeights& w, int64_t layer, int64_t attention_index,
+                                      int64_t n_rows, CudaHybridStorage& kv) {
+  const int64_t hidden = config_.hidden_size, q_dim = config_.q_dim(), head_dim = config_.head_dim;
+  const int64_t width = 2 * q_dim + 2 * config_.kv_dim();
+  const float eps = config_.rms_norm_eps;
+  cudaStream_t stream = stream_.get();
+  add_rms_norm_bf16(hidden_.data(), layer > 0 ? proj_.data() : nullptr, n_rows, hidden, w.input_norm.data(), eps,
+                    normed_.data(), stream);
+  if (layer > 0) keep_taps(layer - 1, n_rows);
+  linear(normed_.data(), n_rows, w.qkv_proj.view(), width, hidden, gated_qkv_.data(), LinearOutput::bf16, stream);
+  const QkvShape shape{int(config_.n_heads), int(config_.n_kv_heads), int(head_dim), int(config_.hybrid.rotary_dim),
+                       /*gated_query=*/true};
+  qk_norm_rope_to_cache_bf16(gated_qkv_.data(), n_rows, shape, w.q_norm.data(), w.k_norm.data(), eps, positions_,
+                             inverse_frequencies_.data(), kv_slots_, q_.data(), kv.keys(attention_index),
+                             kv.values(attention_index), stream);
+  attention_bf16(q_.data(), n_rows, kv.keys(attention_index), kv.values(attention_index), key_slot_list_, key_offsets_,
+                 n_keys_, attention_shape(), attn_out_.data(), stream,
+                 {attention_scratch_.data(), int64_t(attention_scratch_.size())}, {group_starts_, n_groups_});
+  // Each query head's gate follows its query in the projection row.
+  sigmoid_gate_bf16(attn_out_.data(), n_rows, config_.n_heads, head_dim, gated_qkv_.data() + head_dim, width,
+                    2 * head_dim, stream);
+  linear(attn_out_.data(), n_rows, w.o_proj.view(), hidden, q_dim, proj_.data(), LinearOutput::bf16, stream);
+}
+
+void Qwen35CudaModel::delta_net_block(const Qwen35CudaLayerWeights& w, int64_t layer, int64_t linear_index,
+                                      int64_t n_rows) {
+  const int64_t hidden = config_.hidden_size;
+  const float eps = config_.rms_norm_eps;
+  cudaStream_t stream = stream_.get();
+  add_rms_norm_bf16(hidden_.data(), layer > 0 ? proj_.data() : nullptr, n_rows, hidden, w.input_norm.data(), eps,
+                    normed_.data(), stream);
+  if (layer > 0) keep_taps(layer - 1, n_rows);
+  // f32: the recurrence reads the projection as the CPU reference does, and replay reads it again.
+  linear(normed_.data(), n_rows, w.in_proj.view(), shape_.projection_floats(), hidden, projection_.data(),
+         LinearOutput::f32, stream);
+  gated_delta_net(projection_.data(), shape_, delta_layer(w, linear_index), delta_pass_, eps, delta_out_.data(), stream);
+  commit_delta_net_records(projection_.data(), shape_, int(linear_index), delta_pass_, stream);
+  linear(delta_out_.data(), n_rows, w.out_proj.view(), hidden, shape_.value_dim(), proj_.data(), LinearOutput::bf16,
+         stream);
+}
+
+void Qwen35CudaModel::enqueue_decoder(int64_t n_rows, KvCache& kv) {
+  CudaHybridStorage& storage = kv.storage_as<CudaHybridStorage>();
+  int64_t attention_index = 0, linear_index = 0;
+  for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
+    const Qwen35CudaLayerWeights& w = layers_[size_t(layer)];
+    if (w.kind == LayerKind::full_attention) {
+      attention_block(w, layer, attention_index++, n_rows, storage);
+    } else {
+      delta_net_block(w, layer, linear_index++, n_rows);
+    }
+    mlp_block(w.post_attention_norm, w.gate_up_proj, w.down_proj, n_rows);
+  }
+}
+
+// Folds the committed positions up to `position` into the lane's state with the pass's own kernels
+// (a pass of replay alone), then copies the state out.
+void Qwen35CudaModel::read_recurrent_state(KvCache& kv, int32_t lane, int64_t position, uint8_t* out) {
+  CudaHybridStorage& storage = kv.storage_as<CudaHybridStorage>();
+  LaneProgress& progress = storage.tags().lane(lane);
+  if (position < progress.position)
+    fail_internal("lane " + std::to_string(lane) + "'s recurrent state is at position " +
+                  std::to_string(progress.position) + ", past " + std::to_string(position) + " (it does not roll back)");
+  const std::vector<int32_t> replay = committed_rows(kv, storage.tags(), lane, position);
+  if (!replay.empty()) {
+    DeltaNetLane fold = storage.lane(lane, 0);
+    fold.n_replay = int(replay.size());
+    upload_pass({fold}, replay, int64_t(replay.size()), 0, 0);
+    int64_t linear_index = 0;
+    for (const Qwen35CudaLayerWeights& w : layers_) {
+      if (w.kind != LayerKind::linear_attention) continue;
+      gated_delta_net(nullptr, shape_, delta_layer(w, linear_index), delta_pass_, config_.rms_norm_eps, nullptr,
+                      stream_.get());
+      commit_delta_net_records(nullptr, shape_, int(linear_index), delta_pass_, stream_.get());
+      ++linear_index;
+    }
+  }
+  progress.position = position;
+  storage.read_lane(lane, out);
+}
+
+void Qwen35CudaModel::write_recurrent_state(KvCache& kv, int32_t lane, int64_t position, const uint8_t* in) {
+  kv.storage_as<CudaHybridStorage>().write_lane(lane, position, in);
+}
+
+std::shared_ptr<Model> make_qwen3_5_cuda_model(const ModelConfig& config, const Qwen35Weights& weights,
+                                               CudaModelOptions options) {
+  require_hopper_gpu();
+  return std::make_shared<Qwen35CudaModel>(config, upload_qwen3_5_weights(weights, config), options);
+}
+
+std::shared_ptr<Model> make_synthetic_qwen3_5_cuda_model(const ModelConfig& config, CudaModelOptions options) {
+  require_hopper_gpu();
+  return std::make_shared<Qwen35CudaModel>(config, synthetic_qwen3_5_cuda_weights(config), options);
+}
+
+}  // namespace tf::cuda
