@@ -18,7 +18,7 @@ struct DeltaNetShape {
   int n_key_heads;
   int n_value_heads;    // a multiple of n_key_heads
   int key_head_dim;     // at most 128
-  int value_head_dim;   // at most 512
+  int value_head_dim;   // at most 128
   int conv_kernel;      // 2 .. 8
   int n_linear_layers;
 
@@ -50,12 +50,16 @@ struct DeltaNetLane {
 struct DeltaNetPass {
   const DeltaNetLane* lanes;   // [n_lanes]
   int n_lanes;
-  const int32_t* replay_rows;  // record rows of every lane's replay
-  const int32_t* lane_rows;    // batch rows, lane by lane
+  int n_rows;                  // the pass's rows (0 for a fold)
+  const int32_t* n_replay_total;  // device: every lane's replay rows together
+  const int32_t* replay_rows;  // [n_replay_total] record rows of every lane's replay, then [n_replay_total] their lanes
+  const int32_t* lane_rows;    // [n_rows] batch rows, lane by lane
   const int32_t* load_from;    // per lane row: -1 start from the row before it (or the lane's state), else a saved state
   const int32_t* save_to;      // per lane row: -1, or the saved state its later children start from
+  const int32_t* lane_of_row;  // [n_rows] per batch row, its lane's index in `lanes`
   const int32_t* conv_sources; // [n_rows][history] as HybridPassPlan::conv_sources
   float* saved_states;         // [saved][value heads][key_head_dim][value_head_dim]
+  float* prepared;             // [n_rows + n_replay_total][record_floats]: the pass's rows, then the replay rows
 };
 
 struct DeltaNetLayer {

@@ -23,6 +23,9 @@ DeltaNetLayer delta_layer(const Qwen35CudaLayerWeights& w, int64_t linear_index)
 
 size_t round_up_16(size_t n) { return (n + 15) / 16 * 16; }
 
+// The pass metadata's first ints: the replay count, then padding to 16 bytes.
+constexpr int64_t kPassHeaderInts = 4;
+
 }  // namespace
 
 Qwen35CudaModel::Qwen35CudaModel(ModelConfig config, Qwen35CudaWeights weights, CudaModelOptions options)
@@ -59,10 +62,11 @@ void Qwen35CudaModel::reserve_hybrid(int64_t n_rows) {
   hybrid_capacity_ = n_rows;
 }
 
-// Layout: the lanes, then arrays whose offsets depend on the row and lane counts alone (a captured
-// graph keeps their addresses): lane rows, load_from, save_to, conv sources; the replay rows last.
+// Layout: the lanes, then what sits at offsets that depend on the row and lane counts alone (a
+// captured graph keeps their addresses): the replay count, lane rows, load_from, save_to, each row's
+// lane, conv sources; then the replay rows and their lanes.
 void Qwen35CudaModel::upload_pass(const std::vector<DeltaNetLane>& lanes, const std::vector<int32_t>& ints,
-                                  int64_t n_replay, int64_t n_lane_rows, int64_t n_saved) {
+                                  int64_t n_replay, int64_t n_rows, int64_t n_saved) {
   const size_t lane_bytes = round_up_16(lanes.size() * sizeof(DeltaNetLane));
   const size_t n_bytes = lane_bytes + ints.size() * sizeof(int32_t);
   if (pass_staging_.size() < n_bytes) pass_staging_ = PinnedHostBuffer<uint8_t>(n_bytes + n_bytes / 2);
@@ -75,6 +79,11 @@ void Qwen35CudaModel::upload_pass(const std::vector<DeltaNetLane>& lanes, const 
     drop_graphs();
     saved_states_ = DeviceBuffer<float>(size_t(n_saved * state_floats));
   }
+  const int64_t prepared_floats = (n_rows + n_replay) * shape_.record_floats();
+  if (int64_t(prepared_.size()) < prepared_floats) {
+    drop_graphs();
+    prepared_ = DeviceBuffer<float>(size_t(prepared_floats + prepared_floats / 2));
+  }
   std::memcpy(pass_staging_.data(), lanes.data(), lanes.size() * sizeof(DeltaNetLane));
   std::memcpy(pass_staging_.data() + lane_bytes, ints.data(), ints.size() * sizeof(int32_t));
   TF_CUDA_CHECK(cudaMemcpyAsync(pass_data_.data(), pass_staging_.data(), n_bytes, cudaMemcpyHostToDevice,
@@ -82,12 +91,16 @@ void Qwen35CudaModel::upload_pass(const std::vector<DeltaNetLane>& lanes, const 
   const auto* device_ints = reinterpret_cast<const int32_t*>(pass_data_.data() + lane_bytes);
   delta_pass_.lanes = reinterpret_cast<const DeltaNetLane*>(pass_data_.data());
   delta_pass_.n_lanes = int(lanes.size());
-  delta_pass_.lane_rows = device_ints;
-  delta_pass_.load_from = device_ints + n_lane_rows;
-  delta_pass_.save_to = device_ints + 2 * n_lane_rows;
-  delta_pass_.conv_sources = device_ints + 3 * n_lane_rows;
-  delta_pass_.replay_rows = device_ints + int64_t(ints.size()) - n_replay;
+  delta_pass_.n_rows = int(n_rows);
+  delta_pass_.n_replay_total = device_ints;
+  delta_pass_.lane_rows = device_ints + kPassHeaderInts;
+  delta_pass_.load_from = delta_pass_.lane_rows + n_rows;
+  delta_pass_.save_to = delta_pass_.lane_rows + 2 * n_rows;
+  delta_pass_.lane_of_row = delta_pass_.lane_rows + 3 * n_rows;
+  delta_pass_.conv_sources = delta_pass_.lane_rows + 4 * n_rows;
+  delta_pass_.replay_rows = delta_pass_.conv_sources + n_rows * shape_.history();
   delta_pass_.saved_states = saved_states_.data();
+  delta_pass_.prepared = prepared_.data();
 }
 
 // Each lane's rows run in batch order in one block row; a row continues from the state of the row
@@ -124,10 +137,12 @@ void Qwen35CudaModel::prepare_forward(const Batch& batch, KvCache& kv) {
     lanes.push_back(lane);
   }
   for (int32_t row : lane_rows) save_to.push_back(saved_as[size_t(row)]);
+  std::vector<int32_t> replay_lanes;
+  for (size_t i = 0; i < plan_.lanes.size(); ++i) replay_lanes.insert(replay_lanes.end(), plan_.lanes[i].replay.size(), int32_t(i));
 
-  std::vector<int32_t> ints;
-  ints.reserve(size_t(3 * n_rows + n_rows * history) + replay.size());
-  for (const auto* part : {&lane_rows, &load_from, &save_to, &plan_.conv_sources, &replay})
+  std::vector<int32_t> ints = {int32_t(replay.size()), 0, 0, 0};
+  ints.reserve(size_t(kPassHeaderInts + 4 * n_rows + n_rows * history) + 2 * replay.size());
+  for (const auto* part : {&lane_rows, &load_from, &save_to, &plan_.pass_of_row, &plan_.conv_sources, &replay, &replay_lanes})
     ints.insert(ints.end(), part->begin(), part->end());
   upload_pass(lanes, ints, int64_t(replay.size()), n_rows, n_saved);
 }
@@ -199,7 +214,10 @@ void Qwen35CudaModel::read_recurrent_state(KvCache& kv, int32_t lane, int64_t po
   if (!replay.empty()) {
     DeltaNetLane fold = storage.lane(lane, 0);
     fold.n_replay = int(replay.size());
-    upload_pass({fold}, replay, int64_t(replay.size()), 0, 0);
+    std::vector<int32_t> ints = {int32_t(replay.size()), 0, 0, 0};
+    ints.insert(ints.end(), replay.begin(), replay.end());
+    ints.insert(ints.end(), replay.size(), 0);  // every replay row is lane 0's
+    upload_pass({fold}, ints, int64_t(replay.size()), 0, 0);
     int64_t linear_index = 0;
     for (const Qwen35CudaLayerWeights& w : layers_) {
       if (w.kind != LayerKind::linear_attention) continue;

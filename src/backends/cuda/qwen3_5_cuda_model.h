@@ -34,10 +34,10 @@ class Qwen35CudaModel final : public Qwen3CudaModel {
   void attention_block(const Qwen35CudaLayerWeights& w, int64_t layer, int64_t attention_index, int64_t n_rows,
                        CudaHybridStorage& kv);
   void delta_net_block(const Qwen35CudaLayerWeights& w, int64_t layer, int64_t linear_index, int64_t n_rows);
-  // The pass's metadata to the device: lanes, then replay rows, lane rows, load_from, save_to and the
-  // conv sources; points delta_pass_ at it. Grows the saved-state scratch to n_saved states.
+  // The pass's metadata to the device (laid out as upload_pass's comment says) and delta_pass_
+  // pointed at it; grows the saved-state and prepared-row scratch to what the pass needs.
   void upload_pass(const std::vector<DeltaNetLane>& lanes, const std::vector<int32_t>& ints, int64_t n_replay,
-                   int64_t n_lane_rows, int64_t n_saved);
+                   int64_t n_rows, int64_t n_saved);
   void reserve_hybrid(int64_t n_rows);
 
   std::vector<Qwen35CudaLayerWeights> layers_;
@@ -49,6 +49,7 @@ class Qwen35CudaModel final : public Qwen3CudaModel {
   PinnedHostBuffer<uint8_t> pass_staging_;
   DeviceBuffer<uint8_t> pass_data_;
   DeviceBuffer<float> saved_states_;  // [saved][value heads][key dim][value dim]
+  DeviceBuffer<float> prepared_;      // [rows + replay rows][record floats] (DeltaNetPass::prepared)
 
   int64_t hybrid_capacity_ = 0;
   DeviceBuffer<uint16_t> gated_qkv_;   // [n_rows][2 * q_dim + 2 * kv_dim]
