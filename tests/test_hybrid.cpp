@@ -349,62 +349,16 @@ class HybridSpeculation : public ::testing::TestWithParam<std::string> {};
 
 // Siblings at the root and below it, chains beneath; the accepted path runs through scratch rows.
 TEST_P(HybridSpeculation, AcceptedSiblingPathEqualsPlainDecoding) {
-  std::mt19937 rng(11);
-  auto model = load_hybrid(GetParam(), 2);
-  const int64_t vocab = model->config().vocab_size;
-  const auto prompt = test::random_ids(rng, 9, vocab);
-  auto token = [&] { return int32_t(rng() % uint32_t(vocab)); };
-  // 0-1-2-3 main chain; 4 sibling of 0 with 5-6 below; 7 sibling of 5; 8 below 1.
-  test::Tree tree;
-  tree.parents = {-1, 0, 1, 2, -1, 4, 5, 4, 1};
-  tree.is_main = {true, true, true, true, false, false, false, false, false};
-  for (size_t i = 0; i < tree.parents.size(); ++i) tree.tokens.push_back(token());
-  const int32_t root = token(), next = token();
-  for (const std::vector<int32_t>& path : {std::vector<int32_t>{4, 5, 6}, std::vector<int32_t>{4, 7},
-                                           std::vector<int32_t>{0, 1, 8}, std::vector<int32_t>{0, 1, 2, 3}}) {
-    std::vector<int32_t> accepted;
-    for (int32_t node : path) accepted.push_back(tree.tokens[size_t(node)]);
-    test::expect_same_lane(test::plain_decoding(*model, prompt, root, accepted, next),
-                     test::verified_decoding(*model, prompt, root, tree, path, next, rng), "sibling path");
-  }
+  test::expect_sibling_paths_equal_plain(*load_hybrid(GetParam(), 2));
 }
 
 TEST_P(HybridSpeculation, RejectedEverywhereLeavesNoTrace) {
-  std::mt19937 rng(12);
-  auto model = load_hybrid(GetParam(), 2);
-  const int64_t vocab = model->config().vocab_size;
-  const auto prompt = test::random_ids(rng, 13, vocab);
-  test::Tree tree;
-  tree.parents = {-1, 0, 1, -1, 3, -1};
-  tree.is_main = {true, true, true, false, false, false};
-  for (size_t i = 0; i < tree.parents.size(); ++i) tree.tokens.push_back(int32_t(rng() % uint32_t(vocab)));
-  const int32_t root = int32_t(rng() % uint32_t(vocab)), next = int32_t(rng() % uint32_t(vocab));
-  test::expect_same_lane(test::plain_decoding(*model, prompt, root, {}, next),
-                   test::verified_decoding(*model, prompt, root, tree, {}, next, rng), "all rejected");
+  test::expect_rejection_leaves_no_trace(*load_hybrid(GetParam(), 2));
 }
 
 // The lone long-copy driver's widest window: a 256-row chain accepted whole, and cut halfway.
 TEST_P(HybridSpeculation, CopyChainOf256RowsEqualsPlainDecoding) {
-  std::mt19937 rng(13);
-  auto model = load_hybrid(GetParam(), 4);
-  const int64_t vocab = model->config().vocab_size;
-  const auto prompt = test::random_ids(rng, 5, vocab);
-  test::Tree tree;
-  for (int32_t i = 0; i < 256; ++i) {
-    tree.parents.push_back(i - 1);
-    tree.is_main.push_back(true);
-    tree.tokens.push_back(int32_t(rng() % uint32_t(vocab)));
-  }
-  const int32_t root = int32_t(rng() % uint32_t(vocab)), next = int32_t(rng() % uint32_t(vocab));
-  for (int32_t n_accepted : {256, 131}) {
-    std::vector<int32_t> path, accepted;
-    for (int32_t i = 0; i < n_accepted; ++i) {
-      path.push_back(i);
-      accepted.push_back(tree.tokens[size_t(i)]);
-    }
-    test::expect_same_lane(test::plain_decoding(*model, prompt, root, accepted, next),
-                     test::verified_decoding(*model, prompt, root, tree, path, next, rng), "copy chain");
-  }
+  test::expect_copy_chain_equals_plain(*load_hybrid(GetParam(), 4));
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyHybrids, HybridSpeculation, ::testing::Values("qwen3.5-tiny-a", "qwen3.5-tiny-b"));

@@ -221,4 +221,62 @@ inline void expect_same_lane(const LaneSnapshot& plain, const LaneSnapshot& veri
       << what << ": logits of the verified rows on the accepted path";
 }
 
+// Siblings at the root and below it, chains beneath; the accepted path runs through scratch rows.
+inline void expect_sibling_paths_equal_plain(Model& model) {
+  std::mt19937 rng(11);
+  const int64_t vocab = model.config().vocab_size;
+  const auto prompt = random_ids(rng, 9, vocab);
+  auto token = [&] { return int32_t(rng() % uint32_t(vocab)); };
+  // 0-1-2-3 main chain; 4 sibling of 0 with 5-6 below; 7 sibling of 5; 8 below 1.
+  Tree tree;
+  tree.parents = {-1, 0, 1, 2, -1, 4, 5, 4, 1};
+  tree.is_main = {true, true, true, true, false, false, false, false, false};
+  for (size_t i = 0; i < tree.parents.size(); ++i) tree.tokens.push_back(token());
+  const int32_t root = token(), next = token();
+  for (const std::vector<int32_t>& path : {std::vector<int32_t>{4, 5, 6}, std::vector<int32_t>{4, 7},
+                                           std::vector<int32_t>{0, 1, 8}, std::vector<int32_t>{0, 1, 2, 3}}) {
+    std::vector<int32_t> accepted;
+    for (int32_t node : path) accepted.push_back(tree.tokens[size_t(node)]);
+    expect_same_lane(plain_decoding(model, prompt, root, accepted, next),
+                     verified_decoding(model, prompt, root, tree, path, next, rng), "sibling path");
+  }
+}
+
+// Every draft rejected: the lane is what plain decoding of the root alone leaves.
+inline void expect_rejection_leaves_no_trace(Model& model) {
+  std::mt19937 rng(12);
+  const int64_t vocab = model.config().vocab_size;
+  const auto prompt = random_ids(rng, 13, vocab);
+  Tree tree;
+  tree.parents = {-1, 0, 1, -1, 3, -1};
+  tree.is_main = {true, true, true, false, false, false};
+  for (size_t i = 0; i < tree.parents.size(); ++i) tree.tokens.push_back(int32_t(rng() % uint32_t(vocab)));
+  const int32_t root = int32_t(rng() % uint32_t(vocab)), next = int32_t(rng() % uint32_t(vocab));
+  expect_same_lane(plain_decoding(model, prompt, root, {}, next),
+                   verified_decoding(model, prompt, root, tree, {}, next, rng), "all rejected");
+}
+
+// The lone long-copy driver's widest window: a 256-row chain accepted whole, and cut halfway.
+inline void expect_copy_chain_equals_plain(Model& model) {
+  std::mt19937 rng(13);
+  const int64_t vocab = model.config().vocab_size;
+  const auto prompt = random_ids(rng, 5, vocab);
+  Tree tree;
+  for (int32_t i = 0; i < 256; ++i) {
+    tree.parents.push_back(i - 1);
+    tree.is_main.push_back(true);
+    tree.tokens.push_back(int32_t(rng() % uint32_t(vocab)));
+  }
+  const int32_t root = int32_t(rng() % uint32_t(vocab)), next = int32_t(rng() % uint32_t(vocab));
+  for (int32_t n_accepted : {256, 131}) {
+    std::vector<int32_t> path, accepted;
+    for (int32_t i = 0; i < n_accepted; ++i) {
+      path.push_back(i);
+      accepted.push_back(tree.tokens[size_t(i)]);
+    }
+    expect_same_lane(plain_decoding(model, prompt, root, accepted, next),
+                     verified_decoding(model, prompt, root, tree, path, next, rng), "copy chain");
+  }
+}
+
 }  // namespace tf::test
