@@ -51,8 +51,9 @@ bool is_lm_head(const std::string& name) { return name == "lm_head.weight" || na
 
 // The linear projections and the embedding, as mlx-lm quantizes them; norms stay dense. In a hybrid
 // the convolution, A_log and dt_bias stay dense too (not 2-D projections), and so do the vision
-// tower and the MTP head (not served), and, as mlx-lm leaves them, projections whose input width
-// is not a multiple of the group size.
+// tower (not served) and the MTP head (mlx-lm drops it, so there is no MLX layout to follow; the
+// loader reads it dense or quantized alike), and, as mlx-lm leaves them, projections whose input
+// width is not a multiple of the group size.
 bool is_quantized_layer(const std::string& name, const TensorView& tensor, const ModelConfig& config,
                         int group_size) {
   const bool is_deltanet_input = name.find(".linear_attn.in_proj_") != std::string::npos && ends_with(name, ".weight");
