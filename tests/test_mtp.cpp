@@ -1,15 +1,18 @@
 // The checkpoint's MTP head as a proposer on Qwen3.5-class hybrids (CPU): binding (a missing head, a
 // malformed or incomplete one), the head's forward against a plain re-computation, its context
 // holding committed rows only whatever was drafted, and the three equalities with MTP drafts,
-// greedy and sampled, alone and among other lanes, some of them accepted.
+// greedy and sampled, alone and among other lanes, some of them accepted; a quantized copy's head;
+// --drafter mtp through the serving stack.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <random>
 
+#include "app/serving_stack.h"
 #include "backends/backends.h"
 #include "core/dtype.h"
+#include "loader/quantize.h"
 #include "loader/safetensors.h"
 #include "models/mtp_head.h"
 #include "speculation/mtp_proposer.h"
@@ -370,6 +373,50 @@ TEST(MtpEngine, EchoingHeadHasDraftsAcceptedAndKeepsTheEqualities) {
 TEST(MtpEngine, ResumedLaneDraftsAsAFreshOne) {
   HybridWithMtp m("qwen3.5-tiny-c", test::MtpWeights::random, 10);
   test::expect_resumed_lane_drafts_as_a_fresh_one(m.model, nullptr, m.head);
+}
+
+// An MLX copy written by `tensorfold quantize` holds the head's fc quantized (its input, 2 x hidden,
+// fills whole groups of 32 here); the head loads from it and its drafts keep the equalities.
+TEST(MtpEngine, AQuantizedCopyDraftsWithItsQuantizedHead) {
+  test::TempDir dense_dir, mlx_dir;
+  test::write_fixture_with_mtp("qwen3.5-tiny-c", dense_dir.path, test::MtpWeights::random, 13);
+  QuantizeOptions quantize;
+  quantize.bits = 4;
+  quantize.group_size = 32;
+  quantize_model_dir(dense_dir.path, mlx_dir.path, quantize);
+  EXPECT_EQ(SafetensorsFile::open(mlx_dir.path + "/model.safetensors")->tensors().count("mtp.fc.scales"), 1u);
+  auto model = load_model(mlx_dir.path, test::test_load_options("cpu"));
+  auto head = model->load_mtp_head(1);
+  std::mt19937 rng(14);
+  for (bool sampled : {false, true}) {
+    auto requests = test::copy_friendly_requests(8, sampled, model->config().vocab_size, rng());
+    for (auto& r : requests) r = only_mtp(r);
+    const test::EngineRun plain = test::run_engine(model, test::without_drafts(requests), mtp_engine_options(), true);
+    for (bool together : {false, true}) {
+      const test::EngineRun run = test::run_engine(model, requests, mtp_engine_options(), together, nullptr, nullptr, head);
+      test::expect_same_tokens(plain.replies, run.replies, together ? "quantized mtp, together" : "quantized mtp, solo");
+      EXPECT_GT(run.stats.drafted_by_proposer[int(ProposerKind::mtp)], 0);
+    }
+  }
+}
+
+// The composition root: drafter "mtp" loads the model's head and the engine drafts with it.
+TEST(MtpEngine, TheServingStackDraftsWithTheHeadForDrafterMtp) {
+  test::TempDir dir;
+  test::write_fixture_with_mtp("qwen3.5-tiny-c", dir.path, test::MtpWeights::random, 15);
+  ServingOptions options;
+  options.model_dir = dir.path;
+  options.drafter = "mtp";
+  options.needs_tokenizer = false;
+  options.engine = mtp_engine_options(64);
+  auto stack = ServingStack::load(options);
+  EXPECT_TRUE(stack->facts().uses_mtp);
+  EXPECT_EQ(stack->facts().drafter_dir, "");
+  ReplyCollector collector;
+  GenerationRequest request = test::random_requests(1, false, stack->facts().vocab_size, 16)[0];
+  ASSERT_EQ(stack->engine()->submit(request, collector.sink()).status, SubmitStatus::accepted);
+  collector.wait();
+  EXPECT_GT(test::settled_stats(*stack->engine()).drafted_by_proposer[int(ProposerKind::mtp)], 0);
 }
 
 TEST(MtpEngine, TheBlockDrafterAndTheMtpHeadDoNotDraftTogether) {
