@@ -15,6 +15,7 @@
 #include "loader/quantize.h"
 #include "loader/safetensors.h"
 #include "models/mtp_head.h"
+#include "server/metrics.h"
 #include "speculation/mtp_proposer.h"
 #include "support/equalities.h"
 #include "support/expect_error.h"
@@ -416,7 +417,12 @@ TEST(MtpEngine, TheServingStackDraftsWithTheHeadForDrafterMtp) {
   GenerationRequest request = test::random_requests(1, false, stack->facts().vocab_size, 16)[0];
   ASSERT_EQ(stack->engine()->submit(request, collector.sink()).status, SubmitStatus::accepted);
   collector.wait();
-  EXPECT_GT(test::settled_stats(*stack->engine()).drafted_by_proposer[int(ProposerKind::mtp)], 0);
+  const EngineStats stats = test::settled_stats(*stack->engine());
+  EXPECT_GT(stats.drafted_by_proposer[int(ProposerKind::mtp)], 0);
+  // /metrics counts them under their own label.
+  const std::string line = "tensorfold_drafted_by_proposer_total{proposer=\"mtp\"} " +
+                           std::to_string(stats.drafted_by_proposer[int(ProposerKind::mtp)]) + "\n";
+  EXPECT_NE(server::prometheus_text(stats).find(line), std::string::npos) << server::prometheus_text(stats);
 }
 
 TEST(MtpEngine, TheBlockDrafterAndTheMtpHeadDoNotDraftTogether) {
