@@ -425,6 +425,45 @@ TEST(MtpEngine, TheServingStackDraftsWithTheHeadForDrafterMtp) {
   EXPECT_NE(server::prometheus_text(stats).find(line), std::string::npos) << server::prometheus_text(stats);
 }
 
+// A slot saved where the MTP head drafted (taps of one layer) and restored into an engine with a block
+// drafter (taps of two): the taps do not fit, so they are not handed over and the drafter drafts
+// nothing for that lane (rather than reading past them); the reply is the fresh one.
+TEST(MtpEngine, RestoredTapsOfOtherLayersAreNotHandedToADrafter) {
+  HybridWithMtp m("qwen3.5-tiny-c", test::MtpWeights::random, 17);
+  test::TempDir drafter_dir;
+  test::write_random_drafter(drafter_dir.path, m.model->config(), 18);
+  auto drafter = load_drafter(drafter_dir.path, *m.model, 1);
+  EngineOptions options;
+  options.n_ctx = 200;
+  options.n_parallel = 2;
+  options.model_id = "fixture";
+  options.window_policy = WindowPolicy::fixed;
+  GenerationRequest first = test::random_requests(1, false, m.model->config().vocab_size, 19, 60, 10)[0];
+  first.prompt.resize(60, 5);
+  first.max_tokens = 20;
+  SlotSnapshot saved;
+  {
+    Engine engine(options, m.model, nullptr, nullptr, m.head);
+    test::EngineRun run;
+    test::submit_and_collect(engine, {first}, &run);
+    first.prompt.insert(first.prompt.end(), run.replies[0].tokens.begin(), run.replies[0].tokens.end());
+    saved = engine.save_slot(0);
+  }
+  EXPECT_EQ(saved.tap_width, m.model->config().hidden_size);
+  GenerationRequest next = first;
+  for (int i = 0; i < 7; ++i) next.prompt.push_back(int32_t(3 + i));
+  next.draft.proposers = proposer_bit(ProposerKind::drafter);
+  const test::EngineRun fresh = test::run_engine(m.model, {test::cold(next)}, options, false, nullptr, drafter);
+  Engine restored(options, m.model, nullptr, drafter);
+  EXPECT_GE(restored.restore_slot(1, saved), 48);
+  test::EngineRun resumed;
+  test::submit_and_collect(restored, {next}, &resumed);
+  test::expect_same_tokens(fresh.replies, resumed.replies, "restored slot, another drafter");
+  EXPECT_GT(resumed.replies[0].final_update.timings.cache_n, 0);
+  EXPECT_GT(fresh.replies[0].final_update.timings.draft_n, 0);
+  EXPECT_EQ(resumed.replies[0].final_update.timings.draft_n, 0);
+}
+
 TEST(MtpEngine, TheBlockDrafterAndTheMtpHeadDoNotDraftTogether) {
   HybridWithMtp m("qwen3.5-tiny-c", test::MtpWeights::random, 11);
   test::TempDir drafter_dir;
