@@ -60,7 +60,7 @@ TEST(EngineFlags, FlagsReachTheOptions) {
       serving_options(parsed({"--lanes", "0", "--windows", "fixed", "--cuda-graphs", "off", "--cuda-pdl", "0", "--prefill-chunk", "64",
                               "--max-rows-per-round", "128", "--lane-window", "8", "--lone-window", "32",
                               "--most-lone-window", "96", "--min-confident-match", "12", "--threads", "3",
-                              "--drafter", "none"}),
+                              "--drafter", "none", "--mtp-tokens", "6"}),
                       EngineOptions{});
   EXPECT_EQ(options.engine->lane_policy, LanePolicy::always_lone);
   EXPECT_EQ(options.engine->window_policy, WindowPolicy::fixed);
@@ -74,6 +74,8 @@ TEST(EngineFlags, FlagsReachTheOptions) {
   EXPECT_EQ(options.engine->speculation.min_confident_match, 12);
   EXPECT_EQ(options.load.n_threads, 3);
   EXPECT_EQ(options.drafter, "none");
+  EXPECT_EQ(options.engine->speculation.mtp_chain.max_chain, 6);
+  EXPECT_EQ(serving_options(parsed({"--drafter", "mtp"}), EngineOptions{}).drafter, "mtp");
   EXPECT_EQ(serving_options(parsed({"--lanes", "1", "--cuda-pdl", "on"}), EngineOptions{}).engine->lane_policy,
             LanePolicy::always_lanes);
 }
@@ -98,6 +100,8 @@ TEST(EngineFlags, EnvironmentMirrorsTheFlags) {
   setenv("TF_CUDA_GRAPHS", "0", 1);
   setenv("TF_LONE_WINDOW", "48", 1);
   setenv("TF_WINDOWS", "fixed", 1);
+  setenv("TF_DRAFTER", "mtp", 1);
+  setenv("TF_MTP_TOKENS", "3", 1);
   const ServingOptions from_env = serving_options(parsed({}), EngineOptions{});
   const ServingOptions flag_wins = serving_options(parsed({"--lanes", "0"}), EngineOptions{});
   unsetenv("TF_LANES");
@@ -105,6 +109,10 @@ TEST(EngineFlags, EnvironmentMirrorsTheFlags) {
   unsetenv("TF_CUDA_GRAPHS");
   unsetenv("TF_LONE_WINDOW");
   unsetenv("TF_WINDOWS");
+  unsetenv("TF_DRAFTER");
+  unsetenv("TF_MTP_TOKENS");
+  EXPECT_EQ(from_env.drafter, "mtp");
+  EXPECT_EQ(from_env.engine->speculation.mtp_chain.max_chain, 3);
   EXPECT_EQ(from_env.engine->lane_policy, LanePolicy::always_lanes);
   EXPECT_FALSE(from_env.load.use_overlapped_launches);
   EXPECT_FALSE(from_env.load.use_cuda_graphs);
@@ -130,6 +138,7 @@ TEST(EngineFlags, BadValuesSayWhatToChange) {
   expect_message({"--lone-window", "8"}, "at least 2 and --lane-window");
   expect_message({"--most-lone-window", "32"}, "at least --lone-window");
   expect_message({"--min-confident-match", "0"}, "--min-confident-match (tokens) must be between 1 and 4096; got 0.");
+  expect_message({"--mtp-tokens", "0"}, "--mtp-tokens (tokens) must be between 1 and 64; got 0.");
   expect_message({"--threads", "-1"}, "--threads must be 0 (one per core) or more; got -1.");
   expect_message({"--model", "/no/such/model"}, "/no/such/model is not a directory");
   expect_message({"--drafter", "/no/such/drafter"}, "/no/such/drafter is not a directory");

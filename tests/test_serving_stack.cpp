@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/reply_collector.h"
+#include "support/expect_error.h"
 #include "support/fixtures.h"
 #include "tokenizer/tokenizer.h"
 
@@ -95,9 +96,21 @@ TEST(ServingStack, OptionsAreCheckedBeforeAnyLoad) {
   options.synthetic = "qwen3-8b";
   options.drafter = test::fixture_model("qwen3-tiny-chat");  // a synthetic model takes no drafter
   EXPECT_THROW(read_model_facts(options), Error);
+  options.drafter = "mtp";  // nor an MTP head
+  EXPECT_THROW(read_model_facts(options), Error);
   options.drafter = "auto";
   EXPECT_EQ(read_model_facts(options).model_id, "qwen3-8b");
   EXPECT_EQ(read_model_facts(options).drafter_dir, "");
+}
+
+// --drafter mtp on a checkpoint without an MTP head: an error naming its directory and the tensor.
+TEST(ServingStack, MtpOnAHeadlessCheckpointNamesTheDirectoryAndTensor) {
+  ServingOptions options = fixture_options("qwen3.5-tiny-c");
+  options.needs_tokenizer = false;
+  options.drafter = "mtp";
+  EXPECT_TRUE(read_model_facts(options).uses_mtp);
+  test::expect_error_naming([&] { ServingStack::load(options); },
+                            {test::fixture_model("qwen3.5-tiny-c"), "mtp.fc.weight"});
 }
 
 // The server turns `param` into the error's "param" ("prompt" is "messages" for a chat).

@@ -5,7 +5,8 @@
 
 const $ = (id) => document.getElementById(id);
 const sourceNames = {
-  long_copy: 'copied by long copy', drafter: 'drafted by the block drafter', ngram: 'n-gram',
+  long_copy: 'copied by long copy', drafter: 'drafted by the block drafter',
+  mtp: "drafted by the model's MTP head", ngram: 'n-gram',
   replay: 'replay', target: "the target's own token",
 };
 const exampleRename = 'Rename names to paths in this file:\n\nimport os\n\n\ndef list_files(root):\n' +

@@ -10,6 +10,7 @@
 #include "core/sha256.h"
 #include "loader/model_config.h"
 #include "models/dflash_drafter.h"
+#include "models/mtp_head.h"
 #include "models/model.h"
 #include "models/synthetic.h"
 #include "tokenizer/tokenizer.h"
@@ -51,7 +52,7 @@ std::string default_drafter_dir() {
 
 std::string resolve_drafter_dir(const ServingOptions& options) {
   const std::string& drafter = options.drafter;
-  if (drafter == "none" || drafter.empty()) return "";
+  if (drafter == "none" || drafter.empty() || drafter == "mtp") return "";
   if (!options.synthetic.empty()) {
     if (drafter == "auto") return "";
     fail("a synthetic model takes no drafter (its weights are random: a drafter trained for another model "
@@ -82,6 +83,9 @@ ModelFacts read_model_facts(const ServingOptions& options) {
   facts.model_id = options.synthetic.empty() ? model_id_of(options.model_dir) : options.synthetic;
   facts.model_dir = options.model_dir;
   facts.drafter_dir = resolve_drafter_dir(options);
+  facts.uses_mtp = options.drafter == "mtp";
+  if (facts.uses_mtp && !options.synthetic.empty())
+    fail("a synthetic model has no MTP head; give drafter 'none' or 'auto'");
   facts.vocab_size = config.vocab_size;
   facts.context_length = config.max_position_embeddings;
   facts.device = options.load.device;
@@ -100,6 +104,7 @@ struct ServingStack::Parts {
   ChatTemplate chat_template{ChatTemplateFamily::none};
   std::shared_ptr<Model> model;
   std::shared_ptr<DFlashDrafter> drafter;  // null: none
+  std::shared_ptr<MtpHead> mtp;            // null: none
   std::shared_ptr<Engine> engine;
 };
 
@@ -119,6 +124,7 @@ std::shared_ptr<ServingStack> ServingStack::load(const ServingOptions& options) 
          " tokens, more than the model's vocabulary of " + std::to_string(vocab_size));
   if (!parts->facts.drafter_dir.empty())
     parts->drafter = load_drafter(parts->facts.drafter_dir, *parts->model, options.load.n_threads);
+  if (parts->facts.uses_mtp) parts->mtp = parts->model->load_mtp_head(options.load.n_threads);
   std::shared_ptr<ServingStack> stack(new ServingStack(std::move(parts)));
   if (options.engine) stack->parts_->engine = stack->make_engine(*options.engine);
   return stack;
@@ -172,7 +178,7 @@ std::shared_ptr<Engine> ServingStack::make_engine(const EngineOptions& options) 
   EngineOptions named = options;
   if (named.model_id.empty()) named.model_id = parts_->facts.model_dir + "#" + parts_->facts.model_id;
   if (named.numerics.empty()) named.numerics = parts_->facts.numerics;
-  return std::make_shared<Engine>(named, parts_->model, parts_->tokenizer, parts_->drafter);
+  return std::make_shared<Engine>(named, parts_->model, parts_->tokenizer, parts_->drafter, parts_->mtp);
 }
 
 }  // namespace tf

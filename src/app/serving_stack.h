@@ -21,7 +21,7 @@ struct ServingOptions {
   std::string model_dir;  // a Hugging Face directory; with `synthetic`, only its tokenizer is read
   std::string synthetic;  // random weights of this shape (models/synthetic.h) instead: benchmarks
   int synthetic_bits = 0;          // 0: bf16; 4 or 8: MLX-quantized synthetic weights
-  std::string drafter = "auto";    // a DFlash drafter directory, "auto" or "none" (resolve_drafter_dir)
+  std::string drafter = "auto";    // a DFlash drafter directory, "mtp", "auto" or "none" (resolve_drafter_dir)
   bool needs_tokenizer = true;     // false: a model driven by token ids may lack tokenizer.json
   std::string chat_template = "auto";  // the chat template family: "auto" recognises the directory's
   ModelLoadOptions load;
@@ -33,7 +33,8 @@ struct ServingOptions {
 struct ModelFacts {
   std::string model_id;     // what /v1/models lists: the directory's name, or the synthetic shape
   std::string model_dir;
-  std::string drafter_dir;  // empty: no drafter
+  std::string drafter_dir;  // empty: no block drafter
+  bool uses_mtp = false;    // drafter "mtp": the checkpoint's own MTP head drafts
   int64_t vocab_size = 0;
   int64_t context_length = 0;  // max_position_embeddings: the most n_ctx can be
   std::string device;          // "cpu" or "cuda"

@@ -108,7 +108,7 @@ void run_spec_bench(const SpecBenchFlags& flags) {
   report << "# Speculative rounds on the " << (device == "cuda" ? "GPU" : "CPU") << ": " << flags.engine.model_dir
          << "\n\n"
          << "- command: `tensorfold spec-bench --device " << device << " --model " << flags.engine.model_dir
-         << " --drafter " << (drafter_dir.empty() ? "none" : drafter_dir) << " --waves " << flags.waves
+         << " --drafter " << (stack->facts().uses_mtp ? "mtp" : drafter_dir.empty() ? "none" : drafter_dir) << " --waves " << flags.waves
          << " --max-tokens " << flags.max_tokens << " --lanes " << flags.engine.lanes << " --windows " << flags.engine.windows << "`\n"
          << "- commit: " << receipt_commit() << "\n- machine: " << receipt_machine() << "\n"
          << "- decode tok/s per wave = completion tokens of all streams / the slowest stream's decode time;"

@@ -45,7 +45,9 @@ struct EvalCase {
 
 // Named proposer sets; "all" is what the server drafts with.
 ProposerSet proposers_of_mode(const std::string& mode) {
-  const ProposerSet copy = proposer_bit(ProposerKind::long_copy), drafter = proposer_bit(ProposerKind::drafter);
+  // "drafter": the block drafter or the MTP head, whichever is loaded.
+  const ProposerSet copy = proposer_bit(ProposerKind::long_copy);
+  const ProposerSet drafter = ProposerSet(proposer_bit(ProposerKind::drafter) | proposer_bit(ProposerKind::mtp));
   if (mode == "long-copy") return copy;
   if (mode == "drafter") return drafter;
   if (mode == "both") return copy | drafter;
@@ -143,7 +145,7 @@ void run_spec_eval(const SpecEvalFlags& flags) {
   std::ostringstream report;
   report << "# Proposers on held-out cases: " << knobs.model_dir << "\n\n"
          << "- command: `tensorfold spec-eval --device " << knobs.device << " --model " << knobs.model_dir << " --drafter "
-         << (drafter_dir.empty() ? "none" : drafter_dir) << " --per-kind " << flags.per_kind << " --kinds"
+         << (stack->facts().uses_mtp ? "mtp" : drafter_dir.empty() ? "none" : drafter_dir) << " --per-kind " << flags.per_kind << " --kinds"
          << joined(flags.kinds) << " --modes" << joined(flags.modes) << " --streams" << joined(flags.streams)
          << (flags.gate_proposers ? " --gate-proposers" : "") << " --drafter-min-path-probability "
          << flags.drafter_tree.min_path_probability << " --drafter-root-candidates "
@@ -184,7 +186,7 @@ void run_spec_eval(const SpecEvalFlags& flags) {
       };
       row("draft off", off);
       for (const std::string& mode : flags.modes) {
-        if (mode != "long-copy" && mode != "ngram" && drafter_dir.empty()) continue;
+        if (mode != "long-copy" && mode != "ngram" && drafter_dir.empty() && !stack->facts().uses_mtp) continue;
         row(mode, run_cases(*stack, engine_options, list, n_streams, true, proposers_of_mode(mode)));
       }
       if (kind == "rename" && n_streams == flags.streams.front()) {

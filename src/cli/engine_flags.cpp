@@ -60,8 +60,9 @@ void add_engine_flags(CLI::App& command, EngineFlags& flags) {
   command.add_option("--model", flags.model_dir, "Model directory (Hugging Face layout)")
       ->envname("TF_MODEL")->capture_default_str();
   command.add_option("--drafter", flags.drafter,
-                     "DFlash block drafter directory for the model; 'auto' takes the embedded drafter when "
-                     "running the embedded model on the CPU, 'none' turns the drafter off")
+                     "DFlash block drafter directory for the model; 'mtp' drafts with the checkpoint's own MTP "
+                     "head (Qwen3.5-class, on the CPU); 'auto' takes the embedded drafter when running the "
+                     "embedded model on the CPU, 'none' turns the drafter off")
       ->envname("TF_DRAFTER")->capture_default_str();
   add_device_option(command, flags.device);
   command.add_option("--threads", flags.n_threads, "CPU worker threads (0: one per core)")
@@ -90,6 +91,9 @@ void add_engine_flags(CLI::App& command, EngineFlags& flags) {
   command.add_option("--most-lone-window", flags.most_lone_window,
                      "Most rows the lone stream earns by having its whole window accepted (doubling per round)")
       ->envname("TF_MOST_LONE_WINDOW")->capture_default_str();
+  command.add_option("--mtp-tokens", flags.mtp_tokens,
+                     "With --drafter mtp: most tokens the MTP head chains a round")
+      ->envname("TF_MTP_TOKENS")->capture_default_str();
   command.add_option("--min-confident-match", flags.min_confident_match,
                      "Long-copy match length (tokens) from which the copy is proposed in full")
       ->envname("TF_MIN_CONFIDENT_MATCH")->capture_default_str();
@@ -123,6 +127,7 @@ ServingOptions serving_options(const EngineFlags& flags, EngineOptions engine) {
   require_in_range(flags.most_lone_window, flags.lone_window, 4096, "--most-lone-window",
                    "rows per round; at least --lone-window");
   require_in_range(flags.min_confident_match, 1, 4096, "--min-confident-match", "tokens");
+  require_in_range(flags.mtp_tokens, 1, 64, "--mtp-tokens", "tokens");
   require(flags.kv_pool_tokens == 0 || flags.kv_pool_tokens >= engine.n_ctx,
           "--kv-pool-tokens must be 0 (--parallel x --ctx) or at least --ctx (" + std::to_string(engine.n_ctx) +
               "), so one request of the longest context fits; got " + std::to_string(flags.kv_pool_tokens) + ".");
@@ -150,6 +155,7 @@ ServingOptions serving_options(const EngineFlags& flags, EngineOptions engine) {
   engine.lone_window = flags.lone_window;
   engine.most_lone_window = flags.most_lone_window;
   engine.speculation.min_confident_match = flags.min_confident_match;
+  engine.speculation.mtp_chain.max_chain = flags.mtp_tokens;
 
   ServingOptions options;
   options.model_dir = flags.model_dir;

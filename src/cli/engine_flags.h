@@ -36,6 +36,7 @@ struct EngineFlags {
   int64_t lone_window = EngineOptions{}.lone_window;
   int64_t most_lone_window = EngineOptions{}.most_lone_window;
   int64_t min_confident_match = EngineOptions{}.speculation.min_confident_match;
+  int64_t mtp_tokens = EngineOptions{}.speculation.mtp_chain.max_chain;
   int64_t kv_pool_tokens = EngineOptions{}.kv_pool_tokens;
   double kv_pool_fraction = EngineOptions{}.kv_pool_fraction;
   bool no_prompt_cache = false;

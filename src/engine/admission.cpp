@@ -77,13 +77,15 @@ void Engine::Impl::adopt_recurrent_state(Lane& lane) {
 
 // A lane that adopted cached blocks hands its drafter their taps, so it drafts from the first
 // round as a lane that computed them would. Blocks published without taps (a cache fed by a lane
-// without a drafter) leave the drafter without that context: it then proposes nothing.
+// without a drafter), or with taps of other layers (a slot saved where another drafter ran), leave
+// the drafter without that context: it then proposes nothing.
 void Engine::Impl::adopt_taps(Lane& lane) {
   if (lane.n_keyed_blocks == 0 || !lane.speculation->wants_taps()) return;
+  const size_t block_taps = speculation.tap_layers().size() * size_t(model->config().hidden_size) * size_t(kv.block_size());
   std::vector<float> taps;
   for (int64_t b = 0; b < lane.n_keyed_blocks; ++b) {
     const std::vector<float>& block = kv.block_extras(lane.kv_lane, b);
-    if (block.empty() || (b > 0 && block.size() * size_t(b) != taps.size())) return;
+    if (block.size() != block_taps) return;
     taps.insert(taps.end(), block.begin(), block.end());
   }
   lane.speculation->observe_taps(0, taps.data(), lane.n_cached);

@@ -66,7 +66,8 @@ Engine::Impl::Impl(const EngineOptions& opts, std::shared_ptr<Model> m, std::sha
 }
 
 Engine::Engine(const EngineOptions& options, std::shared_ptr<Model> model,
-               std::shared_ptr<const Tokenizer> tokenizer, std::shared_ptr<DFlashDrafter> drafter)
+               std::shared_ptr<const Tokenizer> tokenizer, std::shared_ptr<DFlashDrafter> drafter,
+               std::shared_ptr<MtpHead> mtp)
     : options_(options) {
   if (options.n_parallel < 1) fail("--parallel must be at least 1");
   if (options.n_ctx < 2) fail("--ctx must be at least 2");
@@ -83,7 +84,7 @@ Engine::Engine(const EngineOptions& options, std::shared_ptr<Model> model,
   if (options.n_ctx > model->config().max_position_embeddings)
     fail("--ctx " + std::to_string(options.n_ctx) + " exceeds the model's max_position_embeddings (" +
          std::to_string(model->config().max_position_embeddings) + ")");
-  SpeculationOptions speculation{std::move(drafter), options.speculation};
+  SpeculationOptions speculation{std::move(drafter), options.speculation, std::move(mtp)};
   impl_ = std::make_unique<Impl>(options, std::move(model), std::move(tokenizer), std::move(speculation));
   impl_->thread = std::thread([this] { impl_->run(); });
 }

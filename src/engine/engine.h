@@ -19,6 +19,7 @@ namespace tf {
 class Model;
 class Tokenizer;
 class DFlashDrafter;
+class MtpHead;
 
 // Which window a lane's draft tree gets (--lanes, TF_LANES): the lone driver's wide, copy-heavy tree
 // for a lone greedy stream, or the shared lanes' window.
@@ -152,10 +153,12 @@ struct EngineHealth {
 
 class Engine {
  public:
-  // With a drafter, the model keeps taps of the drafter's target layers, and drafted requests get
-  // the block drafter among their proposers (speculation/speculation.h makes each lane's set).
+  // With a drafter (the block drafter or the model's MTP head, one at most), the model keeps taps of
+  // the layers it reads, and drafted requests get it among their proposers (speculation/speculation.h
+  // makes each lane's set).
   Engine(const EngineOptions& options, std::shared_ptr<Model> model,
-         std::shared_ptr<const Tokenizer> tokenizer, std::shared_ptr<DFlashDrafter> drafter = nullptr);
+         std::shared_ptr<const Tokenizer> tokenizer, std::shared_ptr<DFlashDrafter> drafter = nullptr,
+         std::shared_ptr<MtpHead> mtp = nullptr);
   ~Engine();  // stops the thread; pending requests finish with `cancelled`
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

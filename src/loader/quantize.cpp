@@ -50,16 +50,18 @@ bool ends_with(const std::string& name, const std::string& suffix) {
 bool is_lm_head(const std::string& name) { return name == "lm_head.weight" || name == "language_model.lm_head.weight"; }
 
 // The linear projections and the embedding, as mlx-lm quantizes them; norms stay dense. In a hybrid
-// the convolution, A_log and dt_bias stay dense too (not 2-D projections), and so do the vision
-// tower and the MTP head (not served), and, as mlx-lm leaves them, projections whose input width
-// is not a multiple of the group size.
+// the convolution, A_log and dt_bias stay dense too (not 2-D projections), and so does the vision
+// tower (not served); the MTP head's projections and its fc are quantized like the target's (mlx-lm
+// drops the head, so there is no MLX copy to follow; the loader reads it dense or quantized alike),
+// and, as mlx-lm leaves them, projections whose input width is not a multiple of the group size.
 bool is_quantized_layer(const std::string& name, const TensorView& tensor, const ModelConfig& config,
                         int group_size) {
   const bool is_deltanet_input = name.find(".linear_attn.in_proj_") != std::string::npos && ends_with(name, ".weight");
   const bool is_projection = tensor.shape.size() == 2 && (ends_with(name, "_proj.weight") || is_deltanet_input ||
-                                                          ends_with(name, "embed_tokens.weight") || is_lm_head(name));
+                                                          ends_with(name, "embed_tokens.weight") || is_lm_head(name) ||
+                                                          (config.is_hybrid() && name == "mtp.fc.weight"));
   if (!is_projection || !config.is_hybrid()) return is_projection;
-  if (name.rfind("model.visual.", 0) == 0 || name.rfind("mtp.", 0) == 0) return false;
+  if (name.rfind("model.visual.", 0) == 0) return false;
   return tensor.shape[1] % group_size == 0;
 }
 

@@ -134,18 +134,9 @@ void DFlashDrafter::propose_block(DrafterContext& context, int32_t last_token, i
 }
 
 std::vector<DFlashDrafter::Guess> DFlashDrafter::block_top(int64_t row, int64_t k) {
-  const int64_t n_vocab = config_.vocab_size;
-  row_logits_.resize(size_t(n_vocab));
+  row_logits_.resize(size_t(config_.vocab_size));
   block_logits(row, row_logits_.data());
-  const float* logits = row_logits_.data();
-  // The softmax normalised once, so each token's probability is one exp more.
-  const float max_logit = *std::max_element(logits, logits + n_vocab);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(double(logits[i] - max_logit));
-  std::vector<Guess> guesses;
-  for (int32_t token : top_k_tokens(logits, n_vocab, k))
-    guesses.push_back({token, float(std::exp(double(logits[token] - max_logit)) / sum)});
-  return guesses;
+  return likeliest_tokens(row_logits_.data(), config_.vocab_size, k);
 }
 
 void DFlashDrafter::check_block(const DrafterContext& context, int32_t last_token, int64_t position) const {

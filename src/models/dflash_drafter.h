@@ -18,6 +18,7 @@
 #include "loader/checkpoint.h"
 #include "loader/model_config.h"
 #include "models/qwen3_weights.h"
+#include "models/token_guess.h"
 
 namespace tf {
 
@@ -106,10 +107,7 @@ class DFlashDrafter {
   virtual void block_logits(int64_t row, float* logits) = 0;
   // The k likeliest tokens of block row `row` (ties to the lower id), best first, with their
   // softmax probabilities: what a proposer reads of a row. By default from block_logits.
-  struct Guess {
-    int32_t token;
-    float probability;
-  };
+  using Guess = TokenGuess;
   virtual std::vector<Guess> block_top(int64_t row, int64_t k);
 
  protected:

@@ -16,6 +16,7 @@
 namespace tf {
 
 class DFlashDrafter;
+class MtpHead;
 
 // How the token after one logit row is chosen: by the backend's one sampler (Sampler::sample on the
 // host, its kernel twin on a GPU) from the row's logits, the request's parameters, the position and
@@ -84,6 +85,12 @@ class Model {
   // The block drafter in drafter_dir, on this model's backend and sharing its embedding and LM head.
   // Throws tf::Error naming the directory and the field or tensor.
   virtual std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, int n_threads) const = 0;
+  // The checkpoint's own MTP head on this model's backend, sharing its embedding, final norm and LM
+  // head (Qwen3.5-class checkpoints carry one). Throws tf::Error saying why there is none.
+  virtual std::shared_ptr<MtpHead> load_mtp_head(int n_threads) const {
+    (void)n_threads;
+    fail("this model has no MTP head (mtp.* tensors come with Qwen3.5-class checkpoints, on the CPU backend)");
+  }
 
  private:
   std::vector<float> all_logits_;  // forward_and_pick's default: every logit row of a forward

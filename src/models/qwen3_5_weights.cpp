@@ -62,12 +62,58 @@ bool conv_is_mlx_layout(const Checkpoint& checkpoint, const std::string& name, i
   return tensor.shape == mlx && kernel != 1;
 }
 
+// A gated attention layer's tensors under `layer` ("...layers.N."): q_proj gives query and gate.
+void bind_attention(Binder& bind, const ModelConfig& config, const std::string& layer, Qwen35LayerWeights& w) {
+  const int64_t hidden = config.hidden_size;
+  const std::string attention = layer + "self_attn.";
+  w.q_proj = bind.matrix(attention + "q_proj", 2 * config.q_dim(), hidden);
+  w.k_proj = bind.matrix(attention + "k_proj", config.kv_dim(), hidden);
+  w.v_proj = bind.matrix(attention + "v_proj", config.kv_dim(), hidden);
+  w.o_proj = bind.matrix(attention + "o_proj", hidden, config.q_dim());
+  w.q_norm = bind.centred_norm(attention + "q_norm.weight", config.head_dim);
+  w.k_norm = bind.centred_norm(attention + "k_norm.weight", config.head_dim);
+}
+
+void bind_mlp(Binder& bind, const ModelConfig& config, const std::string& layer, Qwen35LayerWeights& w) {
+  const int64_t hidden = config.hidden_size, intermediate = config.intermediate_size;
+  const std::string mlp = layer + "mlp.";
+  w.gate_proj = bind.matrix(mlp + "gate_proj", intermediate, hidden);
+  w.up_proj = bind.matrix(mlp + "up_proj", intermediate, hidden);
+  w.down_proj = bind.matrix(mlp + "down_proj", hidden, intermediate);
+}
+
+// The MTP head when the checkpoint has one (mtp.fc.weight marks it): then every tensor of it must be
+// there with its shape, and a missing or malformed one is an error naming it. One MTP layer is what
+// Qwen3.5-class checkpoints ship (mtp_num_hidden_layers 1); a second is refused rather than ignored.
+void bind_mtp(const Checkpoint& checkpoint, const ModelConfig& config, Binder& bind, Qwen35Weights& weights) {
+  const int64_t hidden = config.hidden_size;
+  if (!checkpoint.has("mtp.fc.weight") && !checkpoint.has("mtp.fc.scales")) {
+    weights.mtp_missing = checkpoint.dir() + " has no MTP head (tensor mtp.fc.weight is missing)";
+    return;
+  }
+  if (checkpoint.has("mtp.layers.1.input_layernorm.weight"))
+    fail("tensor \"mtp.layers.1.input_layernorm.weight\" in " + checkpoint.file_of("mtp.layers.1.input_layernorm.weight") +
+         ": an MTP head of more than one layer is not supported");
+  Qwen35MtpWeights& mtp = weights.mtp;
+  mtp.fc = bind.matrix("mtp.fc", hidden, 2 * hidden);
+  mtp.pre_fc_norm_embedding = bind.centred_norm("mtp.pre_fc_norm_embedding.weight", hidden);
+  mtp.pre_fc_norm_hidden = bind.centred_norm("mtp.pre_fc_norm_hidden.weight", hidden);
+  mtp.norm = bind.centred_norm("mtp.norm.weight", hidden);
+  const std::string layer = "mtp.layers.0.";
+  mtp.layer.kind = LayerKind::full_attention;
+  mtp.layer.input_norm = bind.centred_norm(layer + "input_layernorm.weight", hidden);
+  mtp.layer.post_attention_norm = bind.centred_norm(layer + "post_attention_layernorm.weight", hidden);
+  bind_attention(bind, config, layer, mtp.layer);
+  bind_mlp(bind, config, layer, mtp.layer);
+  weights.has_mtp = true;
+}
+
 }  // namespace
 
 Qwen35Weights bind_qwen3_5_weights(const Checkpoint& checkpoint, const ModelConfig& config) {
   if (!config.is_hybrid()) fail_internal("bind_qwen3_5_weights called for a model without layer_types");
   const HybridConfig& h = config.hybrid;
-  const int64_t hidden = config.hidden_size, intermediate = config.intermediate_size;
+  const int64_t hidden = config.hidden_size;
   const TensorPrefixes prefixes = find_prefixes(checkpoint);
 
   // The convolution's layout tells whose conventions the file follows; every layer must agree.
@@ -97,13 +143,7 @@ Qwen35Weights bind_qwen3_5_weights(const Checkpoint& checkpoint, const ModelConf
     w.input_norm = bind.centred_norm(layer + "input_layernorm.weight", hidden);
     w.post_attention_norm = bind.centred_norm(layer + "post_attention_layernorm.weight", hidden);
     if (w.kind == LayerKind::full_attention) {
-      const std::string attention = layer + "self_attn.";
-      w.q_proj = bind.matrix(attention + "q_proj", 2 * config.q_dim(), hidden);
-      w.k_proj = bind.matrix(attention + "k_proj", config.kv_dim(), hidden);
-      w.v_proj = bind.matrix(attention + "v_proj", config.kv_dim(), hidden);
-      w.o_proj = bind.matrix(attention + "o_proj", hidden, config.q_dim());
-      w.q_norm = bind.centred_norm(attention + "q_norm.weight", config.head_dim);
-      w.k_norm = bind.centred_norm(attention + "k_norm.weight", config.head_dim);
+      bind_attention(bind, config, layer, w);
     } else {
       const std::string linear = layer + "linear_attn.";
       w.in_proj_qkv = bind.matrix(linear + "in_proj_qkv", h.conv_dim(), hidden);
@@ -125,12 +165,10 @@ Qwen35Weights bind_qwen3_5_weights(const Checkpoint& checkpoint, const ModelConf
       w.dt_bias = static_cast<const float*>(
           bind.f32_vector(as_f32(bind_vector(checkpoint, linear + "dt_bias", h.linear_n_value_heads))).data);
     }
-    const std::string mlp = layer + "mlp.";
-    w.gate_proj = bind.matrix(mlp + "gate_proj", intermediate, hidden);
-    w.up_proj = bind.matrix(mlp + "up_proj", intermediate, hidden);
-    w.down_proj = bind.matrix(mlp + "down_proj", hidden, intermediate);
+    bind_mlp(bind, config, layer, w);
     weights.layers.push_back(w);
   }
+  bind_mtp(checkpoint, config, bind, weights);
   return weights;
 }
 

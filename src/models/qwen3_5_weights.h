@@ -38,11 +38,24 @@ struct Qwen35LayerWeights {
   WeightMatrix down_proj;  // [hidden][intermediate]
 };
 
+// The checkpoint's own multi-token-prediction head (mtp.*): from the target's final-normed hidden
+// state at t and the embedding of token t+1 it predicts token t+2 through the shared LM head.
+struct Qwen35MtpWeights {
+  WeightMatrix fc;                     // [hidden][2 * hidden]: over [normed embedding, normed hidden]
+  WeightVector pre_fc_norm_embedding;  // [hidden], (1 + w)
+  WeightVector pre_fc_norm_hidden;     // [hidden], (1 + w)
+  Qwen35LayerWeights layer;            // one gated full-attention layer of the target's shapes, with its MLP
+  WeightVector norm;                   // [hidden], (1 + w), before the shared LM head
+};
+
 struct Qwen35Weights {
   WeightMatrix embed_tokens;  // [vocab][hidden]
   std::vector<Qwen35LayerWeights> layers;
   WeightVector final_norm;    // [hidden], (1 + w)
   WeightMatrix lm_head;       // [vocab][hidden]; the embedding when tied
+  bool has_mtp = false;       // the checkpoint holds mtp.fc.weight
+  Qwen35MtpWeights mtp;       // bound when has_mtp
+  std::string mtp_missing = "this model has no MTP head";  // when !has_mtp: why (a checkpoint names its directory and the tensor)
   // f32 values made at bind time (shifted gains, the convolution, A_log, dt_bias); views point here.
   std::shared_ptr<std::vector<std::vector<float>>> owned = std::make_shared<std::vector<std::vector<float>>>();
 
@@ -51,8 +64,8 @@ struct Qwen35Weights {
 };
 
 // Binds a hybrid's tensors. Names: "model.language_model.*" (Qwen3_5ForConditionalGeneration as
-// transformers saves it; the vision tower and mtp.* are ignored), "language_model.model.*" (as mlx-lm
-// saves it) or "model.*" (Qwen3_5ForCausalLM). A convolution stored [C][K][1] marks a checkpoint
+// transformers saves it; the vision tower is ignored), "language_model.model.*" (as mlx-lm saves it)
+// or "model.*" (Qwen3_5ForCausalLM); the MTP head, when present, under "mtp.*" in every layout. A convolution stored [C][K][1] marks a checkpoint
 // written by mlx-lm, whose zero-centred norms are already shifted to 1 + w; [C][1][K] is transformers'
 // layout. Throws tf::Error naming the file and tensor on a missing tensor, a wrong shape or dtype.
 Qwen35Weights bind_qwen3_5_weights(const Checkpoint& checkpoint, const ModelConfig& config);

@@ -150,7 +150,7 @@ json timings_json(const ReplyTimings& timings);
 json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprobs>& logprobs,
                    const Tokenizer& tokenizer, int64_t text_offset);
 
-// [{"source": "target" | "long_copy" | "drafter" | "ngram" | "replay", "round": R}, ...], one per token.
+// [{"source": "target" | "long_copy" | "drafter" | "mtp" | "ngram" | "replay", "round": R}, ...], one per token.
 json provenance_json(const std::vector<TokenProvenance>& provenance);
 
 // OpenAI's finish_reason: "length" for a reply cut by its budget, "tool_calls" for one that ended

@@ -8,6 +8,7 @@ const char* proposer_kind_name(ProposerKind kind) {
     case ProposerKind::ngram: return "ngram";
     case ProposerKind::replay: return "replay";
     case ProposerKind::drafter: return "drafter";
+    case ProposerKind::mtp: return "mtp";
   }
   return "unknown";
 }

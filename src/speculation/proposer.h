@@ -15,8 +15,8 @@ struct LaneHistory {
   int64_t n_prompt;
 };
 
-enum class ProposerKind : uint8_t { long_copy = 0, ngram = 1, replay = 2, drafter = 3 };
-constexpr int kProposerKinds = 4;
+enum class ProposerKind : uint8_t { long_copy = 0, ngram = 1, replay = 2, drafter = 3, mtp = 4 };
+constexpr int kProposerKinds = 5;
 const char* proposer_kind_name(ProposerKind kind);
 
 // Which proposers a request may use, bit k for ProposerKind k; none turns speculation off (the

@@ -4,16 +4,22 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/error.h"
 #include "models/dflash_drafter.h"
+#include "models/mtp_head.h"
 #include "speculation/long_copy.h"
 #include "speculation/ngram.h"
 #include "speculation/replay.h"
 
 namespace tf {
 
-Speculation::Speculation(SpeculationOptions options) : options_(std::move(options)) {}
+Speculation::Speculation(SpeculationOptions options) : options_(std::move(options)) {
+  // Each reads its own layers' taps as the whole tap row, so one of them at a time.
+  if (options_.drafter && options_.mtp) fail("the block drafter and the MTP head cannot draft together; choose one");
+}
 
 std::vector<int> Speculation::tap_layers() const {
+  if (options_.mtp) return {options_.mtp->tap_layer()};
   if (!options_.drafter) return {};
   const auto& ids = options_.drafter->config().target_layer_ids;
   return std::vector<int>(ids.begin(), ids.end());
@@ -32,6 +38,8 @@ std::unique_ptr<LaneSpeculation> Speculation::for_lane(const DraftRequest& reque
   }
   if (options_.drafter && allowed(ProposerKind::drafter))
     proposers.push_back(std::make_unique<DrafterProposer>(options_.drafter, options_.settings.drafter_tree));
+  if (options_.mtp && allowed(ProposerKind::mtp))
+    proposers.push_back(std::make_unique<MtpProposer>(options_.mtp, options_.settings.mtp_chain));
   if (allowed(ProposerKind::ngram)) proposers.push_back(std::make_unique<NgramProposer>(NgramOptions{}));
   return std::make_unique<LaneSpeculation>(*this, std::move(proposers));
 }

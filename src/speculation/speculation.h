@@ -9,6 +9,7 @@
 
 #include "speculation/draft_tree.h"
 #include "speculation/drafter_proposer.h"
+#include "speculation/mtp_proposer.h"
 #include "speculation/proposer.h"
 #include "speculation/proposer_gate.h"
 #include "speculation/round_shape.h"
@@ -16,10 +17,12 @@
 namespace tf {
 
 class DFlashDrafter;
+class MtpHead;
 
 // The engine's speculation settings, fixed at start (EngineOptions::speculation).
 struct SpeculationSettings {
   DrafterProposerOptions drafter_tree;  // the block drafter's tree shape (spec-eval can vary it)
+  MtpProposerOptions mtp_chain;         // the MTP head's chain length and cut
   int64_t min_confident_match = 24;     // long-copy match length that proposes long copy rows
   // Let gated proposers (Proposer::is_gated) draft only while their accepted tokens pay for their
   // time and rows (ProposerGate). The server turns it on; off, they draft every round, so
@@ -30,6 +33,7 @@ struct SpeculationSettings {
 struct SpeculationOptions {
   std::shared_ptr<DFlashDrafter> drafter;  // the block drafter; null: none
   SpeculationSettings settings;
+  std::shared_ptr<MtpHead> mtp;            // the checkpoint's MTP head; null: none (one of the two at most)
 };
 
 // What one request asks of speculation.
@@ -58,7 +62,8 @@ class Speculation {
  public:
   explicit Speculation(SpeculationOptions options);
 
-  // Target layers whose hidden states the proposers need as taps (the drafter's); empty if none.
+  // Target layers whose hidden states the proposers need as taps (the drafter's or the MTP head's);
+  // empty if none.
   std::vector<int> tap_layers() const;
   // The lane's proposers, asked in order (earlier ones fill the window first).
   std::unique_ptr<LaneSpeculation> for_lane(const DraftRequest& request, int64_t window);

@@ -95,15 +95,16 @@ inline void submit_and_collect(Engine& engine, const std::vector<GenerationReque
 inline EngineRun run_engine(std::shared_ptr<Model> model, const std::vector<GenerationRequest>& requests,
                             const EngineOptions& options, bool together,
                             std::shared_ptr<const Tokenizer> tokenizer = nullptr,
-                            std::shared_ptr<DFlashDrafter> drafter = nullptr) {
+                            std::shared_ptr<DFlashDrafter> drafter = nullptr,
+                            std::shared_ptr<MtpHead> mtp = nullptr) {
   EngineRun run;
   if (together) {
-    Engine engine(options, model, tokenizer, drafter);
+    Engine engine(options, model, tokenizer, drafter, mtp);
     submit_and_collect(engine, requests, &run);
     return run;
   }
   for (const auto& r : requests) {
-    Engine engine(options, model, tokenizer, drafter);
+    Engine engine(options, model, tokenizer, drafter, mtp);
     submit_and_collect(engine, {r}, &run);
   }
   return run;

@@ -172,8 +172,9 @@ inline void expect_eviction_never_touches_a_live_lane(std::shared_ptr<Model> mod
 
 // With the block drafter: a resumed lane gets the drafter's context from the cached blocks' taps,
 // so it drafts exactly as the fresh lane did (same rounds, same drafts), not just the same tokens.
-inline void expect_resumed_lane_drafts_as_a_fresh_one(std::shared_ptr<Model> model, const std::string& drafter_dir) {
-  auto drafter = load_drafter(drafter_dir, *model, 1);
+// `mtp`: the model's MTP head instead of a block drafter (its context comes from the same taps).
+inline void expect_resumed_lane_drafts_as_a_fresh_one(std::shared_ptr<Model> model, std::shared_ptr<DFlashDrafter> drafter,
+                                                      std::shared_ptr<MtpHead> mtp = nullptr) {
   auto requests = copy_friendly_requests(6, false, model->config().vocab_size, 5);
   for (auto& r : requests) r.prompt.resize(std::max<size_t>(r.prompt.size(), 40), 3);
   EngineOptions options;
@@ -182,8 +183,8 @@ inline void expect_resumed_lane_drafts_as_a_fresh_one(std::shared_ptr<Model> mod
   // Fixed windows: measured ones follow the clock and what the engine's earlier lanes accepted.
   options.window_policy = WindowPolicy::fixed;
   for (const auto& request : requests) {
-    const EngineRun fresh = run_engine(model, {cold(request)}, options, false, nullptr, drafter);
-    Engine engine(options, model, nullptr, drafter);
+    const EngineRun fresh = run_engine(model, {cold(request)}, options, false, nullptr, drafter, mtp);
+    Engine engine(options, model, nullptr, drafter, mtp);
     EngineRun first, again;
     submit_and_collect(engine, {request}, &first);
     submit_and_collect(engine, {request}, &again);
@@ -194,7 +195,12 @@ inline void expect_resumed_lane_drafts_as_a_fresh_one(std::shared_ptr<Model> mod
     EXPECT_EQ(a.rounds, b.rounds);
     EXPECT_EQ(a.draft_n, b.draft_n);
     EXPECT_EQ(a.draft_accepted_n, b.draft_accepted_n);
+    EXPECT_GT(a.draft_n, 0) << "the test must exercise drafts";
   }
+}
+
+inline void expect_resumed_lane_drafts_as_a_fresh_one(std::shared_ptr<Model> model, const std::string& drafter_dir) {
+  expect_resumed_lane_drafts_as_a_fresh_one(model, load_drafter(drafter_dir, *model, 1));
 }
 
 // A slot saved to a file, restored into a fresh engine, continues exactly: the next turn equals the

@@ -7,12 +7,12 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_dflash_drafter.h"
+#include "backends/cpu/cpu_mtp_head.h"
+#include "backends/cpu/qwen3_5_layers.h"
 #include "backends/cpu/kernels/activation.h"
-#include "backends/cpu/kernels/attention.h"
 #include "backends/cpu/kernels/gated_delta_net.h"
 #include "backends/cpu/kernels/linear.h"
 #include "backends/cpu/kernels/norm.h"
-#include "backends/cpu/kernels/rope.h"
 #include "core/error.h"
 #include "models/rope_frequencies.h"
 
@@ -65,6 +65,11 @@ std::shared_ptr<DFlashDrafter> Qwen35CpuModel::load_drafter(const std::string& d
   return std::make_shared<CpuDFlashDrafter>(drafter_dir, config_, weights_.embed_tokens, weights_.lm_head, n_threads);
 }
 
+std::shared_ptr<MtpHead> Qwen35CpuModel::load_mtp_head(int n_threads) const {
+  if (!weights_.has_mtp) fail(weights_.mtp_missing + ": drafting with MTP needs a checkpoint that has one");
+  return std::make_shared<CpuMtpHead>(config_, weights_, storage_, n_threads);
+}
+
 std::unique_ptr<KvStorage> Qwen35CpuModel::make_kv_storage(int64_t n_slots) const {
   return std::make_unique<HybridStateStorage>(config_, n_slots);
 }
@@ -94,52 +99,10 @@ void Qwen35CpuModel::write_recurrent_state(KvCache& kv, int32_t lane, int64_t po
   kv.storage_as<HybridStateStorage>().write_lane(lane, position, in);
 }
 
-void Qwen35CpuModel::attention_block(int64_t layer, int64_t attention_index, const Batch& batch,
-                                     HybridStateStorage& kv) {
-  const auto& w = weights_.layers[size_t(layer)];
-  const int64_t n_rows = int64_t(batch.rows.size());
-  const int64_t hidden = config_.hidden_size, head_dim = config_.head_dim;
-  const int64_t n_heads = config_.n_heads, n_kv_heads = config_.n_kv_heads, kv_dim = config_.kv_dim();
-  const int64_t rotary_dim = config_.hybrid.rotary_dim;
-  const float eps = config_.rms_norm_eps;
-
-  cpu::rms_norm(hidden_.data(), n_rows, hidden, w.input_norm, eps, normed_.data());
-  cpu::linear(normed_.data(), n_rows, w.q_proj, query_gate_.data(), pool_);
-  cpu::linear(normed_.data(), n_rows, w.k_proj, k_.data(), pool_);
-  cpu::linear(normed_.data(), n_rows, w.v_proj, v_.data(), pool_);
-  // q_proj gives, per head, head_dim query values then head_dim gate values.
-  for (int64_t r = 0; r < n_rows; ++r)
-    for (int64_t head = 0; head < n_heads; ++head) {
-      const float* source = query_gate_.data() + (r * n_heads + head) * 2 * head_dim;
-      std::memcpy(q_.data() + (r * n_heads + head) * head_dim, source, size_t(head_dim) * sizeof(float));
-      std::memcpy(gate_.data() + (r * n_heads + head) * head_dim, source + head_dim, size_t(head_dim) * sizeof(float));
-    }
-  cpu::rms_norm(q_.data(), n_rows * n_heads, head_dim, w.q_norm, eps, q_.data());
-  cpu::rms_norm(k_.data(), n_rows * n_kv_heads, head_dim, w.k_norm, eps, k_.data());
-  // Partial rotary: the first rotary_dim values of each head turn, the rest pass through.
-  for (auto [x, n_x_heads] : {std::pair{q_.data(), n_heads}, std::pair{k_.data(), n_kv_heads}}) {
-    for (int64_t i = 0; i < n_rows * n_x_heads; ++i)
-      std::memcpy(rotary_.data() + i * rotary_dim, x + i * head_dim, size_t(rotary_dim) * sizeof(float));
-    cpu::rope_apply(rotary_.data(), n_rows, n_x_heads, rotary_dim, positions_.data(), inverse_frequencies_);
-    for (int64_t i = 0; i < n_rows * n_x_heads; ++i)
-      std::memcpy(x + i * head_dim, rotary_.data() + i * rotary_dim, size_t(rotary_dim) * sizeof(float));
-  }
-
-  // Keys and values go to the cache first; attention reads every key from there (see qwen3_cpu_model).
-  float* k_cache = kv.keys(attention_index);
-  float* v_cache = kv.values(attention_index);
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const int64_t slot = batch.rows[size_t(r)].kv_slot;
-    std::memcpy(k_cache + slot * kv_dim, k_.data() + r * kv_dim, size_t(kv_dim) * sizeof(float));
-    std::memcpy(v_cache + slot * kv_dim, v_.data() + r * kv_dim, size_t(kv_dim) * sizeof(float));
-  }
-  cpu::AttentionShape shape{n_heads, n_kv_heads, head_dim, float(1.0 / std::sqrt(double(head_dim)))};
-  cpu::attention(q_.data(), n_rows, k_cache, v_cache, key_slot_lists_.data(), key_slots_.n_keys.data(), shape,
-                 attn_out_.data(), pool_);
-  for (int64_t i = 0; i < n_rows * n_heads * head_dim; ++i)
-    attn_out_[size_t(i)] = attn_out_[size_t(i)] * cpu::sigmoid(gate_[size_t(i)]);
-  cpu::linear(attn_out_.data(), n_rows, w.o_proj, proj_.data(), pool_);
-  for (int64_t i = 0; i < n_rows * hidden; ++i) hidden_[size_t(i)] += proj_[size_t(i)];
+void Qwen35CpuModel::attention_block(int64_t layer, int64_t attention_index, HybridStateStorage& kv) {
+  const cpu::AttentionRows rows{positions_.data(), row_slots_.data(), key_slot_lists_.data(), key_slots_.n_keys.data()};
+  cpu::gated_attention(weights_.layers[size_t(layer)], config_, inverse_frequencies_, rows, int64_t(positions_.size()),
+                       kv.keys(attention_index), kv.values(attention_index), hidden_.data(), scratch_, pool_);
 }
 
 // Folds the lane's committed rows of its previous pass into its state and conv history, token by
@@ -222,7 +185,7 @@ void Qwen35CpuModel::recurrence(int64_t linear_index, const Batch& batch, Hybrid
         cpu::gated_delta_step(s.data(), token + key_head * dk, token + h.linear_key_dim() + key_head * dk,
                               token + 2 * h.linear_key_dim() + head * dv, g_beta[head],
                               g_beta[h.linear_n_value_heads + head], dk, dv,
-                              attn_out_.data() + r * h.linear_value_dim() + head * dv);
+                              scratch_.attn_out.data() + r * h.linear_value_dim() + head * dv);
         if (plan_.last_child[size_t(r)] >= 0) {
           live[size_t(r)] = std::move(s);
         } else {
@@ -243,11 +206,11 @@ void Qwen35CpuModel::delta_net_block(int64_t layer, int64_t linear_index, const 
   const int64_t hidden = config_.hidden_size, channels = h.conv_dim(), n_value_heads = h.linear_n_value_heads;
   const int64_t history = h.conv_kernel - 1, stride = input_stride(h);
 
-  cpu::rms_norm(hidden_.data(), n_rows, hidden, w.input_norm, config_.rms_norm_eps, normed_.data());
-  cpu::linear(normed_.data(), n_rows, w.in_proj_qkv, mixed_.data(), pool_);
-  cpu::linear(normed_.data(), n_rows, w.in_proj_z, z_.data(), pool_);
-  cpu::linear(normed_.data(), n_rows, w.in_proj_b, b_.data(), pool_);
-  cpu::linear(normed_.data(), n_rows, w.in_proj_a, a_.data(), pool_);
+  cpu::rms_norm(hidden_.data(), n_rows, hidden, w.input_norm, config_.rms_norm_eps, scratch_.normed.data());
+  cpu::linear(scratch_.normed.data(), n_rows, w.in_proj_qkv, mixed_.data(), pool_);
+  cpu::linear(scratch_.normed.data(), n_rows, w.in_proj_z, z_.data(), pool_);
+  cpu::linear(scratch_.normed.data(), n_rows, w.in_proj_b, b_.data(), pool_);
+  cpu::linear(scratch_.normed.data(), n_rows, w.in_proj_a, a_.data(), pool_);
   for (int64_t r = 0; r < n_rows; ++r)
     for (int64_t head = 0; head < n_value_heads; ++head) {
       float* g_beta = decay_beta_.data() + r * 2 * n_value_heads;
@@ -286,23 +249,12 @@ void Qwen35CpuModel::delta_net_block(int64_t layer, int64_t linear_index, const 
 
   // Gated RMSNorm per value head (a plain gain), times silu(z), then the output projection.
   const int64_t value_dim = h.linear_value_dim();
-  cpu::rms_norm(attn_out_.data(), n_rows * n_value_heads, h.linear_value_head_dim, w.gated_norm,
-                config_.rms_norm_eps, attn_out_.data());
+  cpu::rms_norm(scratch_.attn_out.data(), n_rows * n_value_heads, h.linear_value_head_dim, w.gated_norm,
+                config_.rms_norm_eps, scratch_.attn_out.data());
   for (int64_t i = 0; i < n_rows * value_dim; ++i)
-    attn_out_[size_t(i)] = attn_out_[size_t(i)] * cpu::silu(z_[size_t(i)]);
-  cpu::linear(attn_out_.data(), n_rows, w.out_proj, proj_.data(), pool_);
-  for (int64_t i = 0; i < n_rows * hidden; ++i) hidden_[size_t(i)] += proj_[size_t(i)];
-}
-
-void Qwen35CpuModel::mlp_block(int64_t layer, int64_t n_rows) {
-  const auto& w = weights_.layers[size_t(layer)];
-  const int64_t hidden = config_.hidden_size, inter = config_.intermediate_size;
-  cpu::rms_norm(hidden_.data(), n_rows, hidden, w.post_attention_norm, config_.rms_norm_eps, normed_.data());
-  cpu::linear(normed_.data(), n_rows, w.gate_proj, gate_.data(), pool_);
-  cpu::linear(normed_.data(), n_rows, w.up_proj, up_.data(), pool_);
-  cpu::swiglu(gate_.data(), up_.data(), n_rows * inter, gate_.data());
-  cpu::linear(gate_.data(), n_rows, w.down_proj, proj_.data(), pool_);
-  for (int64_t i = 0; i < n_rows * hidden; ++i) hidden_[size_t(i)] += proj_[size_t(i)];
+    scratch_.attn_out[size_t(i)] = scratch_.attn_out[size_t(i)] * cpu::silu(z_[size_t(i)]);
+  cpu::linear(scratch_.attn_out.data(), n_rows, w.out_proj, scratch_.proj.data(), pool_);
+  for (int64_t i = 0; i < n_rows * hidden; ++i) hidden_[size_t(i)] += scratch_.proj[size_t(i)];
 }
 
 void Qwen35CpuModel::forward(const Batch& batch, KvCache& kv, float* logits) {
@@ -312,16 +264,7 @@ void Qwen35CpuModel::forward(const Batch& batch, KvCache& kv, float* logits) {
   const int64_t hidden = config_.hidden_size;
   const size_t rows = size_t(n_rows);
   hidden_.resize(rows * size_t(hidden));
-  normed_.resize(rows * size_t(hidden));
-  proj_.resize(rows * size_t(hidden));
-  query_gate_.resize(rows * size_t(2 * config_.q_dim()));
-  q_.resize(rows * size_t(config_.q_dim()));
-  gate_.resize(rows * size_t(std::max(config_.q_dim(), config_.intermediate_size)));
-  k_.resize(rows * size_t(config_.kv_dim()));
-  v_.resize(rows * size_t(config_.kv_dim()));
-  rotary_.resize(rows * size_t(config_.n_heads * h.rotary_dim));
-  attn_out_.resize(rows * size_t(std::max(config_.q_dim(), h.linear_value_dim())));
-  up_.resize(rows * size_t(config_.intermediate_size));
+  scratch_.resize(config_, n_rows, h.linear_value_dim());
   mixed_.resize(rows * size_t(h.conv_dim()));
   conv_out_.resize(rows * size_t(h.conv_dim()));
   z_.resize(rows * size_t(h.linear_value_dim()));
@@ -332,10 +275,12 @@ void Qwen35CpuModel::forward(const Batch& batch, KvCache& kv, float* logits) {
   batch.check_token_ids(config_.vocab_size);
   HybridStateStorage& storage = kv.storage_as<HybridStateStorage>();
   positions_.resize(rows);
+  row_slots_.resize(rows);
   std::vector<int32_t> tokens(rows);
   for (size_t r = 0; r < rows; ++r) {
     tokens[r] = batch.rows[r].token;
     positions_[r] = batch.rows[r].pos;
+    row_slots_[r] = batch.rows[r].kv_slot;
   }
   resolve_key_slots(batch, kv, key_slots_);  // also checks every parent
   key_slot_lists_.resize(rows);
@@ -351,11 +296,11 @@ void Qwen35CpuModel::forward(const Batch& batch, KvCache& kv, float* logits) {
   taps_.begin(n_rows, hidden);
   for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
     if (weights_.layers[size_t(layer)].kind == LayerKind::full_attention) {
-      attention_block(layer, attention_index++, batch, storage);
+      attention_block(layer, attention_index++, storage);
     } else {
       delta_net_block(layer, linear_index++, batch, storage);
     }
-    mlp_block(layer, n_rows);
+    cpu::swiglu_mlp(weights_.layers[size_t(layer)], config_, n_rows, hidden_.data(), scratch_, pool_);
     taps_.after_layer(layer, hidden_.data(), n_rows);
   }
   finish_hybrid_pass(batch, plan_, storage.tags());
@@ -369,8 +314,8 @@ void Qwen35CpuModel::forward(const Batch& batch, KvCache& kv, float* logits) {
     ++n_out;
   }
   if (n_out == 0) return;
-  cpu::rms_norm(hidden_.data(), n_out, hidden, weights_.final_norm, config_.rms_norm_eps, normed_.data());
-  cpu::linear(normed_.data(), n_out, weights_.lm_head, logits, pool_);
+  cpu::rms_norm(hidden_.data(), n_out, hidden, weights_.final_norm, config_.rms_norm_eps, scratch_.normed.data());
+  cpu::linear(scratch_.normed.data(), n_out, weights_.lm_head, logits, pool_);
 }
 
 }  // namespace tf

@@ -6,6 +6,7 @@
 
 #include "backends/cpu/hidden_taps.h"
 #include "backends/cpu/hybrid_state_storage.h"
+#include "backends/cpu/qwen3_5_layers.h"
 #include "core/thread_pool.h"
 #include "models/model.h"
 #include "models/qwen3_5_weights.h"
@@ -26,18 +27,19 @@ class Qwen35CpuModel : public Model {
   const std::vector<float>& taps() const override { return taps_.values(); }
   // The CPU drafter, sharing this model's embedding and LM head.
   std::shared_ptr<DFlashDrafter> load_drafter(const std::string& drafter_dir, int n_threads) const override;
+  // The checkpoint's MTP head (mtp.*); an error naming the directory and the tensor when it has none.
+  std::shared_ptr<MtpHead> load_mtp_head(int n_threads) const override;
   int64_t recurrent_state_bytes() const override;
   std::string recurrent_state_format() const override;
   void read_recurrent_state(KvCache& kv, int32_t lane, int64_t position, uint8_t* out) override;
   void write_recurrent_state(KvCache& kv, int32_t lane, int64_t position, const uint8_t* in) override;
 
  private:
-  void attention_block(int64_t layer, int64_t attention_index, const Batch& batch, HybridStateStorage& storage);
+  void attention_block(int64_t layer, int64_t attention_index, HybridStateStorage& storage);
   void delta_net_block(int64_t layer, int64_t linear_index, const Batch& batch, HybridStateStorage& storage);
   void replay_lane(const Qwen35LayerWeights& w, int64_t linear_index, const std::vector<int32_t>& replay,
                    LaneRecurrence& state);
   void recurrence(int64_t linear_index, const Batch& batch, HybridStateStorage& storage);
-  void mlp_block(int64_t layer, int64_t n_rows);
 
   ModelConfig config_;
   Qwen35Weights weights_;
@@ -50,21 +52,13 @@ class Qwen35CpuModel : public Model {
   // Per forward.
   HybridPassPlan plan_;
   std::vector<int32_t> positions_;
+  std::vector<int32_t> row_slots_;     // [n_rows] each row's kv_slot
   KeySlots key_slots_;
   std::vector<const int32_t*> key_slot_lists_;
 
   // Scratch, resized per forward.
   std::vector<float> hidden_;     // [n_rows][hidden]
-  std::vector<float> normed_;     // [n_rows][hidden]
-  std::vector<float> proj_;       // [n_rows][hidden]
-  std::vector<float> query_gate_; // [n_rows][n_heads * 2 * head_dim]
-  std::vector<float> q_;          // [n_rows][n_heads * head_dim]
-  std::vector<float> gate_;       // [n_rows][max(n_heads * head_dim, intermediate)]
-  std::vector<float> k_;          // [n_rows][n_kv_heads * head_dim]
-  std::vector<float> v_;          // [n_rows][n_kv_heads * head_dim]
-  std::vector<float> rotary_;     // [n_rows][n_heads][rotary_dim]
-  std::vector<float> attn_out_;   // [n_rows][max(n_heads * head_dim, value_dim)]
-  std::vector<float> up_;         // [n_rows][intermediate]
+  cpu::Qwen35LayerScratch scratch_;  // attention and MLP; its attn_out also holds the DeltaNet's [n_rows][value_dim]
   std::vector<float> mixed_;      // [n_rows][conv_dim] pre-conv q/k/v
   std::vector<float> conv_out_;   // [n_rows][conv_dim] after conv, silu and q/k normalisation
   std::vector<float> z_;          // [n_rows][value_dim]

@@ -235,6 +235,11 @@ void Qwen35CudaModel::write_recurrent_state(KvCache& kv, int32_t lane, int64_t p
   kv.storage_as<CudaHybridStorage>().write_lane(lane, position, in);
 }
 
+std::shared_ptr<MtpHead> Qwen35CudaModel::load_mtp_head(int) const {
+  fail("--drafter mtp: the checkpoint's MTP head runs on --device cpu only in this build (the CUDA backend has no "
+       "MTP forward yet); use --drafter none, a block drafter directory, or --device cpu");
+}
+
 std::shared_ptr<Model> make_qwen3_5_cuda_model(const ModelConfig& config, const Qwen35Weights& weights,
                                                CudaModelOptions options) {
   require_hopper_gpu();

@@ -23,6 +23,8 @@ class Qwen35CudaModel final : public Qwen3CudaModel {
   std::string recurrent_state_format() const override { return hybrid_lane_format(config_); }
   void read_recurrent_state(KvCache& kv, int32_t lane, int64_t position, uint8_t* out) override;
   void write_recurrent_state(KvCache& kv, int32_t lane, int64_t position, const uint8_t* in) override;
+  // The MTP head has no CUDA forward yet: an error that says so (the CPU backend runs it).
+  std::shared_ptr<MtpHead> load_mtp_head(int n_threads) const override;
 
  private:
   void enqueue_decoder(int64_t n_rows, KvCache& kv) override;

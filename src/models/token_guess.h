@@ -1,0 +1,17 @@
+// A drafter's guess at a token: what a proposer reads of a drafter's logits row.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace tf {
+
+struct TokenGuess {
+  int32_t token;
+  float probability;  // softmax probability under the drafter's logits
+};
+
+// The k likeliest tokens of a logits row, best first (ties to the lower id), with their softmax
+// probabilities.
+std::vector<TokenGuess> likeliest_tokens(const float* logits, int64_t n_vocab, int64_t k);
+
+}  // namespace tf
