@@ -19,6 +19,7 @@
 #include "support/hybrid_runs.h"
 #include "support/random_drafter.h"
 #include "support/resumed.h"
+#include "support/widened_hybrid.h"
 
 namespace tf {
 namespace {
@@ -34,7 +35,20 @@ constexpr double kMaxRelativeError = 5e-2;
 constexpr float kMaxLogitDifference = 0.25f;
 constexpr int64_t kGreedySteps = 32;
 
-std::shared_ptr<Model> cuda_hybrid(const std::string& name) { return test::load_fixture(name, "cuda"); }
+// The fixtures, and kWidened: tiny-c with the real models' 128 x 128 DeltaNet heads (the kernels'
+// widest variant, which no transformers fixture reaches), written once per run.
+const std::string kWidened = "qwen3.5-tiny-c-widened";
+std::string model_dir(const std::string& name) {
+  if (name != kWidened) return test::fixture_model(name);
+  static const test::TempDir dir;
+  static const bool written = (test::write_widened_hybrid("qwen3.5-tiny-c", dir.path, 128, 128, 11), true);
+  (void)written;
+  return dir.path;
+}
+std::shared_ptr<Model> load_hybrid(const std::string& name, const std::string& device) {
+  return load_model(model_dir(name), test::test_load_options(device));
+}
+std::shared_ptr<Model> cuda_hybrid(const std::string& name) { return load_hybrid(name, "cuda"); }
 
 float top2_margin(const float* row, int64_t n) {
   float best = -INFINITY, second = -INFINITY;
@@ -58,7 +72,7 @@ class CudaHybridParity : public ::testing::TestWithParam<std::string> {};
 // Teacher-forced over the prompt and the CPU's greedy reply, then free-running greedy tokens.
 TEST_P(CudaHybridParity, LogitsAndGreedyTokensMatchTheCpuModel) {
   auto ref = test::read_json(test::fixture_model(GetParam()) + "/reference.json");
-  auto cpu = test::load_fixture(GetParam(), "cpu");
+  auto cpu = load_hybrid(GetParam(), "cpu");
   auto gpu = cuda_hybrid(GetParam());
   const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
   const std::vector<int32_t> want = test::greedy_generate(cpu, prompt, kGreedySteps);
@@ -88,9 +102,9 @@ TEST_P(CudaHybridParity, LogitsAndGreedyTokensMatchTheCpuModel) {
 }
 
 // The DeltaNet state itself after a prefill, against the CPU's (the fold through the model's interface).
-TEST_P(CudaHybridParity, RecurrentStateMatchesTheCpuModel) {
-  auto cpu = test::load_fixture(GetParam(), "cpu");
-  auto gpu = cuda_hybrid(GetParam());
+void expect_state_matches_the_cpu_model(const std::string& name) {
+  auto cpu = load_hybrid(name, "cpu");
+  auto gpu = cuda_hybrid(name);
   std::mt19937 rng(3);
   const auto ids = test::random_ids(rng, 33, cpu->config().vocab_size);
   std::vector<std::vector<float>> states;
@@ -108,13 +122,14 @@ TEST_P(CudaHybridParity, RecurrentStateMatchesTheCpuModel) {
   }
   ASSERT_EQ(gpu->recurrent_state_format(), cpu->recurrent_state_format());
   const double error = relative_error(states[1], states[0]);
-  std::printf("%s: recurrent state relative error %.3e\n", GetParam().c_str(), error);
+  std::printf("%s: recurrent state relative error %.3e\n", name.c_str(), error);
   EXPECT_LT(error, kMaxRelativeError);
 }
+TEST_P(CudaHybridParity, RecurrentStateMatchesTheCpuModel) { expect_state_matches_the_cpu_model(GetParam()); }
 
-TEST_P(CudaHybridParity, TapsMatchTheCpuModel) {
-  auto cpu = test::load_fixture(GetParam(), "cpu");
-  auto gpu = cuda_hybrid(GetParam());
+void expect_taps_match_the_cpu_model(const std::string& name) {
+  auto cpu = load_hybrid(name, "cpu");
+  auto gpu = cuda_hybrid(name);
   const int last = int(cpu->config().n_layers) - 1;
   cpu->set_tap_layers({last, 0});
   gpu->set_tap_layers({last, 0});
@@ -125,9 +140,25 @@ TEST_P(CudaHybridParity, TapsMatchTheCpuModel) {
   ASSERT_EQ(gpu->taps().size(), cpu->taps().size());
   EXPECT_LT(relative_error(gpu->taps(), cpu->taps()), kMaxRelativeError);
 }
+TEST_P(CudaHybridParity, TapsMatchTheCpuModel) { expect_taps_match_the_cpu_model(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(TinyHybrids, CudaHybridParity,
                          ::testing::Values("qwen3.5-tiny-a", "qwen3.5-tiny-b", "qwen3.5-tiny-c", "qwen3.5-tiny-chat"));
+
+// The widened heads against the CPU: logits of a random prompt, the state and the taps.
+TEST(CudaHybridParityWidened, LogitsStateAndTapsMatchTheCpuModel) {
+  auto cpu = load_hybrid(kWidened, "cpu");
+  auto gpu = cuda_hybrid(kWidened);
+  std::mt19937 rng(23);
+  const auto ids = test::random_ids(rng, 70, cpu->config().vocab_size);
+  const std::vector<float> cpu_logits = test::prefill_logits(*cpu, ids);
+  const std::vector<float> gpu_logits = test::prefill_logits(*gpu, ids);
+  const double error = relative_error(gpu_logits, cpu_logits);
+  std::printf("%s: relative error %.3e\n", kWidened.c_str(), error);
+  EXPECT_LT(error, kMaxRelativeError);
+  expect_state_matches_the_cpu_model(kWidened);
+  expect_taps_match_the_cpu_model(kWidened);
+}
 
 class CudaHybridInvariance : public ::testing::TestWithParam<std::string> {};
 
@@ -160,7 +191,7 @@ TEST_P(CudaHybridInvariance, GraphsAndOverlappedLaunchesChangeNothing) {
   ModelLoadOptions plain = test::test_load_options("cuda");
   plain.use_cuda_graphs = false;
   plain.use_overlapped_launches = false;
-  auto eager = load_model(test::fixture_model(GetParam()), plain);
+  auto eager = load_model(model_dir(GetParam()), plain);
   auto model = cuda_hybrid(GetParam());
   std::mt19937 rng(5);
   const auto ids = test::random_ids(rng, 90, model->config().vocab_size);
@@ -175,7 +206,7 @@ TEST_P(CudaHybridInvariance, GraphsAndOverlappedLaunchesChangeNothing) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyHybrids, CudaHybridInvariance,
-                         ::testing::Values("qwen3.5-tiny-a", "qwen3.5-tiny-b", "qwen3.5-tiny-c"));
+                         ::testing::Values("qwen3.5-tiny-a", "qwen3.5-tiny-b", "qwen3.5-tiny-c", kWidened));
 
 TEST(CudaHybridInvariance, PicksEqualTheSamplerOnTheLogits) {
   std::mt19937 rng(9);
@@ -195,7 +226,8 @@ TEST_P(CudaHybridSpeculation, CopyChainOf256RowsEqualsPlainDecoding) {
   test::expect_copy_chain_equals_plain(*cuda_hybrid(GetParam()));
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyHybrids, CudaHybridSpeculation, ::testing::Values("qwen3.5-tiny-a", "qwen3.5-tiny-b"));
+INSTANTIATE_TEST_SUITE_P(TinyHybrids, CudaHybridSpeculation,
+                         ::testing::Values("qwen3.5-tiny-a", "qwen3.5-tiny-b", kWidened));
 
 // ---- The engine's equalities ----
 

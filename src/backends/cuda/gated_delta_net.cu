@@ -1,7 +1,8 @@
 // Gated DeltaNet kernels. Every row's convolution, normalisations, decay and beta run first, in
-// parallel over rows (prepare_rows_kernel); then per (value head, lane) two threads own each column
-// of the head's [key][value] state in registers, so a chain of rows (a prefill chunk, a 256-row copy
-// chain) never leaves the block, and only the delta rule itself runs row after row.
+// parallel over rows (prepare_rows_kernel); then one warp per eight value columns of a head and lane
+// holds those columns of the head's [key][value] state in registers, so a chain of rows (a prefill
+// chunk, a 256-row copy chain) never leaves the warp, and only the delta rule itself runs row after
+// row; the gated norm runs over every row at once after it (gated_norm_kernel).
 // Every sum runs in one order, written out without fused multiply-adds (as the CPU twin writes them).
 #include "backends/cuda/gated_delta_net.cuh"
 
@@ -61,7 +62,8 @@ __global__ void prepare_rows_kernel(const float* __restrict__ projection, DeltaN
   for (int i = blockIdx.x; i < pass.n_rows + n_replay_total; i += gridDim.x) {
     const float* window[kMaxHistory + 1];
     const bool is_replay = i >= pass.n_rows;
-    const DeltaNetLane lane = pass.lanes[is_replay ? replay_lanes[i - pass.n_rows] : pass.lane_of_row[i]];
+    const int r = is_replay ? -1 : pass.lane_rows[i];  // prepared rows are in lane order, r its batch row
+    const DeltaNetLane lane = pass.lanes[is_replay ? replay_lanes[i - pass.n_rows] : pass.lane_of_row[r]];
     const Timeline timeline{lane.history + layer.linear_index * shape.history_floats_per_layer(),
                             lane.records + layer.linear_index * lane.record_capacity * shape.record_floats(),
                             pass.replay_rows + lane.replay_offset, history, conv_dim, shape.record_floats()};
@@ -70,10 +72,10 @@ __global__ void prepare_rows_kernel(const float* __restrict__ projection, DeltaN
       for (int j = 0; j <= history; ++j) window[j] = timeline.at(t + j);
     } else {
       for (int j = 0; j < history; ++j) {
-        const int source = pass.conv_sources[i * history + (history - j) - 1];
+        const int source = pass.conv_sources[r * history + (history - j) - 1];
         window[j] = source >= 0 ? projection + source * stride : timeline.at(lane.n_replay + (-1 - source));
       }
-      window[history] = projection + i * stride;
+      window[history] = projection + r * stride;
     }
     const float* record = window[history];
     float* out = pass.prepared + int64_t(i) * shape.record_floats();
@@ -105,47 +107,56 @@ __global__ void prepare_rows_kernel(const float* __restrict__ projection, DeltaN
   }
 }
 
-// What the recurrence block of one value head reads of a prepared row, item by item: its key head's
-// q and k, its v, its decay and beta.
-struct HeadItems {
-  int dk, dv, key_q, key_k, value, decay, beta;
-
-  __device__ HeadItems(const DeltaNetShape& shape, int head) {
-    dk = shape.key_head_dim;
-    dv = shape.value_head_dim;
-    const int key_head = head / (shape.n_value_heads / shape.n_key_heads);
-    key_q = key_head * dk;
-    key_k = shape.key_dim() + key_head * dk;
-    value = 2 * shape.key_dim() + head * dv;
-    decay = shape.conv_dim() + head;
-    beta = shape.conv_dim() + shape.n_value_heads + head;
-  }
-  __device__ int count() const { return 2 * dk + dv + 2; }
-  __device__ int offset(int e) const {
-    return e < dk ? key_q + e : e < 2 * dk ? key_k + (e - dk) : e < 2 * dk + dv ? value + (e - 2 * dk) : e == 2 * dk + dv ? decay : beta;
-  }
-};
-constexpr int kMaxItemsPerThread = 2;
-
-// A row's items in shared memory: q [dk], k [dk], v [dv], decay, beta.
-struct RowScratch {
-  const float* q;
-  const float* k;
-  const float* v;
-  float decay, beta;
-};
-
-// Thread t of the block owns quarter t % 4 of column t / 4 of the head's state: key rows
-// [begin, begin + length) of it, in registers. The quarters' partial sums are added as
-// (q0 + q1) + (q2 + q3), the same in each of the four threads.
+// The recurrence. One warp owns kWarpColumns value columns of one head, four threads a column, the
+// column's key rows split in quarters held in registers; warps never wait for each other, so a
+// chain of rows (a prefill chunk, a 256-row copy chain) costs one warp's latency per row. A row's
+// items (its key head's q and k, the warp's v, decay, beta; a pass row's load/save) are copied to
+// the warp's shared memory kPrefetch rows ahead by cp.async, so a row only waits on its own math.
 constexpr int kThreadsPerColumn = 4;
+constexpr int kWarpColumns = 32 / kThreadsPerColumn;
+constexpr int kRecurrenceWarps = 4;  // per block
+constexpr int kStages = 4;           // row buffers per warp
+constexpr int kPrefetch = kStages - 1;
+
+// A key vector in a row buffer, padded by 4 floats every 32 so the four quarters' reads fall in
+// different banks and every quarter of a 16-multiple dk starts 16-byte aligned.
+__host__ __device__ constexpr int padded_key(int e) { return e + 4 * (e / 32); }
+__host__ __device__ constexpr int padded_keys(int dk) { return padded_key(dk - 1) / 4 * 4 + 4; }
+
+// A row buffer: q [padded dk], k [padded dk], the warp's v [kWarpColumns], decay, beta, load, save.
+struct RowLayout {
+  int keys, k, v, decay, beta, load, save, floats;
+  __host__ __device__ explicit RowLayout(int dk) {
+    keys = padded_keys(dk);
+    k = keys;
+    v = 2 * keys;
+    decay = v + kWarpColumns;
+    beta = decay + 1;
+    load = beta + 1;
+    save = load + 1;
+    floats = (save + 1 + 3) / 4 * 4;
+  }
+};
+
+__device__ __forceinline__ void copy_async_4(float* to, const void* from) {
+  const unsigned address = unsigned(__cvta_generic_to_shared(to));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(address), "l"(from) : "memory");
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Every copy group but the newest kPrefetch - 1 has landed (this thread's; the warp then syncs).
+__device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_group %0;" ::"n"(kPrefetch - 1) : "memory"); }
+
+// Thread t of the warp owns quarter t % 4 of column t / 4: key rows [begin, begin + length) of it,
+// in registers. The quarters' partial sums are added as (q0 + q1) + (q2 + q3), the same in each of
+// the four threads.
 struct ColumnPart {
   int column, quarter, begin, length;
   bool owns;
 };
 
-__device__ __forceinline__ ColumnPart column_part(int dk, int dv) {
-  const int column = threadIdx.x / kThreadsPerColumn, quarter = threadIdx.x % kThreadsPerColumn;
+__device__ __forceinline__ ColumnPart column_part(int first_column, int dk, int dv) {
+  const int lane = int(threadIdx.x) % 32;
+  const int column = first_column + lane / kThreadsPerColumn, quarter = lane % kThreadsPerColumn;
   const int base = dk / kThreadsPerColumn, extra = dk % kThreadsPerColumn;
   return {column, quarter, quarter * base + min(quarter, extra), base + (quarter < extra ? 1 : 0), column < dv};
 }
@@ -157,124 +168,166 @@ __device__ __forceinline__ float add_parts(float partial, int quarter) {
   return quarter < 2 ? __fadd_rn(pair, other_pair) : __fadd_rn(other_pair, pair);
 }
 
+// Keys begin + i .. begin + i + 3 of a padded key vector (i a multiple of 4). kVector: one 16-byte
+// read (dk % 16 == 0: every quarter's run of keys starts 16-byte aligned and no group of four
+// crosses a pad); else one read each, within the part's length.
+template <bool kVector>
+__device__ __forceinline__ float4 read_four_keys(const float* keys, const ColumnPart& part, int i) {
+  if constexpr (kVector) {
+    return *reinterpret_cast<const float4*>(keys + padded_key(part.begin + i));
+  } else {
+    const auto at = [&](int j) { return i + j < part.length ? keys[padded_key(part.begin + i + j)] : 0.0f; };
+    return make_float4(at(0), at(1), at(2), at(3));
+  }
+}
+
+__device__ __forceinline__ float item(const float4& v, int j) { return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w; }
+
 // One delta-rule step of a column: S *= exp(g); d = (v - S^T k) * beta; S += k d^T; returns (S^T q)
-// of the column. Every thread of the block calls it (the quarters meet through shuffles).
-template <int kMaxPart>
-__device__ __forceinline__ float delta_step(float (&s)[kMaxPart], const RowScratch& row, const ColumnPart& part) {
-  const float* k = row.k + part.begin;
-  const float* q = row.q + part.begin;
+// of the column. Every thread of the warp calls it (the quarters meet through shuffles). Keys are
+// read from shared memory four at a time as they are used, so only the state stays in registers.
+template <int kMaxPart, bool kVector>
+__device__ __forceinline__ float delta_step(float (&s)[kMaxPart], const float* row, const RowLayout& layout,
+                                            const ColumnPart& part, int warp_column) {
+  const float decay = row[layout.decay], beta = row[layout.beta];
   float remembered = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kMaxPart; ++i)
-    if (i < part.length && part.owns) {
-      s[i] = __fmul_rn(s[i], row.decay);
-      remembered = __fadd_rn(remembered, __fmul_rn(s[i], k[i]));
-    }
+  for (int i = 0; i < kMaxPart; i += 4) {
+    const float4 k = read_four_keys<kVector>(row + layout.k, part, i);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (i + j < part.length && part.owns) {
+        s[i + j] = __fmul_rn(s[i + j], decay);
+        remembered = __fadd_rn(remembered, __fmul_rn(s[i + j], item(k, j)));
+      }
+  }
   remembered = add_parts(remembered, part.quarter);
-  const float delta = part.owns ? __fmul_rn(__fsub_rn(row.v[part.column], remembered), row.beta) : 0.0f;
+  const float delta = part.owns ? __fmul_rn(__fsub_rn(row[layout.v + warp_column], remembered), beta) : 0.0f;
   float out = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kMaxPart; ++i)
-    if (i < part.length && part.owns) {
-      s[i] = __fadd_rn(s[i], __fmul_rn(k[i], delta));
-      out = __fadd_rn(out, __fmul_rn(s[i], q[i]));
-    }
+  for (int i = 0; i < kMaxPart; i += 4) {
+    const float4 k = read_four_keys<kVector>(row + layout.k, part, i);
+    const float4 q = read_four_keys<kVector>(row, part, i);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (i + j < part.length && part.owns) {
+        s[i + j] = __fadd_rn(s[i + j], __fmul_rn(item(k, j), delta));
+        out = __fadd_rn(out, __fmul_rn(s[i + j], item(q, j)));
+      }
+  }
   return add_parts(out, part.quarter);
 }
 
-// A head's [key][value] state at `head_state`: the thread's part of its column.
+// A head's [key][value] state at `head_state`: the thread's part of its column, walked with one
+// pointer (rare next to the rows: held addresses would cost registers the rows need).
 template <int kMaxPart>
 __device__ __forceinline__ void load_state(float (&s)[kMaxPart], const float* head_state, const ColumnPart& part, int dv) {
+  const float* p = head_state + part.begin * dv + part.column;
 #pragma unroll
-  for (int i = 0; i < kMaxPart; ++i)
-    if (i < part.length && part.owns) s[i] = head_state[(part.begin + i) * dv + part.column];
+  for (int i = 0; i < kMaxPart; ++i, p += dv)
+    if (i < part.length && part.owns) s[i] = *p;
 }
 
 template <int kMaxPart>
 __device__ __forceinline__ void store_state(const float (&s)[kMaxPart], float* head_state, const ColumnPart& part,
                                             int dv) {
+  float* p = head_state + part.begin * dv + part.column;
 #pragma unroll
-  for (int i = 0; i < kMaxPart; ++i)
-    if (i < part.length && part.owns) head_state[(part.begin + i) * dv + part.column] = s[i];
+  for (int i = 0; i < kMaxPart; ++i, p += dv)
+    if (i < part.length && part.owns) *p = s[i];
 }
 
-// grid (value heads, lanes); block: four threads per value column rounded up to warps, at least two.
-// The lane's rows run in order: replay rows (folded into the committed state), then the pass's rows.
-// The next row's items are loaded into registers while the current row computes.
-template <int kMaxPart>
-__global__ void __launch_bounds__(1024 / 2) delta_rule_kernel(const float* __restrict__ projection, DeltaNetShape shape, DeltaNetLayer layer,
-                                  DeltaNetPass pass, float eps, uint16_t* __restrict__ out) {
-  extern __shared__ float shared[];  // two row buffers of items, then the warps' partial sums
+// grid (warps of every head's column groups / kRecurrenceWarps, lanes). The lane's rows run in order:
+// replay rows (folded into the committed state), then the pass's rows, each from its parent's state.
+// A pass row's output (S^T q of each column) goes to head_out in lane order, for gated_norm_kernel.
+template <int kMaxPart, bool kVector>
+__global__ void __launch_bounds__(32 * kRecurrenceWarps)
+    delta_rule_kernel(DeltaNetShape shape, DeltaNetPass pass, int linear_index, float* __restrict__ head_out) {
+  extern __shared__ float shared[];  // per warp: kStages row buffers
   wait_for_prior_kernel();
   let_next_kernel_start();
-  const int head = blockIdx.x, dk = shape.key_head_dim, dv = shape.value_head_dim;
-  const ColumnPart part = column_part(dk, dv);
-  const HeadItems items(shape, head);
-  const int n_items = items.count();
-  float* buffers[2] = {shared, shared + n_items};
-  float* partials = shared + 2 * n_items;
+  const int dk = shape.key_head_dim, dv = shape.value_head_dim;
+  const int groups = (dv + kWarpColumns - 1) / kWarpColumns;
+  const int warp = int(threadIdx.x) / 32, warp_lane = int(threadIdx.x) % 32;
+  const int warp_index = int(blockIdx.x) * kRecurrenceWarps + warp;
+  if (warp_index >= shape.n_value_heads * groups) return;
+  const int head = warp_index / groups, first_column = warp_index % groups * kWarpColumns;
+  const ColumnPart part = column_part(first_column, dk, dv);
+  const RowLayout layout(dk);
+  float* buffers = shared + warp * kStages * layout.floats;
+
+  const int key_head = head / (shape.n_value_heads / shape.n_key_heads);
+  const int item_q = key_head * dk, item_k = shape.key_dim() + key_head * dk;
+  const int item_v = 2 * shape.key_dim() + head * dv + first_column;
+  const int item_decay = shape.conv_dim() + head, item_beta = shape.conv_dim() + shape.n_value_heads + head;
+  const int n_columns = min(kWarpColumns, dv - first_column);
+
   const DeltaNetLane lane = pass.lanes[blockIdx.y];
   const int64_t head_state = int64_t(head) * dk * dv;
-  float* committed = lane.state + layer.linear_index * shape.state_floats_per_layer() + head_state;
+  float* committed = lane.state + linear_index * shape.state_floats_per_layer() + head_state;
   const int n_steps = lane.n_replay + lane.n_rows;
-  // Prepared row of step u: replay rows sit after the pass's rows.
-  auto prepared_of = [&](int u) -> const float* {
-    const int64_t index = u < lane.n_replay ? pass.n_rows + lane.replay_offset + u
-                                            : pass.lane_rows[lane.row_offset + (u - lane.n_replay)];
-    return pass.prepared + index * shape.record_floats();
-  };
-  float next[kMaxItemsPerThread];
-  auto fetch = [&](int u) {
-    const float* from = prepared_of(u);
-#pragma unroll
-    for (int j = 0; j < kMaxItemsPerThread; ++j) {
-      const int e = int(threadIdx.x) + j * int(blockDim.x);
-      if (e < n_items) next[j] = from[items.offset(e)];
+  // Step u's prepared row: the replay rows sit after the pass's rows, which are in lane order.
+  const auto fetch = [&](int u) {
+    if (u < n_steps) {
+      const int64_t index = u < lane.n_replay ? pass.n_rows + lane.replay_offset + u : lane.row_offset + (u - lane.n_replay);
+      const float* from = pass.prepared + index * shape.record_floats();
+      float* to = buffers + u % kStages * layout.floats;
+      for (int e = warp_lane; e < dk; e += 32) {
+        copy_async_4(to + padded_key(e), from + item_q + e);
+        copy_async_4(to + layout.k + padded_key(e), from + item_k + e);
+      }
+      if (warp_lane < n_columns) copy_async_4(to + layout.v + warp_lane, from + item_v + warp_lane);
+      if (warp_lane == 30) copy_async_4(to + layout.decay, from + item_decay);
+      if (warp_lane == 31) copy_async_4(to + layout.beta, from + item_beta);
+      if (u >= lane.n_replay && warp_lane == 28) copy_async_4(to + layout.load, pass.load_from + lane.row_offset + (u - lane.n_replay));
+      if (u >= lane.n_replay && warp_lane == 29) copy_async_4(to + layout.save, pass.save_to + lane.row_offset + (u - lane.n_replay));
     }
+    commit_copies();  // empty groups too: the count of groups in flight stays kPrefetch
   };
 
   float s[kMaxPart];
   load_state(s, committed, part, dv);
-  if (n_steps > 0) fetch(0);
-  const int warp = threadIdx.x / 32, warp_lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
+  for (int u = 0; u < kPrefetch; ++u) fetch(u);
   for (int u = 0; u < n_steps; ++u) {
-    float* buffer = buffers[u % 2];
-#pragma unroll
-    for (int j = 0; j < kMaxItemsPerThread; ++j) {
-      const int e = int(threadIdx.x) + j * int(blockDim.x);
-      if (e < n_items) buffer[e] = next[j];
-    }
-    __syncthreads();  // this row's items are in; the other buffer's row is done
-    if (u + 1 < n_steps) fetch(u + 1);
-    const RowScratch row{buffer, buffer + dk, buffer + 2 * dk, buffer[2 * dk + dv], buffer[2 * dk + dv + 1]};
+    wait_copies();
+    __syncwarp();  // row u is in; every lane is done with row u - 1, whose buffer the next fetch reuses
+    fetch(u + kPrefetch);
+    const float* row = buffers + u % kStages * layout.floats;
     if (u < lane.n_replay) {
-      delta_step(s, row, part);
+      delta_step<kMaxPart, kVector>(s, row, layout, part, part.column - first_column);
       if (u + 1 == lane.n_replay) store_state(s, committed, part, dv);
       continue;
     }
-    const int lane_row = lane.row_offset + (u - lane.n_replay);
-    const int r = pass.lane_rows[lane_row];
-    const int load = pass.load_from[lane_row];
+    const int load = __float_as_int(row[layout.load]), save = __float_as_int(row[layout.save]);
     if (load >= 0) load_state(s, pass.saved_states + int64_t(load) * shape.state_floats_per_layer() + head_state, part, dv);
-    const float y = delta_step(s, row, part);
-    const int save = pass.save_to[lane_row];
+    const float y = delta_step<kMaxPart, kVector>(s, row, layout, part, part.column - first_column);
     if (save >= 0) store_state(s, pass.saved_states + int64_t(save) * shape.state_floats_per_layer() + head_state, part, dv);
+    if (part.owns && part.quarter == 0)
+      head_out[int64_t(lane.row_offset + (u - lane.n_replay)) * shape.value_dim() + head * dv + part.column] = y;
+  }
+}
 
-    // Gated RMSNorm over the head's values (one thread of each column counts): warps' sums in warp order.
-    float sum = part.owns && part.quarter == 0 ? __fmul_rn(y, y) : 0.0f;
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
-    if (warp_lane == 0) partials[warp] = sum;
-    __syncthreads();
-    float total = 0.0f;
-    for (int w = 0; w < n_warps; ++w) total = __fadd_rn(total, partials[w]);
-    const float inverse_rms = __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(total, float(dv)), eps)));
-    if (part.owns && part.quarter == 0) {
-      const int j = part.column;
-      const float normed = __fmul_rn(__fmul_rn(y, inverse_rms), layer.gated_norm[j]);
-      const float z = projection[int64_t(r) * shape.projection_floats() + shape.record_floats() + head * dv + j];
-      out[int64_t(r) * shape.value_dim() + head * dv + j] = f32_to_bf16_bits(__fmul_rn(normed, silu_of(z)));
-    }
+// grid (pass rows x value heads / kNormWarps): one warp per (lane row, value head). The gated RMSNorm
+// of the head's outputs (their squares summed as warp_sum_of_squares sums) times silu(z), to the
+// row's place in the batch.
+constexpr int kNormWarps = 8;
+__global__ void __launch_bounds__(32 * kNormWarps)
+    gated_norm_kernel(const float* __restrict__ projection, DeltaNetShape shape, DeltaNetPass pass,
+                      const float* __restrict__ gain, const float* __restrict__ head_out, float eps,
+                      uint16_t* __restrict__ out) {
+  wait_for_prior_kernel();
+  let_next_kernel_start();
+  const int item = int(blockIdx.x) * kNormWarps + int(threadIdx.x) / 32, warp_lane = int(threadIdx.x) % 32;
+  if (item >= pass.n_rows * shape.n_value_heads) return;
+  const int i = item / shape.n_value_heads, head = item % shape.n_value_heads, dv = shape.value_head_dim;
+  const float* y = head_out + int64_t(i) * shape.value_dim() + head * dv;
+  const float inverse_rms =
+      __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(warp_sum_of_squares(y, dv, warp_lane), float(dv)), eps)));
+  const int64_t r = pass.lane_rows[i];
+  const float* z = projection + r * shape.projection_floats() + shape.record_floats() + head * dv;
+  for (int j = warp_lane; j < dv; j += 32) {
+    const float normed = __fmul_rn(__fmul_rn(y[j], inverse_rms), gain[j]);
+    out[r * shape.value_dim() + head * dv + j] = f32_to_bf16_bits(__fmul_rn(normed, silu_of(z[j])));
   }
 }
 
@@ -314,7 +367,7 @@ void check_shape(const DeltaNetShape& shape) {
 }  // namespace
 
 void gated_delta_net(const float* projection, const DeltaNetShape& shape, const DeltaNetLayer& layer,
-                     const DeltaNetPass& pass, float eps, uint16_t* out, cudaStream_t stream) {
+                     const DeltaNetPass& pass, float eps, float* head_out, uint16_t* out, cudaStream_t stream) {
   check_shape(shape);
   if (pass.n_lanes == 0) return;
   // A block per row and kPrepareBlocksPerLane per lane for its replay rows (which loop over them):
@@ -327,24 +380,28 @@ void gated_delta_net(const float* projection, const DeltaNetShape& shape, const 
                     dim3(unsigned(pass.n_rows + kPrepareBlocksPerLane * pass.n_lanes)),
                     dim3(kPrepareThreads), prepare_shared, stream, projection, shape, layer, pass);
 
-  // Four threads a value column, and enough threads to fetch a row's items two apiece.
-  const int n_items = 2 * shape.key_head_dim + shape.value_head_dim + 2;
-  const int threads = std::max({64, (kThreadsPerColumn * shape.value_head_dim + 31) / 32 * 32,
-                                (n_items + kMaxItemsPerThread * 32 - 1) / (kMaxItemsPerThread * 32) * 32});
-  TF_CUDA_REQUIRE(n_items <= kMaxItemsPerThread * threads, "gated_delta_net: too many items per thread");
-  const size_t shared_bytes = size_t(2 * n_items + 32) * sizeof(float);
-  const dim3 grid(unsigned(shape.n_value_heads), unsigned(pass.n_lanes));
+  const int groups = (shape.value_head_dim + kWarpColumns - 1) / kWarpColumns;
+  const dim3 grid(unsigned((shape.n_value_heads * groups + kRecurrenceWarps - 1) / kRecurrenceWarps),
+                  unsigned(pass.n_lanes));
+  const size_t shared_bytes = size_t(kRecurrenceWarps * kStages * RowLayout(shape.key_head_dim).floats) * sizeof(float);
   const int part = (shape.key_head_dim + kThreadsPerColumn - 1) / kThreadsPerColumn;
+  const bool vector = shape.key_head_dim % 16 == 0;
+  const auto launch = [&](auto kernel) {
+    launch_overlapped("delta_rule_kernel", kernel, grid, dim3(32 * kRecurrenceWarps), shared_bytes, stream, shape, pass,
+                      layer.linear_index, head_out);
+  };
   if (part <= 8) {
-    launch_overlapped("delta_rule_kernel", delta_rule_kernel<8>, grid, dim3(threads), shared_bytes, stream, projection,
-                      shape, layer, pass, eps, out);
+    vector ? launch(delta_rule_kernel<8, true>) : launch(delta_rule_kernel<8, false>);
   } else if (part <= 16) {
-    launch_overlapped("delta_rule_kernel", delta_rule_kernel<16>, grid, dim3(threads), shared_bytes, stream, projection,
-                      shape, layer, pass, eps, out);
+    vector ? launch(delta_rule_kernel<16, true>) : launch(delta_rule_kernel<16, false>);
   } else {
-    launch_overlapped("delta_rule_kernel", delta_rule_kernel<32>, grid, dim3(threads), shared_bytes, stream, projection,
-                      shape, layer, pass, eps, out);
+    vector ? launch(delta_rule_kernel<32, true>) : launch(delta_rule_kernel<32, false>);
   }
+  if (pass.n_rows == 0) return;
+  const int items = pass.n_rows * shape.n_value_heads;
+  launch_overlapped("gated_norm_kernel", gated_norm_kernel, dim3(unsigned((items + kNormWarps - 1) / kNormWarps)),
+                    dim3(32 * kNormWarps), 0, stream, projection, shape, pass, layer.gated_norm,
+                    static_cast<const float*>(head_out), eps, out);
 }
 
 void commit_delta_net_records(const float* projection, const DeltaNetShape& shape, int linear_index,

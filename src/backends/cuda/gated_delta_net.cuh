@@ -1,9 +1,10 @@
 // The Gated DeltaNet of a Qwen3.5-class hybrid on the GPU, token by token in f32 in every path
 // (prefill, decode, verify rows, the replay that folds committed rows into a lane's state).
 //
-// One block per (value head, lane) runs the lane's rows in order: first the replay (committed rows of
-// the lane's previous pass, whose inputs the lane keeps), which it writes back as the lane's state,
-// then this pass's rows, each from its parent's state, which the lane's state never sees. A row's
+// One warp per (eight value columns of a head, lane) runs the lane's rows in order: first the replay
+// (committed rows of the lane's previous pass, whose inputs the lane keeps), which it writes back as
+// the lane's state, then this pass's rows, each from its parent's state, which the lane's state never
+// sees; the gated norm then runs over every row at once. A row's
 // convolution, q/k normalisation, decay and delta step read only its own window and its parent's
 // state, in one order, so its result never depends on how many rows or lanes share the pass.
 // Hybrid_lanes.h says how the rows are planned.
@@ -59,7 +60,7 @@ struct DeltaNetPass {
   const int32_t* lane_of_row;  // [n_rows] per batch row, its lane's index in `lanes`
   const int32_t* conv_sources; // [n_rows][history] as HybridPassPlan::conv_sources
   float* saved_states;         // [saved][value heads][key_head_dim][value_head_dim]
-  float* prepared;             // [n_rows + n_replay_total][record_floats]: the pass's rows, then the replay rows
+  float* prepared;             // [n_rows + n_replay_total][record_floats]: the pass's rows in lane order, then the replay rows
 };
 
 struct DeltaNetLayer {
@@ -70,11 +71,11 @@ struct DeltaNetLayer {
   const float* gated_norm;  // [value_head_dim], a plain gain
 };
 
-// projection: [n_rows][projection_floats] f32 (null when no lane has rows: a fold). out: [n_rows]
-// [value_dim] bf16, the gated RMSNorm of each head's output times silu(z). Folds every lane's replay
-// into its state.
+// projection: [n_rows][projection_floats] f32 (null when no lane has rows: a fold). head_out:
+// [n_rows][value_dim] f32 scratch. out: [n_rows][value_dim] bf16, the gated RMSNorm of each head's
+// output times silu(z). Folds every lane's replay into its state.
 void gated_delta_net(const float* projection, const DeltaNetShape& shape, const DeltaNetLayer& layer,
-                     const DeltaNetPass& pass, float eps, uint16_t* out, cudaStream_t stream);
+                     const DeltaNetPass& pass, float eps, float* head_out, uint16_t* out, cudaStream_t stream);
 
 // After gated_delta_net on the layer: each lane's conv history moves past its replay, and its records
 // become this pass's rows (the next pass replays the accepted ones).

@@ -58,6 +58,7 @@ void Qwen35CudaModel::reserve_hybrid(int64_t n_rows) {
   const size_t rows = size_t(n_rows);
   gated_qkv_ = DeviceBuffer<uint16_t>(rows * size_t(2 * config_.q_dim() + 2 * config_.kv_dim()));
   projection_ = DeviceBuffer<float>(rows * size_t(shape_.projection_floats()));
+  head_out_ = DeviceBuffer<float>(rows * size_t(shape_.value_dim()));
   delta_out_ = DeviceBuffer<uint16_t>(rows * size_t(shape_.value_dim()));
   hybrid_capacity_ = n_rows;
 }
@@ -182,7 +183,8 @@ void Qwen35CudaModel::delta_net_block(const Qwen35CudaLayerWeights& w, int64_t l
   // f32: the recurrence reads the projection as the CPU reference does, and replay reads it again.
   linear(normed_.data(), n_rows, w.in_proj.view(), shape_.projection_floats(), hidden, projection_.data(),
          LinearOutput::f32, stream);
-  gated_delta_net(projection_.data(), shape_, delta_layer(w, linear_index), delta_pass_, eps, delta_out_.data(), stream);
+  gated_delta_net(projection_.data(), shape_, delta_layer(w, linear_index), delta_pass_, eps, head_out_.data(),
+                  delta_out_.data(), stream);
   commit_delta_net_records(projection_.data(), shape_, int(linear_index), delta_pass_, stream);
   linear(delta_out_.data(), n_rows, w.out_proj.view(), hidden, shape_.value_dim(), proj_.data(), LinearOutput::bf16,
          stream);
@@ -222,7 +224,7 @@ void Qwen35CudaModel::read_recurrent_state(KvCache& kv, int32_t lane, int64_t po
     for (const Qwen35CudaLayerWeights& w : layers_) {
       if (w.kind != LayerKind::linear_attention) continue;
       gated_delta_net(nullptr, shape_, delta_layer(w, linear_index), delta_pass_, config_.rms_norm_eps, nullptr,
-                      stream_.get());
+                      nullptr, stream_.get());
       commit_delta_net_records(nullptr, shape_, int(linear_index), delta_pass_, stream_.get());
       ++linear_index;
     }

@@ -56,6 +56,7 @@ class Qwen35CudaModel final : public Qwen3CudaModel {
   int64_t hybrid_capacity_ = 0;
   DeviceBuffer<uint16_t> gated_qkv_;   // [n_rows][2 * q_dim + 2 * kv_dim]
   DeviceBuffer<float> projection_;     // [n_rows][projection_floats]
+  DeviceBuffer<float> head_out_;       // [n_rows][value_dim]: the recurrence's outputs, in lane order
   DeviceBuffer<uint16_t> delta_out_;   // [n_rows][value_dim]
 };
 
