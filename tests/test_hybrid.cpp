@@ -20,6 +20,7 @@
 #include "support/fixtures.h"
 #include "support/forward_runs.h"
 #include "support/hybrid_runs.h"
+#include "support/widened_hybrid.h"
 
 namespace tf {
 namespace {
@@ -36,7 +37,7 @@ const char* const kHybrids[] = {"qwen3.5-tiny-a", "qwen3.5-tiny-b", "qwen3.5-tin
 std::shared_ptr<Model> load_hybrid(const std::string& name, int n_threads = 0) {
   ModelLoadOptions options;
   options.n_threads = n_threads;
-  return load_model(test::fixture_model(name), options);
+  return load_model(test::hybrid_model_dir(name), options);
 }
 
 class HybridParity : public ::testing::TestWithParam<std::string> {};
@@ -335,7 +336,7 @@ TEST_P(HybridInvariance, DecodeRowIsTheSameAmongAnyNumberOfRows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyHybrids, HybridInvariance,
-                         ::testing::Values("qwen3.5-tiny-a", "qwen3.5-tiny-b", "qwen3.5-tiny-c"));
+                         ::testing::Values("qwen3.5-tiny-a", "qwen3.5-tiny-b", "qwen3.5-tiny-c", test::kWidenedHybrid));
 
 TEST(HybridInvariance, PicksEqualTheSamplerOnTheLogits) {
   std::mt19937 rng(9);

@@ -35,16 +35,8 @@ constexpr double kMaxRelativeError = 5e-2;
 constexpr float kMaxLogitDifference = 0.25f;
 constexpr int64_t kGreedySteps = 32;
 
-// The fixtures, and kWidened: tiny-c with the real models' 128 x 128 DeltaNet heads (the kernels'
-// widest variant, which no transformers fixture reaches), written once per run.
-const std::string kWidened = "qwen3.5-tiny-c-widened";
-std::string model_dir(const std::string& name) {
-  if (name != kWidened) return test::fixture_model(name);
-  static const test::TempDir dir;
-  static const bool written = (test::write_widened_hybrid("qwen3.5-tiny-c", dir.path, 128, 128, 11), true);
-  (void)written;
-  return dir.path;
-}
+const std::string& kWidened = test::kWidenedHybrid;  // the kernels' widest DeltaNet variant
+std::string model_dir(const std::string& name) { return test::hybrid_model_dir(name); }
 std::shared_ptr<Model> load_hybrid(const std::string& name, const std::string& device) {
   return load_model(model_dir(name), test::test_load_options(device));
 }

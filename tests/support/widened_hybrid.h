@@ -12,6 +12,7 @@
 
 #include "loader/safetensors.h"
 #include "support/fixtures.h"
+#include "support/random_drafter.h"
 
 namespace tf::test {
 
@@ -69,6 +70,17 @@ inline void write_widened_hybrid(const std::string& name, const std::string& dir
     tensors.push_back({tensor_name, DType::f32, shape, values.data(), values.size() * sizeof(float)});
   }
   write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+}
+
+// The model directory of a fixture NAME, or of kWidenedHybrid: tiny-c with the real models' 128 x 128
+// DeltaNet heads, written once per process into a temporary directory.
+inline const std::string kWidenedHybrid = "qwen3.5-tiny-c-widened";
+inline std::string hybrid_model_dir(const std::string& name) {
+  if (name != kWidenedHybrid) return fixture_model(name);
+  static const TempDir dir;
+  static const bool written = (write_widened_hybrid("qwen3.5-tiny-c", dir.path, 128, 128, 11), true);
+  (void)written;
+  return dir.path;
 }
 
 }  // namespace tf::test

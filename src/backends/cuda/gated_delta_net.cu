@@ -48,7 +48,7 @@ __device__ __forceinline__ float warp_sum_of_squares(const float* v, int n, int 
 // One block per prepared row (grid-stride over the pass's rows, then every lane's replay rows): the
 // convolution over the row's window with silu, the normalisations, decay and beta.
 constexpr int kPrepareThreads = 256;
-constexpr int kPrepareBlocksPerLane = 64;
+constexpr int kPrepareBlocksPerLane = 256;
 __global__ void prepare_rows_kernel(const float* __restrict__ projection, DeltaNetShape shape, DeltaNetLayer layer,
                                     DeltaNetPass pass) {
   extern __shared__ float channels[];  // [conv_dim] after the convolution and silu
