@@ -21,7 +21,7 @@ __global__ void embedding_kernel(Rows table, int n_vocab, int dim, const int32_t
   // Piece p is inputs 8p..8p+7: lane p % 4's share of K block p / 4, read as the linear kernel does.
   for (int piece = int(threadIdx.x); piece < dim / 8; piece += int(blockDim.x)) {
     const int block = piece / 4;
-    const typename Rows::Cursor row = table.at(is_valid ? id : 0, 8 * (piece % 4));
+    const typename Rows::Cursor row = table.at(is_valid ? id : 0, 8 * (piece % 4), block % 8);
     target[piece] = is_valid ? Rows::expand(table.fetch(row, block), (block / 8) % Rows::kBlocksPerFetch)
                              : make_uint4(0, 0, 0, 0);
   }

@@ -2,6 +2,7 @@
 // dequantized in registers, one fixed K order for every M (see linear.cuh).
 #include "backends/cuda/linear.cuh"
 
+#include <algorithm>
 #include <string_view>
 #include <type_traits>
 
@@ -127,7 +128,7 @@ __global__ void __launch_bounds__(kWarps * 32 * kColGroups)
   for (int c = 0; c < kColTiles; ++c) {
     const int col = col0 + c * kMmaCols + g;
     w_ok[c] = col < n_out;
-    w_row[c] = w.at(w_ok[c] ? col : 0, 8 * q);
+    w_row[c] = w.at(w_ok[c] ? col : 0, 8 * q, warp);
   }
   const uint16_t* x_row[kRowTiles][2];
   bool x_ok[kRowTiles][2];
@@ -153,7 +154,8 @@ __global__ void __launch_bounds__(kWarps * 32 * kColGroups)
   using Fetched = typename Rows::Fetched;
   const auto fetch = [&](Fetched(&into)[kColTiles], int b) {
 #pragma unroll
-    for (int c = 0; c < kColTiles; ++c) into[c] = w_ok[c] && w.in_row(w_row[c], b) ? w.fetch(w_row[c], b) : Fetched{};
+    // A column past n_out reads row 0's weights: its sums are never stored.
+    for (int c = 0; c < kColTiles; ++c) into[c] = w.in_row(w_row[c], b) ? w.fetch(w_row[c], b) : Fetched{};
   };
   for (int j = warp; j < n_blocks_k; j += kWarps * kSpan) {
     Fetched wv[kSpan / kFetch][kColTiles];
@@ -192,6 +194,129 @@ __global__ void __launch_bounds__(kWarps * 32 * kColGroups)
   store_warp_sums<kRowTiles, kColTiles, kColGroups, kOutput>(acc, partials, row0, block_col0, n_rows, n_out, y);
 }
 
+// The swapped kernel: the register kernel's element chains with the operands of each mma swapped,
+// 16 weight rows as A and 8 activation rows as B, so the loaded activations are the B fragment as
+// they come (no register moves, no padding rows at decode), and a block's kRowTiles tiles of 8 rows
+// share each dequantized weight (verify rounds dequantize once, not once per 16 rows). An element's
+// k16 steps and warp sum are the register kernel's, with the same products in the same k slots, and
+// the tensor core's sum does not depend on which operand holds them: the test checks the bits.
+constexpr int kSwappedTileCols = 16, kSwappedTileRows = 8;
+template <int kColTiles, int kRowTiles, int kUnroll, LinearOutput kOutput, class Rows>
+__global__ void __launch_bounds__(kWarps * 32)
+    linear_swapped_kernel(const uint16_t* __restrict__ x, int n_rows, Rows w, int n_out, int n_in, void* __restrict__ y) {
+  __shared__ float4 partials[kWarps][kColTiles][kRowTiles][32];
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+  const int row0 = int(blockIdx.x) * kSwappedTileRows * kRowTiles;
+  const int block_col0 = int(blockIdx.y) * kSwappedTileCols * kColTiles;
+  const int n_blocks_k = (n_in + kBlockK - 1) / kBlockK;
+  typename Rows::Cursor w_row[kColTiles][2];  // weight rows g and g + 8 of each 16-column tile
+#pragma unroll
+  for (int c = 0; c < kColTiles; ++c)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int col = block_col0 + c * kSwappedTileCols + g + 8 * h;
+      w_row[c][h] = w.at(col < n_out ? col : 0, 8 * q, warp);  // a column past n_out is never stored
+    }
+  const uint16_t* x_row[kRowTiles];
+  bool x_ok[kRowTiles];
+#pragma unroll
+  for (int r = 0; r < kRowTiles; ++r) {
+    const int row = row0 + r * kSwappedTileRows + g;
+    x_ok[r] = row < n_rows;
+    x_row[r] = x + int64_t(x_ok[r] ? row : 0) * n_in + 8 * q;
+  }
+
+  wait_for_prior_kernel();
+  let_next_kernel_start();
+
+  float acc[kColTiles][kRowTiles][4] = {};
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  constexpr int kFetch = Rows::kBlocksPerFetch;
+  constexpr int kSpan = kUnroll > kFetch ? kUnroll : kFetch;
+  static_assert(kSpan % kFetch == 0 && kSpan % kUnroll == 0, "linear: the unroll must divide the fetch span");
+  using Fetched = typename Rows::Fetched;
+  const auto fetch = [&](Fetched(&into)[kColTiles][2], int b) {
+#pragma unroll
+    for (int c = 0; c < kColTiles; ++c)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) into[c][h] = w.in_row(w_row[c][h], b) ? w.fetch(w_row[c][h], b) : Fetched{};
+  };
+  for (int j = warp; j < n_blocks_k; j += kWarps * kSpan) {
+    Fetched wv[kSpan / kFetch][kColTiles][2];
+    if constexpr (kFetch > 1) {
+#pragma unroll
+      for (int f = 0; f < kSpan / kFetch; ++f) fetch(wv[f], j + kWarps * kFetch * f);
+    }
+#pragma unroll
+    for (int u0 = 0; u0 < kSpan; u0 += kUnroll) {
+      uint4 xv[kUnroll][kRowTiles];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if constexpr (kFetch == 1) fetch(wv[u0 + u], j + kWarps * (u0 + u));
+        const int k = (j + kWarps * (u0 + u)) * kBlockK;
+#pragma unroll
+        for (int r = 0; r < kRowTiles; ++r)
+          xv[u][r] = k + 8 * q < n_in && x_ok[r] ? __ldg(reinterpret_cast<const uint4*>(x_row[r] + k)) : zero;
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (j + kWarps * (u0 + u) >= n_blocks_k) break;  // skipped, as the register kernel skips it
+#pragma unroll
+        for (int c = 0; c < kColTiles; ++c) {
+          const uint4 low = Rows::expand(wv[(u0 + u) / kFetch][c][0], (u0 + u) % kFetch);
+          const uint4 high = Rows::expand(wv[(u0 + u) / kFetch][c][1], (u0 + u) % kFetch);
+#pragma unroll
+          for (int step = 0; step < 2; ++step)
+#pragma unroll
+            for (int r = 0; r < kRowTiles; ++r)
+              mma_bf16(acc[c][r], word(low, 2 * step), word(high, 2 * step), word(low, 2 * step + 1),
+                       word(high, 2 * step + 1), word(xv[u][r], 2 * step), word(xv[u][r], 2 * step + 1));
+        }
+      }
+    }
+  }
+
+  // Element (row 8r + t, block column 16c + e) sits in lane (e % 8) * 4 + t / 2, entry (e / 8) * 2 +
+  // t % 2 of each warp's tile (c, r); its 8 warp partials are added in warp order, as warp_sum adds them.
+#pragma unroll
+  for (int c = 0; c < kColTiles; ++c)
+#pragma unroll
+    for (int r = 0; r < kRowTiles; ++r)
+      partials[warp][c][r][lane] = make_float4(acc[c][r][0], acc[c][r][1], acc[c][r][2], acc[c][r][3]);
+  __syncthreads();
+  const auto sum_of = [&](int block_row, int block_col) {
+    const int r = block_row / kSwappedTileRows, t = block_row % kSwappedTileRows;
+    const int c = block_col / kSwappedTileCols, e = block_col % kSwappedTileCols;
+    const int owner = (e % 8) * 4 + t / 2, entry = (e / 8) * 2 + t % 2;
+    float sum = reinterpret_cast<const float*>(&partials[0][c][r][owner])[entry];
+#pragma unroll
+    for (int v = 1; v < kWarps; ++v) sum = sum + reinterpret_cast<const float*>(&partials[v][c][r][owner])[entry];
+    return sum;
+  };
+  constexpr int kBlockRows = kSwappedTileRows * kRowTiles;
+  constexpr int n_pairs = kBlockRows * kColTiles * kSwappedTileCols / 2;  // rows x column pairs of the block
+  for (int index = int(threadIdx.x); index < n_pairs; index += kWarps * 32) {
+    const int block_row = index % kBlockRows, block_col = 2 * (index / kBlockRows);
+    const int row = row0 + block_row, col = block_col0 + block_col;
+    if (row >= n_rows || col >= n_out) continue;
+    const float first = sum_of(block_row, block_col);
+    const bool has_second = col + 1 < n_out;
+    const float second = has_second ? sum_of(block_row, block_col + 1) : 0.0f;
+    if constexpr (kOutput == LinearOutput::f32) {
+      float* out = static_cast<float*>(y) + int64_t(row) * n_out + col;
+      out[0] = first;
+      if (has_second) out[1] = second;
+    } else if constexpr (kOutput == LinearOutput::bf16) {
+      uint16_t* out = static_cast<uint16_t*>(y) + int64_t(row) * n_out + col;
+      out[0] = f32_to_bf16_bits(first);
+      if (has_second) out[1] = f32_to_bf16_bits(second);
+    } else {
+      const float gate = bf16_bits_to_f32(f32_to_bf16_bits(first)), up = bf16_bits_to_f32(f32_to_bf16_bits(second));
+      static_cast<uint16_t*>(y)[int64_t(row) * (n_out / 2) + col / 2] = f32_to_bf16_bits(swiglu_of(gate, up));
+    }
+  }
+}
+
 using Launcher = void (*)(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in,
                           void* y, LinearOutput output, cudaStream_t stream);
 
@@ -214,6 +339,16 @@ void launch_rows(const uint16_t* x, int64_t n_rows, const Rows& rows, int64_t n_
   }
 }
 
+// Calls f(std::integral_constant<LinearOutput, ...>{}) for `output`.
+template <class F>
+void with_output(LinearOutput output, F&& f) {
+  switch (output) {
+    case LinearOutput::f32: return f(std::integral_constant<LinearOutput, LinearOutput::f32>{});
+    case LinearOutput::bf16: return f(std::integral_constant<LinearOutput, LinearOutput::bf16>{});
+    case LinearOutput::swiglu_bf16: return f(std::integral_constant<LinearOutput, LinearOutput::swiglu_bf16>{});
+  }
+}
+
 // Which weight formats a configuration is compiled for: every one costs a kernel per output type.
 enum Formats : int { kBf16 = 1, kQuantized = 2, kAllFormats = 3 };
 
@@ -227,6 +362,22 @@ void launch(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n
   });
 }
 
+template <int kColTiles, int kRowTiles, int kUnroll, int kFormats>
+void launch_swapped(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in, void* y,
+                    LinearOutput output, cudaStream_t stream) {
+  with_rows(w, int(n_in), [&](const auto& rows) {
+    using Rows = std::decay_t<decltype(rows)>;
+    if constexpr ((kFormats & (std::is_same_v<Rows, Bf16Rows> ? kBf16 : kQuantized)) != 0)
+      with_output(output, [&](auto output_constant) {
+        constexpr int64_t block_rows = kSwappedTileRows * kRowTiles, block_cols = kSwappedTileCols * kColTiles;
+        const dim3 grid(unsigned((n_rows + block_rows - 1) / block_rows), unsigned((n_out + block_cols - 1) / block_cols));
+        launch_overlapped("linear_swapped_kernel",
+                          linear_swapped_kernel<kColTiles, kRowTiles, kUnroll, decltype(output_constant)::value, Rows>,
+                          grid, dim3(kWarps * 32), 0, stream, x, int(n_rows), rows, int(n_out), int(n_in), y);
+      });
+  });
+}
+
 struct ConfigEntry {
   LinearConfig config;
   int formats;
@@ -235,7 +386,9 @@ struct ConfigEntry {
 
 #define TF_LINEAR_CONFIG(name, rows, cols, groups, unroll, is_lower_only, formats) \
   ConfigEntry{{name, rows, cols, groups, unroll, is_lower_only}, formats, &launch<rows, cols, groups, unroll, !is_lower_only, formats>}
-
+// The swapped kernel: `cols` tiles of 16 columns by `rows` tiles of 8 rows (any M).
+#define TF_SWAPPED_CONFIG(name, cols, rows, unroll, formats) \
+  ConfigEntry{{name, rows, 2 * cols, 1, unroll, false}, formats, &launch_swapped<cols, rows, unroll, formats>}
 // Every configuration the bench times and the test checks. The first four are the original ones.
 // Quantized fetches are 4 or 8 bytes, not 16, so deeper unrolls keep as many bytes in flight.
 constexpr ConfigEntry kConfigs[] = {
@@ -265,8 +418,21 @@ constexpr ConfigEntry kConfigs[] = {
     TF_LINEAR_CONFIG("r1c2u16-lo", 1, 2, 1, 16, true, kQuantized),
     TF_LINEAR_CONFIG("r1c1u8", 1, 1, 1, 8, false, kQuantized),
     TF_LINEAR_CONFIG("r1c2u8", 1, 2, 1, 8, false, kQuantized),
+    TF_SWAPPED_CONFIG("t1r1u8", 1, 1, 8, kAllFormats),
+    TF_SWAPPED_CONFIG("t1r1u4", 1, 1, 4, kAllFormats),
+    TF_SWAPPED_CONFIG("t2r1u4", 2, 1, 4, kAllFormats),
+    TF_SWAPPED_CONFIG("t1r2u4", 1, 2, 4, kAllFormats),
+    TF_SWAPPED_CONFIG("t2r2u4", 2, 2, 4, kQuantized),
+    TF_SWAPPED_CONFIG("t1r4u4", 1, 4, 4, kAllFormats),
+    TF_SWAPPED_CONFIG("t2r4u4", 2, 4, 4, kQuantized),
+    TF_SWAPPED_CONFIG("t1r4u2", 1, 4, 2, kAllFormats),
+    TF_SWAPPED_CONFIG("t2r4u2", 2, 4, 2, kAllFormats),
+    TF_SWAPPED_CONFIG("t1r8u1", 1, 8, 1, kAllFormats),
+    TF_SWAPPED_CONFIG("t1r8u2", 1, 8, 2, kAllFormats),
+    TF_SWAPPED_CONFIG("t2r8u1", 2, 8, 1, kAllFormats),
 };
 #undef TF_LINEAR_CONFIG
+#undef TF_SWAPPED_CONFIG
 constexpr int kConfigCount = int(sizeof kConfigs / sizeof kConfigs[0]);
 
 constexpr int config_id_of(std::string_view name) {
@@ -292,8 +458,10 @@ constexpr DispatchEntry kBf16Dispatch[] = {
     {INT64_MAX, config_id_of("r4c4g2u1")},
 };
 constexpr DispatchEntry kQuantizedDispatch[] = {
-    {8, config_id_of("r1c2u8-lo")},
-    {128, config_id_of("r1c4u4")},
+    {8, config_id_of("t1r1u4")},
+    {16, config_id_of("t2r2u4")},
+    {32, config_id_of("r1c4u4")},
+    {128, config_id_of("t2r8u1")},
     {INT64_MAX, config_id_of("r4c4u1")},
 };
 template <size_t N>

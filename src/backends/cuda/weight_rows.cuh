@@ -28,11 +28,11 @@ __device__ __forceinline__ uint4 load_streaming(const uint16_t* p) {
   return v;
 }
 
-// The interface the kernels use: at(row, first) is lane's cursor on a row, for its eight inputs
-// first..first+7 of every K block (first = 8q); fetch(cursor, b) loads kBlocksPerFetch of its K
-// blocks from block b on (b, b + 8, b + 16, ...: a warp's consecutive blocks); expand(fetched, s)
-// gives block b + 8s's eight inputs as bf16 pairs; in_row(cursor, b) says whether block b exists
-// in memory. Blocks are 32 inputs.
+// The interface the kernels use: at(row, first, warp) is a lane's cursor on a row, for its eight
+// inputs first..first+7 of each K block b of the warp (b % 8 == warp; first = 8q); fetch(cursor, b)
+// loads kBlocksPerFetch of its K blocks from block b on (b, b + 8, b + 16, ...: a warp's
+// consecutive blocks); expand(fetched, s) gives block b + 8s's eight inputs as bf16 pairs;
+// in_row(cursor, b) says whether block b exists in memory. Blocks are 32 inputs.
 
 // bf16 rows: a fetch is already the eight values.
 struct Bf16Rows {
@@ -45,7 +45,7 @@ struct Bf16Rows {
     const uint16_t* inputs;  // the row's input `first` on
     int first;
   };
-  __device__ __forceinline__ Cursor at(int row, int first) const { return {data + int64_t(row) * n_in + first, first}; }
+  __device__ __forceinline__ Cursor at(int row, int first, int) const { return {data + int64_t(row) * n_in + first, first}; }
   __device__ __forceinline__ bool in_row(const Cursor& c, int b) const { return b * 32 + c.first < n_in; }
   __device__ __forceinline__ Fetched fetch(const Cursor& c, int b) const { return load_streaming(c.inputs + b * 32); }
   __device__ __forceinline__ static uint4 expand(const Fetched& f, int) { return f; }
@@ -76,31 +76,33 @@ struct AffineRows {
   const uint32_t* scale_bias;
   int quads;        // per row (affine_quads_per_row)
   int group_shift;  // log2(group_size / 32): K blocks per scale entry, as a shift
+  static constexpr int kQuadWords = 32 * 4 * kLaneWords;  // u32 words of one row's quad
 
   struct Fetched {
     uint4 words[kLaneWords];  // [s][word] for s = 0..3
     uint4 scale_bias;         // [s]: bf16 scale in the low half, bias in the high half
   };
+  // A lane's place in every quad of a row: its warp w's words, its own (lane q's) among them, and
+  // the entries of w's blocks; a fetch then only steps whole quads.
   struct Cursor {
-    const uint32_t* words;       // the row's quads, at lane q's words
-    const uint32_t* scale_bias;  // the row's entries
+    const uint32_t* words;
+    const uint32_t* scale_bias;
   };
-  __device__ __forceinline__ Cursor at(int row, int first) const {
-    const int64_t quad_words = 32 * 4 * kLaneWords;
-    return {packed + int64_t(row) * quads * quad_words + (first / 8) * 4 * kLaneWords,
-            scale_bias + (int64_t(row) * quads << (5 - group_shift))};
+  __device__ __forceinline__ Cursor at(int row, int first, int warp) const {
+    return {packed + int64_t(row) * quads * kQuadWords + warp * 16 * kLaneWords + (first / 8) * 4 * kLaneWords,
+            scale_bias + (int64_t(row) * quads << (5 - group_shift)) + ((warp >> group_shift) << 2)};
   }
   __device__ __forceinline__ bool in_row(const Cursor&, int b) const { return b < quads * 32; }
   // L1-allocating loads: the warp's eight rows each read 64 (or 128) contiguous bytes, and the
   // scale entries of a row are shared by its four lanes.
+  // Block b of the cursor's warp (b % 8 is the warp the cursor was made for) sits in quad b / 32.
   __device__ __forceinline__ Fetched fetch(const Cursor& c, int b) const {
-    const int quad = b >> 5, w = b & 7;
+    const int quad = b >> 5;
+    const uint4* words = reinterpret_cast<const uint4*>(c.words + quad * kQuadWords);
     Fetched f;
-    const uint4* words = reinterpret_cast<const uint4*>(c.words + (quad * 8 + w) * 16 * kLaneWords);
 #pragma unroll
     for (int h = 0; h < kLaneWords; ++h) f.words[h] = __ldg(words + h);
-    f.scale_bias = __ldg(reinterpret_cast<const uint4*>(c.scale_bias + (quad << (5 - group_shift)) +
-                                                        ((w >> group_shift) << 2)));
+    f.scale_bias = __ldg(reinterpret_cast<const uint4*>(c.scale_bias + (quad << (5 - group_shift))));
     return f;
   }
   // Entries 2p and 2p+1 of block s as the bf16 pair (q[2p], q[2p+1]), exact.
