@@ -52,6 +52,8 @@ struct DenseWeights {
   };
   int64_t span(int64_t n_full_cols) const { return n_full_cols; }
   TF_INLINE Group group(int64_t col, int64_t) const { return {data + col * n_cols}; }
+  // The cache line holding inputs k..k+31 of column col, asked for ahead of its use.
+  TF_INLINE void prefetch(int64_t col, int64_t k) const { __builtin_prefetch(data + col * n_cols + k); }
   template <int W>
   TF_INLINE void block(const Group& group, int64_t k, Lanes<W>& even, Lanes<W>& odd) const {
     Decode::template load<W>(group.row + k, even, odd);
@@ -122,6 +124,7 @@ struct QuantizedWeights {
     float bias;
   };
   int64_t span(int64_t) const { return group_size; }
+  TF_INLINE void prefetch(int64_t col, int64_t k) const { __builtin_prefetch(packed + col * n_row_bytes + k * kBits / 8); }
   TF_INLINE Group group(int64_t col, int64_t k) const {
     int64_t index = col * n_groups_per_row + k / group_size;
     return {packed + col * n_row_bytes, load_as_f32(scales, scale_dtype, index),
@@ -194,6 +197,12 @@ TF_INLINE void linear_tile(const LinearArgs& a, const Weights& weights, int64_t 
       for (int r = 0; r < kRows; ++r) {
         x_even[r] = load_f32<W>(x_rows[r] + k);
         x_odd[r] = load_f32<W>(x_rows[r] + k + kLanes);
+      }
+      // One row per weight read (decode): the weight rows of the next tile are short streams the
+      // hardware prefetcher barely learns, so each block asks for the next tile's lines at this k.
+      if constexpr (kRows == 1) {
+#pragma GCC unroll 8
+        for (int c = 0; c < kCols; ++c) weights.prefetch(std::min(col0 + kCols + c, a.n - 1), k);
       }
 #pragma GCC unroll 8
       for (int c = 0; c < kCols; ++c) {
