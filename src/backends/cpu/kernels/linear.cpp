@@ -269,21 +269,24 @@ TF_INLINE void linear_column_blocks(const LinearArgs& a, const Weights& weights,
   static_assert(kColumnBlock % kTile.cols == 0 && kColumnBlock % kSingleCols == 0);
   for (int64_t chunk = 0; chunk < a.n_rows; chunk += kRowChunk) {
     const int64_t chunk_end = std::min(a.n_rows, chunk + kRowChunk);
-    for (int64_t block = block_begin; block < block_end; ++block) {
-      const int64_t block_end_col = std::min(a.n, (block + 1) * kColumnBlock);
-      if (chunk_end - chunk == 1) {
+    if (chunk_end - chunk == 1) {
+      for (int64_t block = block_begin; block < block_end; ++block) {
+        const int64_t block_end_col = std::min(a.n, (block + 1) * kColumnBlock);
         for (int64_t col = block * kColumnBlock; col < block_end_col; col += kSingleCols)
           linear_tile<kFused, W, Weights, 1, kSingleCols>(a, weights, chunk, col);
-        continue;
       }
-      for (int64_t col = block * kColumnBlock; col < block_end_col; col += kTile.cols) {
-        int64_t row = chunk;
-        for (; row + kTile.rows <= chunk_end; row += kTile.rows)
-          linear_tile<kFused, W, Weights, kTile.rows, kTile.cols>(a, weights, row, col);
-        linear_remainder_rows<kFused, W, Weights, kTile.rows - 1, kTile.cols>(a, weights, row, chunk_end - row,
-                                                                              col);
-      }
+      continue;
     }
+    // A tile's rows of x stay in L1 while the weights of every column stream past them (the
+    // weights, at half the bytes of f32 inputs, are the cheaper operand to bring from L2).
+    const int64_t col_begin = block_begin * kColumnBlock, col_end = std::min(a.n, block_end * kColumnBlock);
+    int64_t row = chunk;
+    for (; row + kTile.rows <= chunk_end; row += kTile.rows)
+      for (int64_t col = col_begin; col < col_end; col += kTile.cols)
+        linear_tile<kFused, W, Weights, kTile.rows, kTile.cols>(a, weights, row, col);
+    if (row < chunk_end)
+      for (int64_t col = col_begin; col < col_end; col += kTile.cols)
+        linear_remainder_rows<kFused, W, Weights, kTile.rows - 1, kTile.cols>(a, weights, row, chunk_end - row, col);
   }
 }
 
