@@ -22,10 +22,48 @@ struct AttentionArgs {
   float* out;
 };
 
-// One (row, head) pair. Every operation depends only on this row's query, its keys in logical
-// order and head_dim; acc is scratch of head_dim floats.
+// The value accumulator of one (row, head): head_dim floats, held in registers when head_dim is
+// kVectors * 16 (so the per-key update is not a store-to-load chain through memory), else in
+// memory. Both run the same element-wise operations in the same order.
+template <int W, int kVectors>
+struct ValueAccumulator {
+  Lanes<W> v[kVectors];
+  TF_INLINE void zero(int64_t) {
+    for (auto& lanes : v) lanes = zero_lanes<W>();
+  }
+  TF_INLINE void scale(float factor, int64_t) {
+    const Lanes<W> f = broadcast<W>(factor);
+#pragma GCC unroll 8
+    for (auto& lanes : v) lanes = lanes * f;
+  }
+  TF_INLINE void add_scaled(float p, const float* value, int64_t) {
+    const Lanes<W> f = broadcast<W>(p);
+#pragma GCC unroll 8
+    for (int i = 0; i < kVectors; ++i) v[i] = v[i] + f * load_f32<W>(value + i * kLanes);
+  }
+  TF_INLINE void store(float* out, int64_t) const {
+    for (int i = 0; i < kVectors; ++i) store_f32<W>(out + i * kLanes, v[i]);
+  }
+};
 template <int W>
-TF_INLINE void attend_one(const AttentionArgs& a, int64_t row, int64_t head, float* acc) {
+struct ValueAccumulator<W, 0> {
+  float* acc;  // [head_dim] scratch
+  TF_INLINE void zero(int64_t head_dim) { std::fill(acc, acc + head_dim, 0.0f); }
+  TF_INLINE void scale(float factor, int64_t head_dim) {
+    float* __restrict values = acc;  // acc never overlaps the cache: the loops run as whole vectors
+    for (int64_t d = 0; d < head_dim; ++d) values[d] = values[d] * factor;
+  }
+  TF_INLINE void add_scaled(float p, const float* __restrict value, int64_t head_dim) {
+    float* __restrict values = acc;
+    for (int64_t d = 0; d < head_dim; ++d) values[d] = values[d] + p * value[d];
+  }
+  TF_INLINE void store(float* out, int64_t head_dim) const { std::copy(acc, acc + head_dim, out); }
+};
+
+// One (row, head) pair. Every operation depends only on this row's query, its keys in logical
+// order and head_dim; acc is the value accumulator.
+template <int W, class Accumulator>
+TF_INLINE void attend_one(const AttentionArgs& a, int64_t row, int64_t head, Accumulator& acc) {
   const int64_t head_dim = a.shape.head_dim;
   const int64_t group = a.shape.n_heads / a.shape.n_kv_heads;
   const int64_t kv_offset = (head / group) * head_dim;
@@ -35,7 +73,7 @@ TF_INLINE void attend_one(const AttentionArgs& a, int64_t row, int64_t head, flo
   const int32_t* slots = a.key_slots[row];
   const int64_t n_keys = a.n_keys[row];
 
-  std::fill(acc, acc + head_dim, 0.0f);
+  acc.zero(head_dim);
   float running_max = -std::numeric_limits<float>::infinity();
   float sum = 0.0f;
   float scores[kAttentionChunk];
@@ -67,19 +105,22 @@ TF_INLINE void attend_one(const AttentionArgs& a, int64_t row, int64_t head, flo
     const float new_max = std::max(running_max, chunk_max);
     const float rescale = std::exp(running_max - new_max);  // 0 for the first chunk
     sum = sum * rescale;
-    // acc never overlaps the cache, which lets the loops below run as whole vectors.
-    float* __restrict acc_values = acc;
-    for (int64_t d = 0; d < head_dim; ++d) acc_values[d] = acc_values[d] * rescale;
+    acc.scale(rescale, head_dim);
     for (j = 0; j < n_in_chunk; ++j) scores[j] = std::exp(scores[j] - new_max);
     for (j = 0; j < n_in_chunk; ++j) {
-      const float* __restrict value = a.v_cache + int64_t(slots[chunk + j]) * kv_stride + kv_offset;
+      const float* value = a.v_cache + int64_t(slots[chunk + j]) * kv_stride + kv_offset;
       const float p = scores[j];
       sum = sum + p;
-      for (int64_t d = 0; d < head_dim; ++d) acc_values[d] = acc_values[d] + p * value[d];
+      acc.add_scaled(p, value, head_dim);
     }
     running_max = new_max;
   }
-  for (int64_t d = 0; d < head_dim; ++d) out[d] = n_keys > 0 ? acc[d] / sum : 0.0f;
+  if (n_keys == 0) {
+    std::fill(out, out + head_dim, 0.0f);
+    return;
+  }
+  acc.store(out, head_dim);
+  for (int64_t d = 0; d < head_dim; ++d) out[d] = out[d] / sum;
 }
 
 }  // namespace
@@ -89,10 +130,21 @@ void attention(const float* q, int64_t n_rows, const float* k_cache, const float
                float* out, ThreadPool& pool) {
   const AttentionArgs args{q, k_cache, v_cache, key_slots, n_keys, shape, out};
   pool.parallel_for(n_rows * shape.n_heads, [&](int64_t begin, int64_t end) {
-    std::vector<float> acc(size_t(shape.head_dim));
     run_with_simd_level([&]<int W>() __attribute__((always_inline)) {
-      for (int64_t pair = begin; pair < end; ++pair)
-        attend_one<W>(args, pair / shape.n_heads, pair % shape.n_heads, acc.data());
+      const auto attend_all = [&](auto& acc) __attribute__((always_inline)) {
+        for (int64_t pair = begin; pair < end; ++pair) attend_one<W>(args, pair / shape.n_heads, pair % shape.n_heads, acc);
+      };
+      if (shape.head_dim == 64) {
+        ValueAccumulator<W, 4> acc;
+        attend_all(acc);
+      } else if (shape.head_dim == 128) {
+        ValueAccumulator<W, 8> acc;
+        attend_all(acc);
+      } else {
+        std::vector<float> scratch(size_t(shape.head_dim));
+        ValueAccumulator<W, 0> acc{scratch.data()};
+        attend_all(acc);
+      }
     });
   });
 }
