@@ -8,6 +8,7 @@
 #include "backends/cpu/kernels/linear.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -232,7 +233,12 @@ TF_INLINE void linear_tile(const LinearArgs& a, const Weights& weights, int64_t 
     } else {
       for (int c = 0; c < kCols; ++c) sums[c] = horizontal_sum(acc[r][c]);
     }
-    for (int c = 0; c < n_valid_cols; ++c) a.y[(row0 + r) * a.n + col0 + c] = sums[c];
+    float* y = a.y + (row0 + r) * a.n + col0;
+    if (n_valid_cols == kCols) {
+      std::memcpy(y, sums, sizeof sums);  // a fixed size: one store, where a counted loop became a call
+    } else {
+      for (int c = 0; c < n_valid_cols; ++c) y[c] = sums[c];
+    }
   }
 }
 
