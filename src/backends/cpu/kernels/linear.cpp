@@ -226,6 +226,14 @@ TF_INLINE void linear_tile(const LinearArgs& a, const Weights& weights, int64_t 
     }
   }
   const int n_valid_cols = int(std::min<int64_t>(kCols, a.n - col0));
+  if constexpr (W == 16 && kRows * kCols == 16) {
+    if (n_valid_cols == kCols) {
+      float sums[16];
+      horizontal_sum16(&acc[0][0], sums);
+      for (int r = 0; r < kRows; ++r) std::memcpy(a.y + (row0 + r) * a.n + col0, sums + r * kCols, sizeof(float) * kCols);
+      return;
+    }
+  }
   for (int r = 0; r < kRows; ++r) {
     float sums[kCols];
     if constexpr (kCols % 4 == 0) {
