@@ -344,21 +344,33 @@ void with_weights(const WeightMatrix& w, Fn&& fn) {
 // then 1, 3, ..., 31, zero past k.
 void order_rows(const float* x, int64_t n_rows, int64_t k, int64_t k_padded, float* out, ThreadPool& pool) {
   const auto order = [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* in = x + r * k;
-      float* row = out + r * k_padded;
-      int64_t b = 0;
-      for (; b + kBlock <= k; b += kBlock) {
-        for (int i = 0; i < kLanes; ++i) row[b + i] = in[b + 2 * i];
-        for (int i = 0; i < kLanes; ++i) row[b + kLanes + i] = in[b + 2 * i + 1];
+    run_with_simd_level([&]<int W>() __attribute__((always_inline)) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* in = x + r * k;
+        float* row = out + r * k_padded;
+        int64_t b = 0;
+        if constexpr (W == 16) {  // a permutation: two-source shuffles where the ISA has them
+          using V = Native<16>::f32;
+          for (; b + kBlock <= k; b += kBlock) {
+            const V first = load_vector<V>(in + b), second = load_vector<V>(in + b + kLanes);
+            const V even = even_elements(first, second, std::make_index_sequence<16>());
+            const V odd = odd_elements(first, second, std::make_index_sequence<16>());
+            std::memcpy(row + b, &even, sizeof even);
+            std::memcpy(row + b + kLanes, &odd, sizeof odd);
+          }
+        }
+        for (; b + kBlock <= k; b += kBlock) {
+          for (int i = 0; i < kLanes; ++i) row[b + i] = in[b + 2 * i];
+          for (int i = 0; i < kLanes; ++i) row[b + kLanes + i] = in[b + 2 * i + 1];
+        }
+        if (b < k) {
+          float block[kBlock] = {};
+          std::copy(in + b, in + k, block);
+          for (int i = 0; i < kLanes; ++i) row[b + i] = block[2 * i];
+          for (int i = 0; i < kLanes; ++i) row[b + kLanes + i] = block[2 * i + 1];
+        }
       }
-      if (b < k) {
-        float block[kBlock] = {};
-        std::copy(in + b, in + k, block);
-        for (int i = 0; i < kLanes; ++i) row[b + i] = block[2 * i];
-        for (int i = 0; i < kLanes; ++i) row[b + kLanes + i] = block[2 * i + 1];
-      }
-    }
+    });
   };
   // Reordering a prefill chunk is worth splitting; a decode row is not worth a wake-up.
   if (n_rows * k >= (int64_t(1) << 16)) {
