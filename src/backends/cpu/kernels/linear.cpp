@@ -199,12 +199,10 @@ TF_INLINE void linear_tile(const LinearArgs& a, const Weights& weights, int64_t 
         x_even[r] = load_f32<W>(x_rows[r] + k);
         x_odd[r] = load_f32<W>(x_rows[r] + k + kLanes);
       }
-      // One row per weight read (decode): the weight rows of the next tile are short streams the
-      // hardware prefetcher barely learns, so each block asks for the next tile's lines at this k.
-      if constexpr (kRows == 1) {
+      // The weight rows of the next tile (the next columns) are short streams the hardware
+      // prefetcher barely learns, so each block asks for the next tile's lines at this k.
 #pragma GCC unroll 8
-        for (int c = 0; c < kCols; ++c) weights.prefetch(std::min(col0 + kCols + c, a.n - 1), k);
-      }
+      for (int c = 0; c < kCols; ++c) weights.prefetch(std::min(col0 + kCols + c, a.n - 1), k);
 #pragma GCC unroll 8
       for (int c = 0; c < kCols; ++c) {
         Lanes<W> w_even, w_odd;
