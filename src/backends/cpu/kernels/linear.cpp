@@ -31,6 +31,9 @@ constexpr int64_t kRowChunk = 64;
 // Columns per unit of work a thread takes; every tile width divides it.
 constexpr int64_t kColumnBlock = 8;
 
+// Columns whose weights several rows share while they sit in L2 (64 rows of 1-3 KB).
+constexpr int64_t kPanelColumns = 64;
+
 template <class Vector, size_t... J>
 TF_INLINE Vector even_elements(const Vector& a, const Vector& b, std::index_sequence<J...>) {
   return __builtin_shufflevector(a, b, int(2 * J)...);
@@ -289,16 +292,21 @@ TF_INLINE void linear_column_blocks(const LinearArgs& a, const Weights& weights,
       }
       continue;
     }
-    // A tile's rows of x stay in L1 while the weights of every column stream past them (the
-    // weights, at half the bytes of f32 inputs, are the cheaper operand to bring from L2).
+    // Panels of columns small enough to stay in L2: each panel's weights come from memory once
+    // for all the chunk's rows, and within it a tile's rows of x stay in L1 while the panel's
+    // weights (half the bytes of f32 inputs) stream past them from L2.
     const int64_t col_begin = block_begin * kColumnBlock, col_end = std::min(a.n, block_end * kColumnBlock);
-    int64_t row = chunk;
-    for (; row + kTile.rows <= chunk_end; row += kTile.rows)
-      for (int64_t col = col_begin; col < col_end; col += kTile.cols)
-        linear_tile<kFused, W, Weights, kTile.rows, kTile.cols>(a, weights, row, col);
-    if (row < chunk_end)
-      for (int64_t col = col_begin; col < col_end; col += kTile.cols)
-        linear_remainder_rows<kFused, W, Weights, kTile.rows - 1, kTile.cols>(a, weights, row, chunk_end - row, col);
+    for (int64_t panel = col_begin; panel < col_end; panel += kPanelColumns) {
+      const int64_t panel_end = std::min(col_end, panel + kPanelColumns);
+      int64_t row = chunk;
+      for (; row + kTile.rows <= chunk_end; row += kTile.rows)
+        for (int64_t col = panel; col < panel_end; col += kTile.cols)
+          linear_tile<kFused, W, Weights, kTile.rows, kTile.cols>(a, weights, row, col);
+      if (row < chunk_end)
+        for (int64_t col = panel; col < panel_end; col += kTile.cols)
+          linear_remainder_rows<kFused, W, Weights, kTile.rows - 1, kTile.cols>(a, weights, row, chunk_end - row,
+                                                                                col);
+    }
   }
 }
 
