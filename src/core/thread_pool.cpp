@@ -32,7 +32,12 @@ bool spin_until(Done done) {
   for (int i = 0;; ++i) {
     if (done()) return true;
     cpu_relax();
-    if (i % 64 == 63 && std::chrono::steady_clock::now() > deadline) return false;
+    if (i % 64 == 63) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      // Past the first few microseconds, let a thread that shares this core (more threads than
+      // cores) run instead of spinning over it.
+      if (i >= 255) std::this_thread::yield();
+    }
   }
 }
 
