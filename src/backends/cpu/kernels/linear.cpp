@@ -48,6 +48,7 @@ TF_INLINE Vector odd_elements(const Vector& a, const Vector& b, std::index_seque
 // block into the lanes' first (even) and second (odd) inputs.
 template <class Element, class Decode>
 struct DenseWeights {
+  static constexpr bool kIsQuantized = false;
   const Element* data;
   int64_t n_cols;
 
@@ -114,6 +115,7 @@ using F16Weights = DenseWeights<uint16_t, DecodeF16>;
 // dequantized in f32 as scale * q, then + bias, before it meets x.
 template <int kBits>
 struct QuantizedWeights {
+  static constexpr bool kIsQuantized = true;
   const uint8_t* packed;
   int64_t n_row_bytes;
   const void* scales;
@@ -166,6 +168,52 @@ template <int kBits>
 QuantizedWeights<kBits> quantized_weights(const WeightMatrix& w) {
   return {static_cast<const uint8_t*>(w.data), w.n_cols * kBits / 8, w.scales, w.biases,
           w.scale_dtype, w.n_groups_per_row(), w.group_size};
+}
+
+// Weights of a few columns already dequantized to f32 in the kernel's order (per block: the 16
+// even inputs, then the 16 odd ones): exactly what block() produces, so a tile reading them runs the
+// same multiply-adds on the same values. Row c of data is column first_col + c.
+struct DecodedWeights {
+  static constexpr bool kIsQuantized = false;
+  const float* data;  // [n_cols][k]
+  int64_t k;
+  int64_t first_col;
+
+  struct Group {
+    const float* row;
+  };
+  int64_t span(int64_t n_full_cols) const { return n_full_cols; }
+  TF_INLINE Group group(int64_t col, int64_t) const { return {data + (col - first_col) * k}; }
+  TF_INLINE void prefetch(int64_t, int64_t) const {}
+  template <int W>
+  TF_INLINE void block(const Group& group, int64_t kk, Lanes<W>& even, Lanes<W>& odd) const {
+    even = load_f32<W>(group.row + kk);
+    odd = load_f32<W>(group.row + kk + kLanes);
+  }
+  template <int W>
+  TF_INLINE void tail(const Group&, int64_t, int, Lanes<W>& even, Lanes<W>& odd) const {
+    even = odd = zero_lanes<W>();  // never called: dequantized rows are whole groups of 32s
+  }
+};
+
+// Dequantizes columns first_col .. first_col + n_cols - 1 (those past the last repeat it) of
+// quantized weights into out [n_cols][k] through the same block() the tiles call.
+template <int W, class Weights>
+TF_INLINE void dequantize_columns(const Weights& weights, int64_t k, int64_t n, int64_t first_col, int n_cols,
+                                  float* out) {
+  for (int c = 0; c < n_cols; ++c) {
+    const int64_t col = std::min(first_col + c, n - 1);
+    float* row = out + c * k;
+    for (int64_t group_begin = 0; group_begin < k; group_begin += weights.span(k)) {
+      const auto group = weights.group(col, group_begin);
+      for (int64_t kk = group_begin; kk < group_begin + weights.span(k); kk += kBlock) {
+        Lanes<W> even, odd;
+        weights.template block<W>(group, kk, even, odd);
+        store_f32<W>(row + kk, even);
+        store_f32<W>(row + kk + kLanes, odd);
+      }
+    }
+  }
 }
 
 struct LinearArgs {
@@ -289,6 +337,24 @@ TF_INLINE void linear_column_blocks(const LinearArgs& a, const Weights& weights,
         const int64_t block_end_col = std::min(a.n, (block + 1) * kColumnBlock);
         for (int64_t col = block * kColumnBlock; col < block_end_col; col += kSingleCols)
           linear_tile<kFused, W, Weights, 1, kSingleCols>(a, weights, chunk, col);
+      }
+      continue;
+    }
+    if constexpr (Weights::kIsQuantized) {
+      // Quantized columns are dequantized once into f32 (L1) for all the chunk's row tiles instead
+      // of once per tile (a multiply and an add per weight, and a tile's scales and biases would
+      // not fit in registers beside its accumulators).
+      thread_local std::vector<float> dequantized;
+      dequantized.resize(size_t(kTile.cols * a.k));
+      const int64_t col_begin = block_begin * kColumnBlock, col_end = std::min(a.n, block_end * kColumnBlock);
+      for (int64_t col = col_begin; col < col_end; col += kTile.cols) {
+        dequantize_columns<W>(weights, a.k, a.n, col, kTile.cols, dequantized.data());
+        const DecodedWeights decoded{dequantized.data(), a.k, col};
+        int64_t row = chunk;
+        for (; row + kTile.rows <= chunk_end; row += kTile.rows)
+          linear_tile<kFused, W, DecodedWeights, kTile.rows, kTile.cols>(a, decoded, row, col);
+        linear_remainder_rows<kFused, W, DecodedWeights, kTile.rows - 1, kTile.cols>(a, decoded, row,
+                                                                                    chunk_end - row, col);
       }
       continue;
     }
