@@ -95,7 +95,7 @@ struct ShapeCase {
 TEST(Attention, MatchesReferenceAndIsInvariant) {
   ThreadPool pools[4] = {ThreadPool(1), ThreadPool(2), ThreadPool(3), ThreadPool(4)};
   std::mt19937 rng(21);
-  for (const ShapeCase& c : {ShapeCase{4, 4, 64}, ShapeCase{4, 2, 40}, ShapeCase{10, 2, 24}}) {
+  for (const ShapeCase& c : {ShapeCase{4, 4, 64}, ShapeCase{8, 4, 64}, ShapeCase{4, 2, 128}, ShapeCase{4, 2, 40}, ShapeCase{10, 2, 24}}) {
     SCOPED_TRACE("heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " dim " +
                  std::to_string(c.head_dim));
     const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim))};

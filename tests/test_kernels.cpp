@@ -250,6 +250,21 @@ void check_horizontal_sum4(std::mt19937& rng) {
   }
 }
 
+// The sixteen-at-once sums (linear's 4x4 tiles on AVX-512) are horizontal_sum's tree exactly.
+TEST(Simd, SixteenHorizontalSumsAreTheOneTree) {
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 200; ++trial) {
+    Lanes<16> v[16];
+    for (auto& lanes : v) lanes = load_f32<16>(random_floats(kLanes, rng, float(1 + trial)).data());
+    float sixteen[16];
+    horizontal_sum16(v, sixteen);
+    for (int j = 0; j < 16; ++j) {
+      const float one = horizontal_sum(v[j]);
+      ASSERT_EQ(std::memcmp(&sixteen[j], &one, sizeof one), 0) << "trial " << trial << " sum " << j;
+    }
+  }
+}
+
 TEST(Simd, FourHorizontalSumsAreTheOneTree) {
   std::mt19937 rng(13);
   check_horizontal_sum4<4>(rng);

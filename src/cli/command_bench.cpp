@@ -3,17 +3,16 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <numeric>
 #include <random>
 #include <sstream>
 
 #include "backends/backends.h"
+#include "backends/cpu/read_bandwidth.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/engine_flags.h"
 #include "cli/receipt.h"
 #include "core/error.h"
-#include "core/thread_pool.h"
 #include "models/model.h"
 #include "models/synthetic.h"
 #include "runtime/kv_cache.h"
@@ -41,29 +40,6 @@ struct BenchFlags {
   std::string receipt;
 };
 
-// The ceiling for decode: how fast all threads can stream a buffer far larger than the caches.
-double measure_read_bandwidth(int n_threads) {
-  ThreadPool pool(n_threads);
-  std::vector<float> buffer(size_t(256) << 20 >> 2, 1.0f);  // 256 MiB
-  std::vector<double> rates;
-  std::vector<float> sinks(size_t(pool.n_threads()) * 16);
-  for (int rep = 0; rep < 5; ++rep) {
-    auto start = Clock::now();
-    pool.parallel_for(pool.n_threads(), [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        size_t lo = buffer.size() * size_t(t) / size_t(pool.n_threads());
-        size_t hi = buffer.size() * size_t(t + 1) / size_t(pool.n_threads());
-        float acc[16] = {};
-        for (size_t i = lo; i + 16 <= hi; i += 16)
-          for (int j = 0; j < 16; ++j) acc[j] += buffer[i + size_t(j)];
-        sinks[size_t(t) * 16] = std::accumulate(acc, acc + 16, 0.0f);
-      }
-    });
-    rates.push_back(double(buffer.size() * sizeof(float)) / seconds_since(start) / 1e9);
-  }
-  return summarize(rates).median;
-}
-
 // The device's memory bandwidth and its name for the receipt.
 struct DeviceCeiling {
   double gbs;
@@ -71,13 +47,14 @@ struct DeviceCeiling {
   std::string machine;  // receipt line
 };
 
-DeviceCeiling measure_ceiling(const BenchFlags& flags) {
+DeviceCeiling measure_ceiling(const BenchFlags& flags, int64_t weight_bytes) {
 #if TF_HAVE_CUDA
   if (flags.device == "cuda")
     return {cuda::measure_copy_bandwidth_gbs(), "device copy ceiling GB/s (read + write)",
             cuda::gpu_description() + "; host " + receipt_machine()};
 #endif
-  return {measure_read_bandwidth(flags.n_threads), "measured read ceiling GB/s",
+  // A read of as many bytes as a decode step's weights, with the bench's threads.
+  return {cpu::measure_read_bandwidth_gbs(weight_bytes, flags.n_threads), "measured read ceiling GB/s (the weights' size)",
           receipt_machine() + ", threads " + std::to_string(flags.n_threads) + " (0 = one per core), numerics " +
               device_numerics("cpu")};
 }
@@ -154,7 +131,7 @@ void run_bench(const BenchFlags& flags, const std::string& command_line) {
     decode_rates.push_back(double(flags.n_decode) / decode_s);
   }
   double bytes_per_step = double(model->weight_bytes_per_step());
-  const DeviceCeiling ceiling = measure_ceiling(flags);
+  const DeviceCeiling ceiling = measure_ceiling(flags, model->weight_bytes_per_step());
   Summary prefill = summarize(prefill_rates), decode = summarize(decode_rates);
   double gbs = decode.median * bytes_per_step / 1e9;
 

@@ -30,7 +30,33 @@ inline uint16_t f32_to_bf16(float f) {
   return uint16_t(u >> 16);
 }
 
-float f16_to_f32(uint16_t bits);
+// Inline, so kernels that read f16 scales keep their vector registers (a call clobbers them all).
+inline float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exponent = (h >> 10) & 0x1f;
+  uint32_t mantissa = h & 0x3ff;
+  uint32_t bits;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalize
+      int e = -1;
+      do {
+        e++;
+        mantissa <<= 1;
+      } while ((mantissa & 0x400) == 0);
+      bits = sign | uint32_t(127 - 15 - e) << 23 | (mantissa & 0x3ff) << 13;
+    }
+  } else if (exponent == 31) {
+    bits = sign | 0x7f800000u | mantissa << 13;
+  } else {
+    bits = sign | (exponent + 127 - 15) << 23 | mantissa << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 uint16_t f32_to_f16(float f);
 
 // Reads element i of a float-like array of the given dtype (f32, f16, bf16) as f32.

@@ -44,50 +44,75 @@ std::unique_ptr<KvStorage> Qwen3CpuModel::make_kv_storage(int64_t n_slots) const
   return std::make_unique<HostKvStorage>(config_.n_layers, config_.kv_dim(), n_slots);
 }
 
+// Calls fn(begin, end) over row ranges of [0, n_rows): split across the pool for a prefill chunk,
+// in one piece for a few rows (a decode step is not worth a wake-up). Every row's result depends
+// on that row alone.
+template <class Fn>
+void Qwen3CpuModel::for_rows(int64_t n_rows, const Fn& fn) {
+  constexpr int64_t kMinRowsToSplit = 16;
+  if (n_rows < kMinRowsToSplit) {
+    fn(int64_t(0), n_rows);
+  } else {
+    pool_.parallel_for(n_rows, fn);
+  }
+}
+
 void Qwen3CpuModel::attention_block(int64_t layer, const Batch& batch, HostKvStorage& kv) {
   const auto& w = weights_.layers[size_t(layer)];
   const int64_t n_rows = int64_t(batch.rows.size());
   const int64_t hidden = config_.hidden_size, head_dim = config_.head_dim;
-  const int64_t kv_dim = config_.kv_dim();
+  const int64_t q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  const int64_t n_heads = config_.n_heads, n_kv_heads = config_.n_kv_heads;
   const float eps = config_.rms_norm_eps;
 
-  cpu::rms_norm(hidden_.data(), n_rows, hidden, w.input_norm, eps, normed_.data());
+  for_rows(n_rows, [&](int64_t begin, int64_t end) {
+    cpu::rms_norm(hidden_.data() + begin * hidden, end - begin, hidden, w.input_norm, eps,
+                  normed_.data() + begin * hidden);
+  });
   const cpu::LinearOutput qkv[] = {{&w.q_proj, q_.data()}, {&w.k_proj, k_.data()}, {&w.v_proj, v_.data()}};
   cpu::linear_many(normed_.data(), n_rows, hidden, qkv, 3, pool_);
-  cpu::rms_norm(q_.data(), n_rows * config_.n_heads, head_dim, w.q_norm, eps, q_.data());
-  cpu::rms_norm(k_.data(), n_rows * config_.n_kv_heads, head_dim, w.k_norm, eps, k_.data());
-  cpu::rope_apply(q_.data(), n_rows, config_.n_heads, head_dim, positions_.data(),
-                  inverse_frequencies_);
-  cpu::rope_apply(k_.data(), n_rows, config_.n_kv_heads, head_dim, positions_.data(),
-                  inverse_frequencies_);
-
   // Keys and values go to the cache first; attention reads every key from there, including
   // this round's own rows, so a row sees the same numbers whatever shares its round.
   float* k_cache = kv.keys(layer);
   float* v_cache = kv.values(layer);
-  for (int64_t r = 0; r < n_rows; ++r) {
-    int64_t slot = batch.rows[size_t(r)].kv_slot;
-    std::memcpy(k_cache + slot * kv_dim, k_.data() + r * kv_dim, size_t(kv_dim) * sizeof(float));
-    std::memcpy(v_cache + slot * kv_dim, v_.data() + r * kv_dim, size_t(kv_dim) * sizeof(float));
-  }
-  cpu::AttentionShape shape{config_.n_heads, config_.n_kv_heads, head_dim,
-                            float(1.0 / std::sqrt(double(head_dim)))};
+  for_rows(n_rows, [&](int64_t begin, int64_t end) {
+    float* q = q_.data() + begin * q_dim;
+    float* k = k_.data() + begin * kv_dim;
+    cpu::rms_norm(q, (end - begin) * n_heads, head_dim, w.q_norm, eps, q);
+    cpu::rms_norm(k, (end - begin) * n_kv_heads, head_dim, w.k_norm, eps, k);
+    cpu::rope_apply(q, end - begin, n_heads, head_dim, positions_.data() + begin, inverse_frequencies_);
+    cpu::rope_apply(k, end - begin, n_kv_heads, head_dim, positions_.data() + begin, inverse_frequencies_);
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t slot = batch.rows[size_t(r)].kv_slot;
+      std::memcpy(k_cache + slot * kv_dim, k_.data() + r * kv_dim, size_t(kv_dim) * sizeof(float));
+      std::memcpy(v_cache + slot * kv_dim, v_.data() + r * kv_dim, size_t(kv_dim) * sizeof(float));
+    }
+  });
+  cpu::AttentionShape shape{n_heads, n_kv_heads, head_dim, float(1.0 / std::sqrt(double(head_dim)))};
   cpu::attention(q_.data(), n_rows, k_cache, v_cache, key_slot_lists_.data(), key_slots_.n_keys.data(), shape,
                  attn_out_.data(), pool_);
   cpu::linear(attn_out_.data(), n_rows, w.o_proj, proj_.data(), pool_);
-  for (int64_t i = 0; i < n_rows * hidden; ++i) hidden_[size_t(i)] += proj_[size_t(i)];
 }
 
+// The residual add of the attention block's output, then the MLP block.
 void Qwen3CpuModel::mlp_block(int64_t layer, int64_t n_rows) {
   const auto& w = weights_.layers[size_t(layer)];
   const int64_t hidden = config_.hidden_size, inter = config_.intermediate_size;
-  cpu::rms_norm(hidden_.data(), n_rows, hidden, w.post_attention_norm, config_.rms_norm_eps,
-                normed_.data());
+  for_rows(n_rows, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin * hidden; i < end * hidden; ++i) hidden_[size_t(i)] += proj_[size_t(i)];
+    cpu::rms_norm(hidden_.data() + begin * hidden, end - begin, hidden, w.post_attention_norm, config_.rms_norm_eps,
+                  normed_.data() + begin * hidden);
+  });
   const cpu::LinearOutput gate_up[] = {{&w.gate_proj, gate_.data()}, {&w.up_proj, up_.data()}};
   cpu::linear_many(normed_.data(), n_rows, hidden, gate_up, 2, pool_);
-  cpu::swiglu(gate_.data(), up_.data(), n_rows * inter, gate_.data());
+  for_rows(n_rows, [&](int64_t begin, int64_t end) {
+    cpu::swiglu(gate_.data() + begin * inter, up_.data() + begin * inter, (end - begin) * inter,
+                gate_.data() + begin * inter);
+  });
   cpu::linear(gate_.data(), n_rows, w.down_proj, proj_.data(), pool_);
-  for (int64_t i = 0; i < n_rows * hidden; ++i) hidden_[size_t(i)] += proj_[size_t(i)];
+  for_rows(n_rows, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin * hidden; i < end * hidden; ++i) hidden_[size_t(i)] += proj_[size_t(i)];
+  });
 }
 
 void Qwen3CpuModel::forward(const Batch& batch, KvCache& kv, float* logits) {

@@ -32,6 +32,8 @@ class Qwen3CpuModel : public Model {
  private:
   void attention_block(int64_t layer, const Batch& batch, HostKvStorage& kv);
   void mlp_block(int64_t layer, int64_t n_rows);
+  template <class Fn>
+  void for_rows(int64_t n_rows, const Fn& fn);
 
   ModelConfig config_;
   Qwen3Weights weights_;

@@ -22,7 +22,7 @@ struct AttentionShape {
 // k_cache, v_cache: [n_slots][n_kv_heads * head_dim] (this layer's slice of the cache)
 // key_slots[r]: n_keys[r] physical slots, the key at logical position j is key_slots[r][j]
 // out: [n_rows][n_heads * head_dim]
-// Threads split (row, head) pairs.
+// Threads split (row, head) pairs, or (row, two heads of one group) where a group has an even number of heads.
 void attention(const float* q, int64_t n_rows, const float* k_cache, const float* v_cache,
                const int32_t* const* key_slots, const int32_t* n_keys, const AttentionShape& shape,
                float* out, ThreadPool& pool);

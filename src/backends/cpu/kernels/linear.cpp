@@ -8,6 +8,7 @@
 #include "backends/cpu/kernels/linear.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +31,9 @@ constexpr int64_t kRowChunk = 64;
 // Columns per unit of work a thread takes; every tile width divides it.
 constexpr int64_t kColumnBlock = 8;
 
+// Columns whose weights several rows share while they sit in L2 (64 rows of 1-3 KB).
+constexpr int64_t kPanelColumns = 64;
+
 template <class Vector, size_t... J>
 TF_INLINE Vector even_elements(const Vector& a, const Vector& b, std::index_sequence<J...>) {
   return __builtin_shufflevector(a, b, int(2 * J)...);
@@ -44,6 +48,7 @@ TF_INLINE Vector odd_elements(const Vector& a, const Vector& b, std::index_seque
 // block into the lanes' first (even) and second (odd) inputs.
 template <class Element, class Decode>
 struct DenseWeights {
+  static constexpr bool kIsQuantized = false;
   const Element* data;
   int64_t n_cols;
 
@@ -52,6 +57,8 @@ struct DenseWeights {
   };
   int64_t span(int64_t n_full_cols) const { return n_full_cols; }
   TF_INLINE Group group(int64_t col, int64_t) const { return {data + col * n_cols}; }
+  // The cache line holding inputs k..k+31 of column col, asked for ahead of its use.
+  TF_INLINE void prefetch(int64_t col, int64_t k) const { __builtin_prefetch(data + col * n_cols + k); }
   template <int W>
   TF_INLINE void block(const Group& group, int64_t k, Lanes<W>& even, Lanes<W>& odd) const {
     Decode::template load<W>(group.row + k, even, odd);
@@ -108,6 +115,7 @@ using F16Weights = DenseWeights<uint16_t, DecodeF16>;
 // dequantized in f32 as scale * q, then + bias, before it meets x.
 template <int kBits>
 struct QuantizedWeights {
+  static constexpr bool kIsQuantized = true;
   const uint8_t* packed;
   int64_t n_row_bytes;
   const void* scales;
@@ -122,6 +130,7 @@ struct QuantizedWeights {
     float bias;
   };
   int64_t span(int64_t) const { return group_size; }
+  TF_INLINE void prefetch(int64_t col, int64_t k) const { __builtin_prefetch(packed + col * n_row_bytes + k * kBits / 8); }
   TF_INLINE Group group(int64_t col, int64_t k) const {
     int64_t index = col * n_groups_per_row + k / group_size;
     return {packed + col * n_row_bytes, load_as_f32(scales, scale_dtype, index),
@@ -161,6 +170,52 @@ QuantizedWeights<kBits> quantized_weights(const WeightMatrix& w) {
           w.scale_dtype, w.n_groups_per_row(), w.group_size};
 }
 
+// Weights of a few columns already dequantized to f32 in the kernel's order (per block: the 16
+// even inputs, then the 16 odd ones): exactly what block() produces, so a tile reading them runs the
+// same multiply-adds on the same values. Row c of data is column first_col + c.
+struct DecodedWeights {
+  static constexpr bool kIsQuantized = false;
+  const float* data;  // [n_cols][k]
+  int64_t k;
+  int64_t first_col;
+
+  struct Group {
+    const float* row;
+  };
+  int64_t span(int64_t n_full_cols) const { return n_full_cols; }
+  TF_INLINE Group group(int64_t col, int64_t) const { return {data + (col - first_col) * k}; }
+  TF_INLINE void prefetch(int64_t, int64_t) const {}
+  template <int W>
+  TF_INLINE void block(const Group& group, int64_t kk, Lanes<W>& even, Lanes<W>& odd) const {
+    even = load_f32<W>(group.row + kk);
+    odd = load_f32<W>(group.row + kk + kLanes);
+  }
+  template <int W>
+  TF_INLINE void tail(const Group&, int64_t, int, Lanes<W>& even, Lanes<W>& odd) const {
+    even = odd = zero_lanes<W>();  // never called: dequantized rows are whole groups of 32s
+  }
+};
+
+// Dequantizes columns first_col .. first_col + n_cols - 1 (those past the last repeat it) of
+// quantized weights into out [n_cols][k] through the same block() the tiles call.
+template <int W, class Weights>
+TF_INLINE void dequantize_columns(const Weights& weights, int64_t k, int64_t n, int64_t first_col, int n_cols,
+                                  float* out) {
+  for (int c = 0; c < n_cols; ++c) {
+    const int64_t col = std::min(first_col + c, n - 1);
+    float* row = out + c * k;
+    for (int64_t group_begin = 0; group_begin < k; group_begin += weights.span(k)) {
+      const auto group = weights.group(col, group_begin);
+      for (int64_t kk = group_begin; kk < group_begin + weights.span(k); kk += kBlock) {
+        Lanes<W> even, odd;
+        weights.template block<W>(group, kk, even, odd);
+        store_f32<W>(row + kk, even);
+        store_f32<W>(row + kk + kLanes, odd);
+      }
+    }
+  }
+}
+
 struct LinearArgs {
   const float* x;  // [n_rows][k_padded]: each block's even inputs, then its odd ones; zero past k
   int64_t n_rows;
@@ -195,6 +250,10 @@ TF_INLINE void linear_tile(const LinearArgs& a, const Weights& weights, int64_t 
         x_even[r] = load_f32<W>(x_rows[r] + k);
         x_odd[r] = load_f32<W>(x_rows[r] + k + kLanes);
       }
+      // The weight rows of the next tile (the next columns) are short streams the hardware
+      // prefetcher barely learns, so each block asks for the next tile's lines at this k.
+#pragma GCC unroll 8
+      for (int c = 0; c < kCols; ++c) weights.prefetch(std::min(col0 + kCols + c, a.n - 1), k);
 #pragma GCC unroll 8
       for (int c = 0; c < kCols; ++c) {
         Lanes<W> w_even, w_odd;
@@ -216,6 +275,14 @@ TF_INLINE void linear_tile(const LinearArgs& a, const Weights& weights, int64_t 
     }
   }
   const int n_valid_cols = int(std::min<int64_t>(kCols, a.n - col0));
+  if constexpr (W == 16 && kRows * kCols == 16) {
+    if (n_valid_cols == kCols) {
+      float sums[16];
+      horizontal_sum16(&acc[0][0], sums);
+      for (int r = 0; r < kRows; ++r) std::memcpy(a.y + (row0 + r) * a.n + col0, sums + r * kCols, sizeof(float) * kCols);
+      return;
+    }
+  }
   for (int r = 0; r < kRows; ++r) {
     float sums[kCols];
     if constexpr (kCols % 4 == 0) {
@@ -223,7 +290,12 @@ TF_INLINE void linear_tile(const LinearArgs& a, const Weights& weights, int64_t 
     } else {
       for (int c = 0; c < kCols; ++c) sums[c] = horizontal_sum(acc[r][c]);
     }
-    for (int c = 0; c < n_valid_cols; ++c) a.y[(row0 + r) * a.n + col0 + c] = sums[c];
+    float* y = a.y + (row0 + r) * a.n + col0;
+    if (n_valid_cols == kCols) {
+      std::memcpy(y, sums, sizeof sums);  // a fixed size: one store, where a counted loop became a call
+    } else {
+      for (int c = 0; c < n_valid_cols; ++c) y[c] = sums[c];
+    }
   }
 }
 
@@ -260,20 +332,46 @@ TF_INLINE void linear_column_blocks(const LinearArgs& a, const Weights& weights,
   static_assert(kColumnBlock % kTile.cols == 0 && kColumnBlock % kSingleCols == 0);
   for (int64_t chunk = 0; chunk < a.n_rows; chunk += kRowChunk) {
     const int64_t chunk_end = std::min(a.n_rows, chunk + kRowChunk);
-    for (int64_t block = block_begin; block < block_end; ++block) {
-      const int64_t block_end_col = std::min(a.n, (block + 1) * kColumnBlock);
-      if (chunk_end - chunk == 1) {
+    if (chunk_end - chunk == 1) {
+      for (int64_t block = block_begin; block < block_end; ++block) {
+        const int64_t block_end_col = std::min(a.n, (block + 1) * kColumnBlock);
         for (int64_t col = block * kColumnBlock; col < block_end_col; col += kSingleCols)
           linear_tile<kFused, W, Weights, 1, kSingleCols>(a, weights, chunk, col);
-        continue;
       }
-      for (int64_t col = block * kColumnBlock; col < block_end_col; col += kTile.cols) {
+      continue;
+    }
+    if constexpr (Weights::kIsQuantized) {
+      // Quantized columns are dequantized once into f32 (L1) for all the chunk's row tiles instead
+      // of once per tile (a multiply and an add per weight, and a tile's scales and biases would
+      // not fit in registers beside its accumulators).
+      thread_local std::vector<float> dequantized;
+      dequantized.resize(size_t(kTile.cols * a.k));
+      const int64_t col_begin = block_begin * kColumnBlock, col_end = std::min(a.n, block_end * kColumnBlock);
+      for (int64_t col = col_begin; col < col_end; col += kTile.cols) {
+        dequantize_columns<W>(weights, a.k, a.n, col, kTile.cols, dequantized.data());
+        const DecodedWeights decoded{dequantized.data(), a.k, col};
         int64_t row = chunk;
         for (; row + kTile.rows <= chunk_end; row += kTile.rows)
-          linear_tile<kFused, W, Weights, kTile.rows, kTile.cols>(a, weights, row, col);
-        linear_remainder_rows<kFused, W, Weights, kTile.rows - 1, kTile.cols>(a, weights, row, chunk_end - row,
-                                                                              col);
+          linear_tile<kFused, W, DecodedWeights, kTile.rows, kTile.cols>(a, decoded, row, col);
+        linear_remainder_rows<kFused, W, DecodedWeights, kTile.rows - 1, kTile.cols>(a, decoded, row,
+                                                                                    chunk_end - row, col);
       }
+      continue;
+    }
+    // Panels of columns small enough to stay in L2: each panel's weights come from memory once
+    // for all the chunk's rows, and within it a tile's rows of x stay in L1 while the panel's
+    // weights (half the bytes of f32 inputs) stream past them from L2.
+    const int64_t col_begin = block_begin * kColumnBlock, col_end = std::min(a.n, block_end * kColumnBlock);
+    for (int64_t panel = col_begin; panel < col_end; panel += kPanelColumns) {
+      const int64_t panel_end = std::min(col_end, panel + kPanelColumns);
+      int64_t row = chunk;
+      for (; row + kTile.rows <= chunk_end; row += kTile.rows)
+        for (int64_t col = panel; col < panel_end; col += kTile.cols)
+          linear_tile<kFused, W, Weights, kTile.rows, kTile.cols>(a, weights, row, col);
+      if (row < chunk_end)
+        for (int64_t col = panel; col < panel_end; col += kTile.cols)
+          linear_remainder_rows<kFused, W, Weights, kTile.rows - 1, kTile.cols>(a, weights, row, chunk_end - row,
+                                                                                col);
     }
   }
 }
@@ -318,21 +416,33 @@ void with_weights(const WeightMatrix& w, Fn&& fn) {
 // then 1, 3, ..., 31, zero past k.
 void order_rows(const float* x, int64_t n_rows, int64_t k, int64_t k_padded, float* out, ThreadPool& pool) {
   const auto order = [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* in = x + r * k;
-      float* row = out + r * k_padded;
-      int64_t b = 0;
-      for (; b + kBlock <= k; b += kBlock) {
-        for (int i = 0; i < kLanes; ++i) row[b + i] = in[b + 2 * i];
-        for (int i = 0; i < kLanes; ++i) row[b + kLanes + i] = in[b + 2 * i + 1];
+    run_with_simd_level([&]<int W>() __attribute__((always_inline)) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* in = x + r * k;
+        float* row = out + r * k_padded;
+        int64_t b = 0;
+        if constexpr (W == 16) {  // a permutation: two-source shuffles where the ISA has them
+          using V = Native<16>::f32;
+          for (; b + kBlock <= k; b += kBlock) {
+            const V first = load_vector<V>(in + b), second = load_vector<V>(in + b + kLanes);
+            const V even = even_elements(first, second, std::make_index_sequence<16>());
+            const V odd = odd_elements(first, second, std::make_index_sequence<16>());
+            std::memcpy(row + b, &even, sizeof even);
+            std::memcpy(row + b + kLanes, &odd, sizeof odd);
+          }
+        }
+        for (; b + kBlock <= k; b += kBlock) {
+          for (int i = 0; i < kLanes; ++i) row[b + i] = in[b + 2 * i];
+          for (int i = 0; i < kLanes; ++i) row[b + kLanes + i] = in[b + 2 * i + 1];
+        }
+        if (b < k) {
+          float block[kBlock] = {};
+          std::copy(in + b, in + k, block);
+          for (int i = 0; i < kLanes; ++i) row[b + i] = block[2 * i];
+          for (int i = 0; i < kLanes; ++i) row[b + kLanes + i] = block[2 * i + 1];
+        }
       }
-      if (b < k) {
-        float block[kBlock] = {};
-        std::copy(in + b, in + k, block);
-        for (int i = 0; i < kLanes; ++i) row[b + i] = block[2 * i];
-        for (int i = 0; i < kLanes; ++i) row[b + kLanes + i] = block[2 * i + 1];
-      }
-    }
+    });
   };
   // Reordering a prefill chunk is worth splitting; a decode row is not worth a wake-up.
   if (n_rows * k >= (int64_t(1) << 16)) {

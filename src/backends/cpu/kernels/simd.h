@@ -254,6 +254,32 @@ TF_INLINE void horizontal_sum4(const Lanes<W>* v, float* out) {
   std::memcpy(out, &s1, sizeof s1);
 }
 
+// Sixteen horizontal sums at once from single-register (W = 16) lanes, in exactly horizontal_sum's
+// tree: each level adds the same pairs (lane i + lane i+8, then +4, +2, +1), with two-source
+// permutes packing the halves of two vectors into one. out[j] = horizontal_sum(v[j]).
+TF_INLINE void horizontal_sum16(const Lanes<16>* v, float* out) {
+  using V = Native<16>::f32;
+  V s1[8], s2[4], s3[2];
+  for (int i = 0; i < 8; ++i) {  // [out 2i | out 2i+1], 8 lanes each
+    const V a = v[2 * i].part[0], b = v[2 * i + 1].part[0];
+    s1[i] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+            __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  }
+  for (int i = 0; i < 4; ++i) {  // outs 4i .. 4i+3, 4 lanes each
+    const V a = s1[2 * i], b = s1[2 * i + 1];
+    s2[i] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+            __builtin_shufflevector(a, b, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  }
+  for (int i = 0; i < 2; ++i) {  // outs 8i .. 8i+7, 2 lanes each
+    const V a = s2[2 * i], b = s2[2 * i + 1];
+    s3[i] = __builtin_shufflevector(a, b, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+            __builtin_shufflevector(a, b, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+  }
+  const V sums = __builtin_shufflevector(s3[0], s3[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+                 __builtin_shufflevector(s3[0], s3[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  std::memcpy(out, &sums, sizeof sums);
+}
+
 // sum a[k]*b[k] over k < n in the fixed lane layout; the order depends on n alone.
 template <int W>
 TF_INLINE float dot_fixed_order(const float* a, const float* b, int64_t n) {
