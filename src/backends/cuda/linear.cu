@@ -55,6 +55,26 @@ __device__ __forceinline__ float warp_sum(const float4 (&partials)[kColGroups][k
   return sum;
 }
 
+// Stores the sums of columns col (even) and col + 1 of a row: as f32, as bf16, or (SwiGLU) both
+// rounded to bf16 as the plain bf16 output would store them, then silu(gate) * up to column col / 2.
+// `second` is unused when col + 1 is past n_out.
+template <LinearOutput kOutput>
+__device__ __forceinline__ void store_pair(void* y, int row, int col, int n_out, float first, float second) {
+  const bool has_second = col + 1 < n_out;
+  if constexpr (kOutput == LinearOutput::f32) {
+    float* out = static_cast<float*>(y) + int64_t(row) * n_out + col;
+    out[0] = first;
+    if (has_second) out[1] = second;
+  } else if constexpr (kOutput == LinearOutput::bf16) {
+    uint16_t* out = static_cast<uint16_t*>(y) + int64_t(row) * n_out + col;
+    out[0] = f32_to_bf16_bits(first);
+    if (has_second) out[1] = f32_to_bf16_bits(second);
+  } else {
+    const float gate = bf16_bits_to_f32(f32_to_bf16_bits(first)), up = bf16_bits_to_f32(f32_to_bf16_bits(second));
+    static_cast<uint16_t*>(y)[int64_t(row) * (n_out / 2) + col / 2] = f32_to_bf16_bits(swiglu_of(gate, up));
+  }
+}
+
 // Row tile by row tile (so shared memory holds one tile's partials): the 8 warp partials of each
 // element, added in warp order, then stored. Every thread of the block calls it. An element pair
 // (columns 2c, 2c+1 of a row) is one step: swiglu_bf16 rounds both sums to bf16, as the plain bf16
@@ -80,19 +100,7 @@ __device__ void store_warp_sums(const float (&acc)[kRowTiles][kColTiles][4],
       if (row >= n_rows || col >= n_out) continue;
       const float first = warp_sum(partials, owner_group, c, owner, 2 * half);
       const float second = warp_sum(partials, owner_group, c, owner, 2 * half + 1);
-      const bool has_second = col + 1 < n_out;
-      if constexpr (kOutput == LinearOutput::f32) {
-        float* out = static_cast<float*>(y) + int64_t(row) * n_out + col;
-        out[0] = first;
-        if (has_second) out[1] = second;
-      } else if constexpr (kOutput == LinearOutput::bf16) {
-        uint16_t* out = static_cast<uint16_t*>(y) + int64_t(row) * n_out + col;
-        out[0] = f32_to_bf16_bits(first);
-        if (has_second) out[1] = f32_to_bf16_bits(second);
-      } else {
-        const float gate = bf16_bits_to_f32(f32_to_bf16_bits(first)), up = bf16_bits_to_f32(f32_to_bf16_bits(second));
-        static_cast<uint16_t*>(y)[int64_t(row) * (n_out / 2) + col / 2] = f32_to_bf16_bits(swiglu_of(gate, up));
-      }
+      store_pair<kOutput>(y, row, col, n_out, first, second);
     }
   }
 }
@@ -153,8 +161,8 @@ __global__ void __launch_bounds__(kWarps * 32 * kColGroups)
   static_assert(kSpan % kFetch == 0 && kSpan % kUnroll == 0, "linear: the unroll must divide the fetch span");
   using Fetched = typename Rows::Fetched;
   const auto fetch = [&](Fetched(&into)[kColTiles], int b) {
-#pragma unroll
     // A column past n_out reads row 0's weights: its sums are never stored.
+#pragma unroll
     for (int c = 0; c < kColTiles; ++c) into[c] = w.in_row(w_row[c], b) ? w.fetch(w_row[c], b) : Fetched{};
   };
   for (int j = warp; j < n_blocks_k; j += kWarps * kSpan) {
@@ -300,20 +308,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int row = row0 + block_row, col = block_col0 + block_col;
     if (row >= n_rows || col >= n_out) continue;
     const float first = sum_of(block_row, block_col);
-    const bool has_second = col + 1 < n_out;
-    const float second = has_second ? sum_of(block_row, block_col + 1) : 0.0f;
-    if constexpr (kOutput == LinearOutput::f32) {
-      float* out = static_cast<float*>(y) + int64_t(row) * n_out + col;
-      out[0] = first;
-      if (has_second) out[1] = second;
-    } else if constexpr (kOutput == LinearOutput::bf16) {
-      uint16_t* out = static_cast<uint16_t*>(y) + int64_t(row) * n_out + col;
-      out[0] = f32_to_bf16_bits(first);
-      if (has_second) out[1] = f32_to_bf16_bits(second);
-    } else {
-      const float gate = bf16_bits_to_f32(f32_to_bf16_bits(first)), up = bf16_bits_to_f32(f32_to_bf16_bits(second));
-      static_cast<uint16_t*>(y)[int64_t(row) * (n_out / 2) + col / 2] = f32_to_bf16_bits(swiglu_of(gate, up));
-    }
+    const float second = col + 1 < n_out ? sum_of(block_row, block_col + 1) : 0.0f;
+    store_pair<kOutput>(y, row, col, n_out, first, second);
   }
 }
 
