@@ -42,6 +42,7 @@ export async function startServer(extraArgs = [],
   const model = embeddedDefault ? [] : ['--model', dir];
   const args = ['serve', ...model, '--host', '127.0.0.1', '--port', '0', ...extraArgs];
   const child = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  const closed = new Promise((resolve) => child.once('close', resolve));  // exited, stderr read to its end
   let log = '';
   const port = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not listen in time:\n${log}`)),
@@ -62,11 +63,16 @@ export async function startServer(extraArgs = [],
     baseUrl: `http://127.0.0.1:${port}`,
     log: () => log,
     async stop() {
-      if (child.exitCode !== null) return;
-      const exited = new Promise((resolve) => child.once('exit', resolve));
-      child.kill('SIGTERM');
-      const outcome = await Promise.race([exited.then(() => 'exited'), sleep(5_000, 'timeout')]);
-      if (outcome === 'timeout') { child.kill('SIGKILL'); await exited; }
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM');
+        const outcome = await Promise.race([closed.then(() => 'exited'), sleep(5_000, 'timeout')]);
+        if (outcome === 'timeout') child.kill('SIGKILL');
+      }
+      await Promise.race([closed, sleep(2_000)]);
+      // A sanitized build (TF_BINARY from a -DTF_SANITIZE=ON tree) reports on stderr: any report
+      // fails the test that started the server.
+      const report = /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:/.exec(log);
+      if (report) throw new Error(`the server's sanitizer reported:\n${log.slice(Math.max(0, report.index - 200), report.index + 4000)}`);
     },
   };
   if (!waitUntilReady) return server;  // listening; the model may still be loading
