@@ -55,6 +55,20 @@ inline double relative_error(const std::vector<float>& out, const std::vector<fl
   return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
+// The gap between the best and second-best logit of a row.
+inline float top2_margin(const float* row, int64_t n) {
+  float best = -INFINITY, second = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    if (row[i] > best) {
+      second = best;
+      best = row[i];
+    } else if (row[i] > second) {
+      second = row[i];
+    }
+  }
+  return best - second;
+}
+
 inline std::string format_error(double error) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%.2e", error);

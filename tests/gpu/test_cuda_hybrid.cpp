@@ -25,6 +25,7 @@ namespace tf {
 namespace {
 
 using gpu_test::relative_error;
+using gpu_test::top2_margin;
 
 // bf16 activations and K/V against the CPU's f32, as in the dense parity suite; the DeltaNet runs in
 // f32 on both but from bf16-rounded projections on the GPU, and the delta rule carries each row's
@@ -41,19 +42,6 @@ std::shared_ptr<Model> load_hybrid(const std::string& name, const std::string& d
   return load_model(model_dir(name), test::test_load_options(device));
 }
 std::shared_ptr<Model> cuda_hybrid(const std::string& name) { return load_hybrid(name, "cuda"); }
-
-float top2_margin(const float* row, int64_t n) {
-  float best = -INFINITY, second = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) {
-    if (row[i] > best) {
-      second = best;
-      best = row[i];
-    } else if (row[i] > second) {
-      second = row[i];
-    }
-  }
-  return best - second;
-}
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

@@ -21,6 +21,7 @@ namespace tf {
 namespace {
 
 using gpu_test::relative_error;
+using gpu_test::top2_margin;
 
 constexpr double kMaxRelativeError = 2e-2;  // ||gpu - cpu|| / ||cpu|| over every logit
 constexpr float kMaxLogitDifference = 0.1f;  // largest |gpu - cpu| of any logit
@@ -30,20 +31,6 @@ float max_difference(const std::vector<float>& got, const std::vector<float>& wa
   float worst = 0;
   for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
   return worst;
-}
-
-// The gap between the best and second-best logit of a row.
-float top2_margin(const float* row, int64_t n) {
-  float best = -INFINITY, second = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) {
-    if (row[i] > best) {
-      second = best;
-      best = row[i];
-    } else if (row[i] > second) {
-      second = row[i];
-    }
-  }
-  return best - second;
 }
 
 class CudaParityTest : public ::testing::TestWithParam<std::string> {};
