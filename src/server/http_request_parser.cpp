@@ -134,15 +134,16 @@ size_t HttpRequestParser::feed(std::string_view bytes) {
     error_code ec;
     const size_t n = impl_->put(boost::asio::const_buffer(bytes.data() + used, bytes.size() - used), ec);
     used += n;
-    if (!was_head_done) impl_->head_bytes += n;
     // Beast's own head limit depends on how the bytes arrived (a head one byte over it passed when
     // it came whole, found by fuzz_http_request); this count does not.
-    if (!impl_->failure && !was_head_done &&
-        (impl_->is_header_done() ? impl_->head_bytes
-                                 : impl_->head_bytes + (bytes.size() - used)) > limits_.max_head_bytes &&
-        (impl_->is_header_done() || ec == http::error::need_more)) {
-      impl_->take_error(http::error::header_limit);
-      break;
+    if (!was_head_done && !impl_->failure) {
+      impl_->head_bytes += n;
+      const bool head_done = impl_->is_header_done();
+      const size_t head_so_far = impl_->head_bytes + (head_done ? 0 : bytes.size() - used);
+      if ((head_done || ec == http::error::need_more) && head_so_far > limits_.max_head_bytes) {
+        impl_->take_error(http::error::header_limit);
+        break;
+      }
     }
     if (ec == http::error::need_more) {
       // Beast bounds the head; past it (chunk-size lines, trailers) an endless line is ours to stop.
