@@ -131,8 +131,12 @@ size_t HttpRequestParser::feed(std::string_view bytes) {
   size_t used = 0;
   while (!impl_->failure && !impl_->is_done()) {
     const bool was_head_done = impl_->is_header_done();
+    // After the head Beast is shown at most a head's worth at a time, so a chunk-size line or a
+    // trailer section longer than that fails whether its bytes arrive whole or in pieces.
+    size_t shown = bytes.size() - used;
+    if (was_head_done) shown = std::min(shown, limits_.max_head_bytes);
     error_code ec;
-    const size_t n = impl_->put(boost::asio::const_buffer(bytes.data() + used, bytes.size() - used), ec);
+    const size_t n = impl_->put(boost::asio::const_buffer(bytes.data() + used, shown), ec);
     used += n;
     // Beast's own head limit depends on how the bytes arrived (a head one byte over it passed when
     // it came whole, found by fuzz_http_request); this count does not.
@@ -146,8 +150,7 @@ size_t HttpRequestParser::feed(std::string_view bytes) {
       }
     }
     if (ec == http::error::need_more) {
-      // Beast bounds the head; past it (chunk-size lines, trailers) an endless line is ours to stop.
-      if (was_head_done && n == 0 && bytes.size() - used > limits_.max_head_bytes)
+      if (was_head_done && n == 0 && bytes.size() - used >= limits_.max_head_bytes)
         impl_->failure = HttpParseFailure{400, "A chunk-size or trailer line of the request body is "
                                                "longer than " + std::to_string(limits_.max_head_bytes) +
                                                " bytes.", "bad_request"};
