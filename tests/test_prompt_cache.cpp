@@ -10,6 +10,7 @@
 #include "runtime/recurrent_checkpoints.h"
 #include "support/fixtures.h"
 #include "support/forward_runs.h"
+#include "support/hybrid_runs.h"
 #include "support/resumed.h"
 
 namespace tf {
@@ -241,6 +242,10 @@ TEST(HybridCheckpoint, StateAtABoundaryIsThePrefixsAndResumesBitwise) {
   std::vector<uint8_t> resumed_48(static_cast<size_t>(n_bytes));
   model->read_recurrent_state(resumed, c, 48, resumed_48.data());
   EXPECT_EQ(resumed_48, at_48);
+}
+
+TEST(HybridCheckpoint, AKeptStateIsTheReadStateAndOutlivesLaterPasses) {
+  test::expect_kept_state_is_the_read_state(*hybrid_b());
 }
 
 TEST(HybridCheckpoint, ReadingBehindTheStateIsAnInternalError) {

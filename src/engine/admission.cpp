@@ -97,7 +97,8 @@ void Engine::Impl::publish_blocks(Lane& lane) {
   if (!lane.uses_prompt_cache) return;
   const int64_t block_size = kv.block_size();
   const int64_t n_known = std::min(lane.n_cached, int64_t(lane.tokens.size()));
-  while ((lane.n_keyed_blocks + 1) * block_size <= n_known) {
+  const int64_t n_full_blocks = n_known / block_size;
+  while (lane.n_keyed_blocks < n_full_blocks) {
     const int64_t begin = lane.n_keyed_blocks * block_size;
     lane.last_key = next_block_key(lane.last_key, lane.tokens.data() + begin, block_size);
     std::vector<float> taps;
@@ -108,36 +109,54 @@ void Engine::Impl::publish_blocks(Lane& lane) {
       lane.pending_taps.erase(lane.pending_taps.begin(), end);
     }
     kv.publish(lane.kv_lane, lane.n_keyed_blocks, lane.last_key, std::move(taps));
-    checkpoint_block(lane, lane.n_keyed_blocks);
+    checkpoint_block(lane, lane.n_keyed_blocks, lane.n_keyed_blocks + 1 == n_full_blocks);
     ++lane.n_keyed_blocks;
   }
 }
 
-// A recurrent model's state at the end of the block just published: kept as a checkpoint every
+// A recurrent model's state at the end of the block just published: a checkpoint every
 // checkpoint_every blocks and at the prompt's last full block (a shared system prompt, the same
-// prompt again), and held by the lane otherwise, so that the block it ends on when it retires
-// gets one (the next turn of a chat resumes there). The state is read now, before the next
-// forward folds later positions into it.
-void Engine::Impl::checkpoint_block(Lane& lane, int64_t index) {
+// prompt again); otherwise, for the last block a round publishes, kept by the model (on the GPU
+// a device copy, not a read to the host) so that the block the lane ends on when it retires gets
+// one (the next turn of a chat resumes there). The state is taken now, before the next forward
+// folds later positions into it.
+void Engine::Impl::checkpoint_block(Lane& lane, int64_t index, bool is_last_of_round) {
   if (model->recurrent_state_bytes() == 0) return;
-  lane.last_block_state.clear();  // keeps its capacity: the next block's read reuses it
+  lane.has_kept_state = false;  // the lane's blocks moved past what it kept
   if (checkpoints.contains(lane.last_key)) return;
-  std::vector<uint8_t>& state = lane.last_block_state;
-  state.resize(size_t(model->recurrent_state_bytes()));
+  const int64_t position = (index + 1) * kv.block_size();
+  const int64_t prompt_blocks = (lane.n_prompt - 1) / kv.block_size();
+  const bool is_checkpoint = (index + 1) % checkpoint_every == 0 || index + 1 == prompt_blocks;
+  if (!is_checkpoint && !is_last_of_round) return;
   try {
-    model->read_recurrent_state(kv, lane.kv_lane, (index + 1) * kv.block_size(), state.data());
+    if (is_checkpoint) {
+      std::vector<uint8_t> state(size_t(model->recurrent_state_bytes()));
+      model->read_recurrent_state(kv, lane.kv_lane, position, state.data());
+      checkpoints.put(lane.last_key, std::move(state));
+    } else {
+      model->keep_recurrent_state(kv, lane.kv_lane, position);
+      lane.has_kept_state = true;
+    }
   } catch (const std::exception& error) {
     // A lane whose last round failed may have no state to read; the cache only loses a resume point.
     std::fprintf(stderr, "tensorfold: internal error: no recurrent checkpoint at block %lld: %s\n",
                  static_cast<long long>(index), error.what());
-    state.clear();
+  }
+}
+
+// The state the model kept for the lane's last published block becomes that block's checkpoint.
+void Engine::Impl::checkpoint_kept_state(Lane& lane) {
+  lane.has_kept_state = false;
+  if (checkpoints.contains(lane.last_key)) return;
+  std::vector<uint8_t> state(size_t(model->recurrent_state_bytes()));
+  try {
+    model->read_kept_recurrent_state(kv, lane.kv_lane, state.data());
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "tensorfold: internal error: no recurrent checkpoint at block %lld: %s\n",
+                 static_cast<long long>(lane.n_keyed_blocks - 1), error.what());
     return;
   }
-  const int64_t prompt_blocks = (lane.n_prompt - 1) / kv.block_size();
-  if ((index + 1) % checkpoint_every == 0 || index + 1 == prompt_blocks) {
-    checkpoints.put(lane.last_key, std::move(state));
-    state.clear();  // moved from: empty, so retiring stores nothing twice
-  }
+  checkpoints.put(lane.last_key, std::move(state));
 }
 
 // Under the mutex: the pool's figures for /metrics.

@@ -121,7 +121,8 @@ struct Engine::Impl {
   void adopt_taps(Lane& lane);
   void adopt_recurrent_state(Lane& lane);
   void publish_blocks(Lane& lane);
-  void checkpoint_block(Lane& lane, int64_t index);
+  void checkpoint_block(Lane& lane, int64_t index, bool is_last_of_round);
+  void checkpoint_kept_state(Lane& lane);  // a retiring lane's kept state, under its last block
   void record_pool_stats();  // under mutex
   // round_rows.cpp
   void pack_rows(RoundRows& rows);

@@ -36,9 +36,10 @@ struct Lane {
   BlockKey last_key;
   std::vector<float> pending_taps;
   int64_t tap_width = 0;
-  // A recurrent model's state at the end of the lane's last published block, kept until the lane
-  // retires (the next turn of a chat resumes there) unless a checkpoint already holds it.
-  std::vector<uint8_t> last_block_state;
+  // A recurrent model's state at the end of the lane's last published block (last_key) is kept by
+  // the model (Model::keep_recurrent_state) until the lane retires, when it becomes a checkpoint:
+  // the next turn of a chat resumes there.
+  bool has_kept_state = false;
   std::vector<int32_t> completion;
   TokenCounts counts;           // of the completion's tokens, for penalties
   std::unique_ptr<StreamDecoder> decoder;

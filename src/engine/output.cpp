@@ -57,7 +57,7 @@ void Engine::Impl::retire_finished() {
   for (auto& lane : lanes) {
     if (!lane->is_finished) continue;
     publish_blocks(*lane);
-    if (!lane->last_block_state.empty()) checkpoints.put(lane->last_key, std::move(lane->last_block_state));
+    if (lane->has_kept_state) checkpoint_kept_state(*lane);
     leave_slot(*lane);
     kv.lane_close(lane->kv_lane);
   }

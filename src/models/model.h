@@ -76,6 +76,18 @@ class Model {
     (void)kv, (void)lane, (void)position, (void)out;
     fail_internal("this model has no recurrent state to read");
   }
+  // Keeps aside, in the model's own memory, the state read_recurrent_state would copy out at
+  // `position`, in place of what the lane kept before. Where the state lives on a GPU this is a
+  // copy on the device, so holding every lane's last block state costs no trip to the host.
+  virtual void keep_recurrent_state(KvCache& kv, int32_t lane, int64_t position) {
+    (void)kv, (void)lane, (void)position;
+    fail_internal("this model has no recurrent state to keep");
+  }
+  // Copies out the state keep_recurrent_state kept last for the lane.
+  virtual void read_kept_recurrent_state(KvCache& kv, int32_t lane, uint8_t* out) {
+    (void)kv, (void)lane, (void)out;
+    fail_internal("this model has no recurrent state to read");
+  }
   // Starts the lane's sequence at `position` from a state read_recurrent_state gave for the same
   // tokens: its next forward's first row is at `position`.
   virtual void write_recurrent_state(KvCache& kv, int32_t lane, int64_t position, const uint8_t* in) {

@@ -235,6 +235,9 @@ TEST(CudaHybridEngine, ResumedEqualsFresh) {
   test::expect_resumed_equals_fresh(cuda_hybrid("qwen3.5-tiny-b"), true, true, 12, 1);
   test::expect_resumed_equals_fresh(cuda_hybrid("qwen3.5-tiny-b"), false, true, 13, 3);
 }
+TEST(CudaHybridEngine, AKeptStateIsTheReadStateAndOutlivesLaterPasses) {
+  test::expect_kept_state_is_the_read_state(*cuda_hybrid("qwen3.5-tiny-b"));
+}
 TEST(CudaHybridEngine, MultiTurnEqualsCold) { test::expect_multi_turn_equals_cold(cuda_hybrid("qwen3.5-tiny-b")); }
 TEST(CudaHybridEngine, ResumedLaneDraftsAsAFreshOne) {
   test::TempDir dir;

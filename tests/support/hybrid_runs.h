@@ -279,4 +279,38 @@ inline void expect_copy_chain_equals_plain(Model& model) {
   }
 }
 
+// What a lane keeps at a block boundary (Model::keep_recurrent_state, the engine's hold on its last
+// block) is what a read there gives, and stays so while the lane moves on and keeps no other.
+inline void expect_kept_state_is_the_read_state(Model& model) {
+  std::mt19937 rng(17);
+  const auto ids = random_ids(rng, 60, model.config().vocab_size);
+  const size_t n_bytes = static_cast<size_t>(model.recurrent_state_bytes());
+  std::vector<uint8_t> read_32(n_bytes), kept_32(n_bytes), kept_later(n_bytes), read_48(n_bytes), kept_48(n_bytes);
+  for (bool keep : {false, true}) {
+    KvCache kv = make_kv_cache(model, 8);
+    const int32_t lane = kv.lane_open();
+    kv.lane_reserve(lane, 60);
+    Batch first, second;
+    for (int32_t p = 0; p < 60; ++p)
+      (p < 20 ? first : second).rows.push_back({ids[size_t(p)], p, lane, p == 0 || p == 20 ? -1 : p - (p < 20 ? 1 : 21),
+                                                kv.slot(lane, p), false});
+    model.forward(first, kv, nullptr);
+    model.forward(second, kv, nullptr);
+    if (!keep) {
+      model.read_recurrent_state(kv, lane, 32, read_32.data());
+      model.read_recurrent_state(kv, lane, 48, read_48.data());
+      continue;
+    }
+    model.keep_recurrent_state(kv, lane, 32);
+    model.read_kept_recurrent_state(kv, lane, kept_32.data());
+    model.read_recurrent_state(kv, lane, 40, kept_later.data());  // the lane moves on
+    model.read_kept_recurrent_state(kv, lane, kept_later.data());
+    model.keep_recurrent_state(kv, lane, 48);
+    model.read_kept_recurrent_state(kv, lane, kept_48.data());
+  }
+  EXPECT_EQ(kept_32, read_32) << "the kept state is not the state a read gives at its position";
+  EXPECT_EQ(kept_later, read_32) << "the kept state changed when the lane moved on";
+  EXPECT_EQ(kept_48, read_48) << "a second keep did not replace the first";
+}
+
 }  // namespace tf::test

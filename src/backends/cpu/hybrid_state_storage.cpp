@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/error.h"
+
 namespace tf {
 
 HybridStateStorage::HybridStateStorage(const ModelConfig& config, int64_t n_slots)
@@ -39,6 +41,19 @@ void HybridStateStorage::read_lane(int32_t lane_id, uint8_t* out) {
   const LaneRecurrence& state = lane(lane_id);
   std::memcpy(out, state.state.data(), state.state.size() * sizeof(float));
   std::memcpy(out + state.state.size() * sizeof(float), state.conv.data(), state.conv.size() * sizeof(float));
+}
+
+void HybridStateStorage::keep_lane(int32_t lane_id) {
+  if (lane_id >= int32_t(kept_.size())) kept_.resize(size_t(lane_id) + 1);
+  const LaneRecurrence& state = lane(lane_id);
+  kept_[size_t(lane_id)].resize((state.state.size() + state.conv.size()) * sizeof(float));
+  read_lane(lane_id, kept_[size_t(lane_id)].data());
+}
+
+void HybridStateStorage::read_kept_lane(int32_t lane_id, uint8_t* out) const {
+  if (lane_id >= int32_t(kept_.size()) || kept_[size_t(lane_id)].empty())
+    fail_internal("lane " + std::to_string(lane_id) + " has kept no recurrent state");
+  std::memcpy(out, kept_[size_t(lane_id)].data(), kept_[size_t(lane_id)].size());
 }
 
 void HybridStateStorage::write_lane(int32_t lane_id, int64_t position, const uint8_t* in) {

@@ -33,6 +33,10 @@ class HybridStateStorage : public HostKvStorage {
 
   // A lane's state and conv history as bytes, laid out as hybrid_lane_format says.
   void read_lane(int32_t lane, uint8_t* out);
+  // A copy of what read_lane gives now, kept aside in place of the lane's last one.
+  void keep_lane(int32_t lane);
+  // The copy keep_lane kept last.
+  void read_kept_lane(int32_t lane, uint8_t* out) const;
   // Sets the lane's state to `in` at `position`, with no pass to replay after it.
   void write_lane(int32_t lane, int64_t position, const uint8_t* in);
 
@@ -45,6 +49,7 @@ class HybridStateStorage : public HostKvStorage {
   int64_t conv_per_layer_;
   HybridLaneTags tags_;
   std::vector<LaneRecurrence> lanes_;
+  std::vector<std::vector<uint8_t>> kept_;  // per lane: keep_lane's copy
 };
 
 }  // namespace tf

@@ -79,8 +79,8 @@ int64_t Qwen35CpuModel::recurrent_state_bytes() const { return hybrid_lane_bytes
 std::string Qwen35CpuModel::recurrent_state_format() const { return hybrid_lane_format(config_); }
 
 // Folds the committed positions up to `position` into the lane's state with the pass's own
-// kernels (the next pass replays only what follows), then copies the state out.
-void Qwen35CpuModel::read_recurrent_state(KvCache& kv, int32_t lane, int64_t position, uint8_t* out) {
+// kernels (the next pass replays only what follows).
+HybridStateStorage& Qwen35CpuModel::fold_recurrent_state(KvCache& kv, int32_t lane, int64_t position) {
   HybridStateStorage& storage = kv.storage_as<HybridStateStorage>();
   LaneRecurrence& state = storage.lane(lane);
   LaneProgress& progress = storage.tags().lane(lane);
@@ -92,7 +92,19 @@ void Qwen35CpuModel::read_recurrent_state(KvCache& kv, int32_t lane, int64_t pos
   for (const Qwen35LayerWeights& w : weights_.layers)
     if (w.kind == LayerKind::linear_attention) replay_lane(w, linear_index++, replay, state);
   progress.position = position;
-  storage.read_lane(lane, out);
+  return storage;
+}
+
+void Qwen35CpuModel::read_recurrent_state(KvCache& kv, int32_t lane, int64_t position, uint8_t* out) {
+  fold_recurrent_state(kv, lane, position).read_lane(lane, out);
+}
+
+void Qwen35CpuModel::keep_recurrent_state(KvCache& kv, int32_t lane, int64_t position) {
+  fold_recurrent_state(kv, lane, position).keep_lane(lane);
+}
+
+void Qwen35CpuModel::read_kept_recurrent_state(KvCache& kv, int32_t lane, uint8_t* out) {
+  kv.storage_as<HybridStateStorage>().read_kept_lane(lane, out);
 }
 
 void Qwen35CpuModel::write_recurrent_state(KvCache& kv, int32_t lane, int64_t position, const uint8_t* in) {

@@ -32,9 +32,13 @@ class Qwen35CpuModel : public Model {
   int64_t recurrent_state_bytes() const override;
   std::string recurrent_state_format() const override;
   void read_recurrent_state(KvCache& kv, int32_t lane, int64_t position, uint8_t* out) override;
+  void keep_recurrent_state(KvCache& kv, int32_t lane, int64_t position) override;
+  void read_kept_recurrent_state(KvCache& kv, int32_t lane, uint8_t* out) override;
   void write_recurrent_state(KvCache& kv, int32_t lane, int64_t position, const uint8_t* in) override;
 
  private:
+  // The lane's state brought to `position` (read_recurrent_state's contract); its storage.
+  HybridStateStorage& fold_recurrent_state(KvCache& kv, int32_t lane, int64_t position);
   void attention_block(int64_t layer, int64_t attention_index, HybridStateStorage& storage);
   void delta_net_block(int64_t layer, int64_t linear_index, const Batch& batch, HybridStateStorage& storage);
   void replay_lane(const Qwen35LayerWeights& w, int64_t linear_index, const std::vector<int32_t>& replay,

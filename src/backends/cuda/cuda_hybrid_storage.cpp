@@ -3,6 +3,9 @@
 #include "backends/cuda/cuda_hybrid_storage.h"
 
 #include <algorithm>
+#include <string>
+
+#include "core/error.h"
 
 namespace tf::cuda {
 
@@ -57,11 +60,37 @@ void CudaHybridStorage::reset_lane(int32_t lane) {
   b.history.fill_bytes(0);
 }
 
+namespace {
+
+// A state and its conv history to the host, back to back.
+void copy_to_host(const DeviceBuffer<float>& state, const DeviceBuffer<float>& history, uint8_t* out) {
+  TF_CUDA_CHECK(cudaDeviceSynchronize());  // the fold or copy that precedes the read may still run
+  TF_CUDA_CHECK(cudaMemcpy(out, state.data(), state.n_bytes(), cudaMemcpyDeviceToHost));
+  TF_CUDA_CHECK(cudaMemcpy(out + state.n_bytes(), history.data(), history.n_bytes(), cudaMemcpyDeviceToHost));
+}
+
+}  // namespace
+
 void CudaHybridStorage::read_lane(int32_t lane, uint8_t* out) {
   LaneBuffers& b = buffers(lane);
-  TF_CUDA_CHECK(cudaDeviceSynchronize());  // the fold that precedes the read may still run
-  TF_CUDA_CHECK(cudaMemcpy(out, b.state.data(), b.state.n_bytes(), cudaMemcpyDeviceToHost));
-  TF_CUDA_CHECK(cudaMemcpy(out + b.state.n_bytes(), b.history.data(), b.history.n_bytes(), cudaMemcpyDeviceToHost));
+  copy_to_host(b.state, b.history, out);
+}
+
+void CudaHybridStorage::keep_lane(int32_t lane) {
+  LaneBuffers& b = buffers(lane);
+  if (b.kept_state.size() == 0) {
+    b.kept_state = DeviceBuffer<float>(b.state.size());
+    b.kept_history = DeviceBuffer<float>(b.history.size());
+  }
+  TF_CUDA_CHECK(cudaMemcpyAsync(b.kept_state.data(), b.state.data(), b.state.n_bytes(), cudaMemcpyDeviceToDevice));
+  TF_CUDA_CHECK(
+      cudaMemcpyAsync(b.kept_history.data(), b.history.data(), b.history.n_bytes(), cudaMemcpyDeviceToDevice));
+}
+
+void CudaHybridStorage::read_kept_lane(int32_t lane, uint8_t* out) {
+  LaneBuffers& b = buffers(lane);
+  if (b.kept_state.size() == 0) fail_internal("lane " + std::to_string(lane) + " has kept no recurrent state");
+  copy_to_host(b.kept_state, b.kept_history, out);
 }
 
 void CudaHybridStorage::write_lane(int32_t lane, int64_t position, const uint8_t* in) {

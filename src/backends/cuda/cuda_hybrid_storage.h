@@ -30,12 +30,18 @@ class CudaHybridStorage : public CudaKvStorage {
   void reset_lane(int32_t lane);
   // The lane's state then conv history, as hybrid_lane_format lays them out; waits for the GPU.
   void read_lane(int32_t lane, uint8_t* out);
+  // Copies the lane's state and conv history aside on the device, queued behind the work before it,
+  // in place of the lane's last copy.
+  void keep_lane(int32_t lane);
+  // The copy keep_lane kept last, laid out as read_lane's; waits for the GPU.
+  void read_kept_lane(int32_t lane, uint8_t* out);
   // Sets the lane's state to `in` at `position`, with no pass to replay after it.
   void write_lane(int32_t lane, int64_t position, const uint8_t* in);
 
  private:
   struct LaneBuffers {
     DeviceBuffer<float> state, history, records;
+    DeviceBuffer<float> kept_state, kept_history;  // keep_lane's copy; empty until the first
     int64_t record_capacity = 0;
   };
   LaneBuffers& buffers(int32_t lane);

@@ -205,8 +205,8 @@ void Qwen35CudaModel::enqueue_decoder(int64_t n_rows, KvCache& kv) {
 }
 
 // Folds the committed positions up to `position` into the lane's state with the pass's own kernels
-// (a pass of replay alone), then copies the state out.
-void Qwen35CudaModel::read_recurrent_state(KvCache& kv, int32_t lane, int64_t position, uint8_t* out) {
+// (a pass of replay alone; the next pass replays only what follows).
+CudaHybridStorage& Qwen35CudaModel::fold_recurrent_state(KvCache& kv, int32_t lane, int64_t position) {
   CudaHybridStorage& storage = kv.storage_as<CudaHybridStorage>();
   LaneProgress& progress = storage.tags().lane(lane);
   if (position < progress.position)
@@ -230,7 +230,19 @@ void Qwen35CudaModel::read_recurrent_state(KvCache& kv, int32_t lane, int64_t po
     }
   }
   progress.position = position;
-  storage.read_lane(lane, out);
+  return storage;
+}
+
+void Qwen35CudaModel::read_recurrent_state(KvCache& kv, int32_t lane, int64_t position, uint8_t* out) {
+  fold_recurrent_state(kv, lane, position).read_lane(lane, out);
+}
+
+void Qwen35CudaModel::keep_recurrent_state(KvCache& kv, int32_t lane, int64_t position) {
+  fold_recurrent_state(kv, lane, position).keep_lane(lane);
+}
+
+void Qwen35CudaModel::read_kept_recurrent_state(KvCache& kv, int32_t lane, uint8_t* out) {
+  kv.storage_as<CudaHybridStorage>().read_kept_lane(lane, out);
 }
 
 void Qwen35CudaModel::write_recurrent_state(KvCache& kv, int32_t lane, int64_t position, const uint8_t* in) {

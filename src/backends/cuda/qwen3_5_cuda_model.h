@@ -22,6 +22,8 @@ class Qwen35CudaModel final : public Qwen3CudaModel {
   int64_t recurrent_state_bytes() const override { return hybrid_lane_bytes(config_); }
   std::string recurrent_state_format() const override { return hybrid_lane_format(config_); }
   void read_recurrent_state(KvCache& kv, int32_t lane, int64_t position, uint8_t* out) override;
+  void keep_recurrent_state(KvCache& kv, int32_t lane, int64_t position) override;
+  void read_kept_recurrent_state(KvCache& kv, int32_t lane, uint8_t* out) override;
   void write_recurrent_state(KvCache& kv, int32_t lane, int64_t position, const uint8_t* in) override;
   // The MTP head has no CUDA forward yet: an error that says so (the CPU backend runs it).
   std::shared_ptr<MtpHead> load_mtp_head(int n_threads) const override;
@@ -41,6 +43,8 @@ class Qwen35CudaModel final : public Qwen3CudaModel {
   void upload_pass(const std::vector<DeltaNetLane>& lanes, const std::vector<int32_t>& ints, int64_t n_replay,
                    int64_t n_rows, int64_t n_saved);
   void reserve_hybrid(int64_t n_rows);
+  // The lane's state brought to `position` (read_recurrent_state's contract); its storage.
+  CudaHybridStorage& fold_recurrent_state(KvCache& kv, int32_t lane, int64_t position);
 
   std::vector<Qwen35CudaLayerWeights> layers_;
   DeltaNetShape shape_;
