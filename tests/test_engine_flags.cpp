@@ -143,4 +143,8 @@ TEST(EngineFlags, BadValuesSayWhatToChange) {
   expect_message({"--model", "/no/such/model"}, "/no/such/model is not a directory");
   expect_message({"--drafter", "/no/such/drafter"}, "/no/such/drafter is not a directory");
   EXPECT_THROW(parsed({"--device", "tpu"}), CLI::ValidationError);
+  EngineFlags bits_alone = parsed({});
+  bits_alone.synthetic_bits = 4;  // serve's --synthetic-bits without --synthetic
+  EXPECT_NE(error_of(bits_alone).find("--synthetic-bits 4 sets the bits of --synthetic weights"), std::string::npos)
+      << error_of(bits_alone);
 }

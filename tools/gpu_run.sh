@@ -6,9 +6,10 @@
 # compute-sanitizer. Each step runs under `timeout`; logs,
 # the bench receipts and a summary go to $OUT. Run from a checkout of the same commit (the tests
 # read tests/fixtures from it).
-# Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|mlx4|server|cache|spec|linear|sanitize|all]   (defaults:
+# Usage: OUT=dir tools/gpu_run.sh [BUNDLE_DIR] [tests|bench|mlx4|server|hybrid-server|cache|spec|linear|sanitize|all]   (defaults:
 # build-cuda/bundle all; all leaves out sanitize, which is slow; mlx4: just the 4-bit decode bench and
-# configuration table; server: just the forced-acceptance runs through the HTTP server; spec: the
+# configuration table; server: just the forced-acceptance runs through the HTTP server (hybrid-server:
+# on the 27B hybrid shape, with and without the prompt cache); spec: the
 # embedded model's proposers, its drafter on the GPU; cache: the prefix cache's time to first token and
 # decode against no cache)
 #
@@ -75,6 +76,19 @@ server_benches() {
   done
 }
 
+hybrid_server_benches() {
+  # The Qwen3.6-27B-shaped hybrid (synthetic, MLX 4-bit) through the HTTP server: a lone rename at
+  # forced acceptance lengths against draft off, with the prompt cache (whose recurrent-state
+  # checkpoints a hybrid's rounds pay for) and without it.
+  for served in "qwen3.6-27b|8203|" "qwen3.6-27b-no-prompt-cache|8204|--no-prompt-cache"; do
+    IFS='|' read -r name port extra <<<"$served"
+    run_step "server-forced-accept-$name" 300 python3 tools/bench_concurrent.py \
+      --server-cmd "$BUNDLE/tensorfold serve --device cuda --synthetic qwen3.6-27b --synthetic-bits 4 --model models/tensorfold-code-target-mlx4 --ctx 4096 --parallel 4 $extra --port $port --bench-extensions" \
+      --base-url "http://127.0.0.1:$port" --forced-accept 1 16 47 --alone --waves 2 --cases rewrite \
+      --max-tokens 256 --receipt "$OUT/h200-server-forced-acceptance-$name.md"
+  done
+}
+
 mlx4_benches() {
   # MLX 4-bit weights (group 64, 4-bit LM head) kept packed and dequantized in registers.
   run_step bench-qwen3-8b-mlx4 300 "$BUNDLE/tensorfold" bench --device cuda --synthetic qwen3-8b --bits 4 \
@@ -104,6 +118,11 @@ cache_benches() {
 if [ "$MODE" = cache ]; then
   cache_benches
   cat "$OUT"/cache-*.log
+fi
+
+if [ "$MODE" = hybrid-server ]; then
+  hybrid_server_benches
+  cat "$OUT"/server-*.log
 fi
 
 if [ "$MODE" = server ]; then

@@ -204,6 +204,9 @@ void register_serve_command(CLI::App& app) {
                       "Serve random weights of a known shape (benchmarks: " + synthetic_names_text() +
                           "), speaking through --model's tokenizer")
       ->envname("TF_SYNTHETIC");
+  command->add_option("--synthetic-bits", flags->engine.synthetic_bits,
+                      "Bits of the --synthetic weights: 0 (bf16), 4 or 8 (MLX affine, group 64)")
+      ->check(CLI::IsMember({0, 4, 8}))->envname("TF_SYNTHETIC_BITS")->capture_default_str();
   command->add_option("--web-dir", flags->web_dir, "The chat page's files, served at / ('' serves no page)")
       ->envname("TF_WEB_DIR")->capture_default_str();
   command->add_option("--slot-save-path", flags->slot_save_path,

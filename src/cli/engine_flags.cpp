@@ -160,6 +160,9 @@ ServingOptions serving_options(const EngineFlags& flags, EngineOptions engine) {
   ServingOptions options;
   options.model_dir = flags.model_dir;
   options.synthetic = flags.synthetic;
+  if (flags.synthetic_bits != 0 && flags.synthetic.empty())
+    fail("--synthetic-bits " + std::to_string(flags.synthetic_bits) + " sets the bits of --synthetic weights; give --synthetic too.");
+  options.synthetic_bits = flags.synthetic_bits;
   options.drafter = flags.drafter;
   options.load.device = flags.device;
   options.load.n_threads = flags.n_threads;

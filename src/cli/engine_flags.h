@@ -24,6 +24,7 @@ struct CudaLaunchFlags {
 struct EngineFlags {
   std::string model_dir = default_model_dir();
   std::string synthetic;  // serve registers --synthetic itself; the others run real weights only
+  int synthetic_bits = 0;  // serve's --synthetic-bits: 0 (bf16), 4 or 8 (MLX affine)
   std::string drafter = "auto";
   std::string device = "cpu";
   int n_threads = 0;
