@@ -22,4 +22,4 @@ for t in "$@"; do
   grep -hE '^(stat::number_of_executed_units|#[0-9]+ +DONE)' run/$t/fuzz-*.log | head -3
   grep -lE 'ERROR: (Address|Leak|Undefined)Sanitizer|runtime error:|deadly signal' run/$t/fuzz-*.log | head
 done
-tar -czf $OUT/runs.tgz run
+tar -czf $OUT/runs.tgz --exclude=corpus run  # logs and findings; the grown corpora can be large
