@@ -2,11 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "backends/cpu/kernels/activation.h"
+#include "backends/cpu/kernels/exp.h"
 #include "backends/cpu/kernels/linear.h"
 #include "backends/cpu/kernels/norm.h"
 #include "backends/cpu/kernels/rope.h"
@@ -353,6 +355,60 @@ TEST(Rope, MatchesTransformersFormula) {
   expect_bitwise_equal(alone.data(), &rotated[size_t(3 * n_heads * head_dim)], n_heads * head_dim, "rope row");
 }
 
+// exp_in_place at every level the machine has is std::exp bit for bit: the special values and the
+// thresholds around them, then every 521st of the 2^32 bit patterns (all of them with
+// TF_EXHAUSTIVE_EXP=1, a minute or so), in runs whose lengths leave scalar tails too.
+TEST(Exp, EveryLevelIsStdExpBitForBit) {
+  std::vector<float> inputs = {0.0f, -0.0f, 1.0f, -1.0f, HUGE_VALF, -HUGE_VALF, NAN, -NAN, 0x1p-149f, -0x1p-149f,
+                               88.0f, -88.0f, 100.0f, -100.0f, 1e30f, -1e30f};
+  for (float edge : {0x1.62e42ep6f, -0x1.9fe368p6f, -0x1.9d1d9ep6f, 88.0f, -88.0f, -87.33654f})
+    for (int step = -3; step <= 3; ++step) {
+      uint32_t bits;
+      std::memcpy(&bits, &edge, sizeof bits);
+      bits = uint32_t(int64_t(bits) + step);
+      float value;
+      std::memcpy(&value, &bits, sizeof value);
+      inputs.push_back(value);
+    }
+  const bool is_exhaustive = std::getenv("TF_EXHAUSTIVE_EXP") != nullptr;
+  const uint64_t stride = is_exhaustive ? 1 : 521;
+  constexpr size_t kRun = 1 << 20;
+  SimdLevelGuard guard;
+  for (SimdLevel level : supported_levels()) {
+    SCOPED_TRACE(std::string("SIMD level ") + simd_level_name(level));
+    set_simd_level_for_testing(level);
+    std::vector<float> values;
+    auto check = [&](const std::vector<float>& batch) {
+      values = batch;
+      run_with_simd_level([&]<int W>() __attribute__((always_inline)) {
+        exp_in_place<W>(values.data(), int64_t(values.size()));
+      });
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const float expected = std::exp(batch[i]);
+        ASSERT_EQ(0, std::memcmp(&values[i], &expected, sizeof expected))
+            << "exp(" << std::hexfloat << batch[i] << ") = " << values[i] << ", std::exp gives " << expected;
+      }
+    };
+    check(inputs);
+    std::vector<float> batch;
+    batch.reserve(kRun + 7);
+    size_t n_runs = 0;
+    for (uint64_t bits = 0; bits <= 0xffffffffu; bits += stride) {
+      float value;
+      const uint32_t b = uint32_t(bits);
+      std::memcpy(&value, &b, sizeof value);
+      batch.push_back(value);
+      if (batch.size() == kRun + n_runs % 8) {
+        check(batch);
+        if (::testing::Test::HasFatalFailure()) return;
+        batch.clear();
+        ++n_runs;
+      }
+    }
+    check(batch);
+  }
+}
+
 TEST(Swiglu, MatchesReference) {
   std::mt19937 rng(13);
   const int64_t n = 1000;
@@ -363,6 +419,27 @@ TEST(Swiglu, MatchesReference) {
     const double g = gate[size_t(i)];
     const double expected = g / (1.0 + std::exp(-g)) * up[size_t(i)];
     ASSERT_NEAR(out[size_t(i)], expected, 1e-6 * std::fabs(expected) + 1e-30);
+  }
+}
+
+// Every level computes silu's f32 steps on std::exp's bits, also in place (out = gate).
+TEST(Swiglu, EveryLevelIsTheScalarFormulaBitForBit) {
+  std::mt19937 rng(14);
+  const int64_t n = 1000;
+  const std::vector<float> gate = random_floats(size_t(n), rng, 20.0f), up = random_floats(size_t(n), rng);
+  SimdLevelGuard guard;
+  for (SimdLevel level : supported_levels()) {
+    SCOPED_TRACE(std::string("SIMD level ") + simd_level_name(level));
+    set_simd_level_for_testing(level);
+    std::vector<float> out(static_cast<size_t>(n)), in_place = gate;
+    swiglu(gate.data(), up.data(), n, out.data());
+    swiglu(in_place.data(), up.data(), n, in_place.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = gate[size_t(i)];
+      const float expected = (g / (1.0f + std::exp(-g))) * up[size_t(i)];
+      ASSERT_EQ(0, std::memcmp(&out[size_t(i)], &expected, sizeof expected)) << i;
+    }
+    expect_bitwise_equal(in_place.data(), out.data(), n, "in-place swiglu");
   }
 }
 

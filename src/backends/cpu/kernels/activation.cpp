@@ -1,15 +1,25 @@
 // SwiGLU on the CPU, with silu written as PyTorch computes it.
 #include "backends/cpu/kernels/activation.h"
 
-#include <cmath>
+#include <algorithm>
+
+#include "backends/cpu/kernels/exp.h"
+#include "backends/cpu/kernels/simd.h"
 
 namespace tf::cpu {
 
+// out may be gate: each element is read before it is written.
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = (g / (1.0f + std::exp(-g))) * up[i];
-  }
+  run_with_simd_level([&]<int W>() __attribute__((always_inline)) {
+    constexpr int64_t kBlock = 256;
+    float e[kBlock];
+    for (int64_t begin = 0; begin < n; begin += kBlock) {
+      const int64_t m = std::min(kBlock, n - begin);
+      for (int64_t i = 0; i < m; ++i) e[i] = -gate[begin + i];
+      exp_in_place<W>(e, m);
+      for (int64_t i = 0; i < m; ++i) out[begin + i] = (gate[begin + i] / (1.0f + e[i])) * up[begin + i];
+    }
+  });
 }
 
 }  // namespace tf::cpu

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "backends/cpu/kernels/exp.h"
 #include "backends/cpu/kernels/simd.h"
 
 namespace tf::cpu {
@@ -123,7 +124,8 @@ TF_INLINE void attend_heads(const AttentionArgs& a, int64_t row, int64_t head0, 
       const float rescale = std::exp(running_max[h] - new_max);  // 0 for the first chunk
       sum[h] = sum[h] * rescale;
       acc[h].scale(rescale, head_dim);
-      for (j = 0; j < n_in_chunk; ++j) scores[h][j] = std::exp(scores[h][j] - new_max);
+      for (j = 0; j < n_in_chunk; ++j) scores[h][j] = scores[h][j] - new_max;
+      exp_in_place<W>(scores[h], n_in_chunk);
       running_max[h] = new_max;
     }
     for (j = 0; j < n_in_chunk; ++j) {
