@@ -116,7 +116,9 @@ TEST(HttpRequestParser, ALongTrailerSectionIsRefusedWholeAndInPieces) {
     const bool is_too_long = n_trailers == 5;  // 5 x 248 bytes > 1024
     auto [requests, failure] = parse_http_requests(bytes, limits);
     EXPECT_EQ(bool(failure), is_too_long) << n_trailers;
-    if (failure) EXPECT_EQ(failure->status, 400);
+    if (failure) {
+      EXPECT_EQ(failure->status, 400);
+    }
     HttpRequestParser parser(limits);
     std::string pending;
     for (char c : bytes) {
@@ -127,7 +129,9 @@ TEST(HttpRequestParser, ALongTrailerSectionIsRefusedWholeAndInPieces) {
     }
     EXPECT_EQ(bool(parser.failure()), is_too_long) << n_trailers;
     EXPECT_EQ(parser.is_done(), !is_too_long) << n_trailers;
-    if (!is_too_long) EXPECT_EQ(parser.request().body, "hello");
+    if (!is_too_long) {
+      EXPECT_EQ(parser.request().body, "hello");
+    }
   }
 }
 
