@@ -58,6 +58,7 @@ struct ServeFlags {
   std::vector<std::string> served_model_names;
   std::string chat_template = "auto";
   bool is_special_in_user_text = false;
+  std::string proposer_gate = "on";
 };
 
 void require(bool is_ok, const std::string& message) {
@@ -99,7 +100,9 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
   engine.n_parallel = flags.n_parallel;
   engine.n_ctx = flags.n_ctx;
   engine.max_queue = flags.max_queue;
-  engine.speculation.gate_proposers = true;  // drafting that does not pay for itself only costs the client time
+  // Drafting that does not pay for itself only costs the client time; off, every proposer drafts every
+  // round, so which drafts a reply gets no longer depends on the clock (the tokens never do).
+  engine.speculation.gate_proposers = flags.proposer_gate == "on";
   // A synthetic model speaks through the --model directory's tokenizer and drafts without a drafter.
   ServingOptions stack_options = serving_options(flags.engine, engine);
   stack_options.chat_template = flags.chat_template;
@@ -204,6 +207,10 @@ void register_serve_command(CLI::App& app) {
                       "Serve random weights of a known shape (benchmarks: " + synthetic_names_text() +
                           "), speaking through --model's tokenizer")
       ->envname("TF_SYNTHETIC");
+  command->add_option("--proposer-gate", flags->proposer_gate,
+                      "Run the block drafter and n-gram proposer only while their accepted tokens pay for their "
+                      "time (on), or every round (off)")
+      ->check(CLI::IsMember({"on", "off"}))->envname("TF_PROPOSER_GATE")->capture_default_str();
   command->add_option("--synthetic-bits", flags->engine.synthetic_bits,
                       "Bits of the --synthetic weights: 0 (bf16), 4 or 8 (MLX affine, group 64)")
       ->check(CLI::IsMember({0, 4, 8}))->envname("TF_SYNTHETIC_BITS")->capture_default_str();

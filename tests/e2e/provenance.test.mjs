@@ -6,9 +6,11 @@ import { after, before, test } from 'node:test';
 import { modelId, request, sseEvents, startServer } from './harness.mjs';
 
 let server;
-// Fixed windows: the streamed and the whole reply must draft alike, and measured windows follow the
-// clock and what the earlier request accepted.
-before(async () => { server = await startServer(['--parallel', '4', '--windows', 'fixed']); });
+// Fixed windows and no proposer gate: the streamed and the whole reply must draft alike, and measured
+// windows and the gate follow the clock and what the earlier request accepted.
+before(async () => {
+  server = await startServer(['--parallel', '4', '--windows', 'fixed', '--proposer-gate', 'off']);
+});
 after(async () => { await server?.stop(); });
 
 const sources = new Set(['target', 'long_copy', 'drafter', 'ngram', 'replay']);
