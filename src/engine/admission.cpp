@@ -114,6 +114,12 @@ void Engine::Impl::publish_blocks(Lane& lane) {
   }
 }
 
+// A lane whose last round failed may have no state to read; the cache only loses a resume point.
+static void report_lost_checkpoint(int64_t block, const std::exception& error) {
+  std::fprintf(stderr, "tensorfold: internal error: no recurrent checkpoint at block %lld: %s\n",
+               static_cast<long long>(block), error.what());
+}
+
 // A recurrent model's state at the end of the block just published: a checkpoint every
 // checkpoint_every blocks and at the prompt's last full block (a shared system prompt, the same
 // prompt again); otherwise, for the last block a round publishes, kept by the model (on the GPU
@@ -138,9 +144,7 @@ void Engine::Impl::checkpoint_block(Lane& lane, int64_t index, bool is_last_of_r
       lane.has_kept_state = true;
     }
   } catch (const std::exception& error) {
-    // A lane whose last round failed may have no state to read; the cache only loses a resume point.
-    std::fprintf(stderr, "tensorfold: internal error: no recurrent checkpoint at block %lld: %s\n",
-                 static_cast<long long>(index), error.what());
+    report_lost_checkpoint(index, error);
   }
 }
 
@@ -152,8 +156,7 @@ void Engine::Impl::checkpoint_kept_state(Lane& lane) {
   try {
     model->read_kept_recurrent_state(kv, lane.kv_lane, state.data());
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "tensorfold: internal error: no recurrent checkpoint at block %lld: %s\n",
-                 static_cast<long long>(lane.n_keyed_blocks - 1), error.what());
+    report_lost_checkpoint(lane.n_keyed_blocks - 1, error);
     return;
   }
   checkpoints.put(lane.last_key, std::move(state));
