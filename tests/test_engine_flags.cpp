@@ -46,8 +46,15 @@ TEST(EngineFlags, DefaultsAreTheEngineAndLoadDefaults) {
   EXPECT_EQ(options.engine->prefill_chunk, defaults.prefill_chunk);
   EXPECT_EQ(options.engine->max_rows_per_round, defaults.max_rows_per_round);
   EXPECT_EQ(options.engine->lane_window, defaults.lane_window);
-  EXPECT_EQ(options.engine->lone_window, defaults.lone_window);
-  EXPECT_EQ(options.engine->most_lone_window, defaults.most_lone_window);
+  // The lone window by device: narrow on the CPU, where a verified row costs a share of a step.
+  EXPECT_EQ(options.engine->lone_window, 16);
+  EXPECT_EQ(options.engine->most_lone_window, 16);
+  const ServingOptions on_gpu = serving_options(parsed({"--device", "cuda"}), EngineOptions{});
+  EXPECT_EQ(on_gpu.engine->lone_window, defaults.lone_window);
+  EXPECT_EQ(on_gpu.engine->most_lone_window, defaults.most_lone_window);
+  const ServingOptions wider_lanes = serving_options(parsed({"--lane-window", "24"}), EngineOptions{});
+  EXPECT_EQ(wider_lanes.engine->lone_window, 24) << "the lone window is never below the lanes' own";
+  EXPECT_EQ(wider_lanes.engine->most_lone_window, 24);
   EXPECT_EQ(options.engine->speculation.min_confident_match, defaults.speculation.min_confident_match);
   EXPECT_TRUE(options.load.use_cuda_graphs);
   EXPECT_TRUE(options.load.use_overlapped_launches);
@@ -136,7 +143,9 @@ TEST(EngineFlags, BadValuesSayWhatToChange) {
   expect_message({"--lane-window", "600"}, "at most --max-rows-per-round");
   expect_message({"--lone-window", "1"}, "--lone-window");
   expect_message({"--lone-window", "8"}, "at least 2 and --lane-window");
-  expect_message({"--most-lone-window", "32"}, "at least --lone-window");
+  expect_message({"--most-lone-window", "8"}, "at least --lone-window");
+  expect_message({"--lone-window", "32", "--most-lone-window", "24"}, "at least --lone-window");
+  expect_message({"--lone-window", "-1"}, "--lone-window (rows per round; at least 2 and --lane-window)");
   expect_message({"--min-confident-match", "0"}, "--min-confident-match (tokens) must be between 1 and 4096; got 0.");
   expect_message({"--mtp-tokens", "0"}, "--mtp-tokens (tokens) must be between 1 and 64; got 0.");
   expect_message({"--threads", "-1"}, "--threads must be 0 (one per core) or more; got -1.");

@@ -149,8 +149,8 @@ void run_spec_eval(const SpecEvalFlags& flags) {
          << joined(flags.kinds) << " --modes" << joined(flags.modes) << " --streams" << joined(flags.streams)
          << (flags.gate_proposers ? " --gate-proposers" : "") << " --drafter-min-path-probability "
          << flags.drafter_tree.min_path_probability << " --drafter-root-candidates "
-         << flags.drafter_tree.n_root_candidates << " --lone-window " << knobs.lone_window
-         << " --most-lone-window " << knobs.most_lone_window << " --min-confident-match " << knobs.min_confident_match
+         << flags.drafter_tree.n_root_candidates << " --lone-window " << engine_options.lone_window
+         << " --most-lone-window " << engine_options.most_lone_window << " --min-confident-match " << knobs.min_confident_match
          << " --lanes " << knobs.lanes << " --windows " << knobs.windows << "`\n"
          << "- cases: " << flags.cases_file << "\n- commit: " << receipt_commit() << "\n- machine: " << receipt_machine()
          << "\n- greedy; all cases of a kind submitted at once to an engine of N lanes; tok/s = completion tokens"

@@ -20,6 +20,14 @@ struct CudaLaunchFlags {
   void apply_to(ModelLoadOptions& options) const;
 };
 
+// A lone greedy stream's window when the flags leave it to the device: rows of its first round and
+// the most it earns.
+struct LoneWindows {
+  int64_t first;
+  int64_t most;
+};
+LoneWindows lone_windows_for(const std::string& device);
+
 // The flags as given; serving_options() checks them and turns them into options.
 struct EngineFlags {
   std::string model_dir = default_model_dir();
@@ -34,8 +42,8 @@ struct EngineFlags {
   int64_t prefill_chunk = EngineOptions{}.prefill_chunk;
   int64_t max_rows_per_round = EngineOptions{}.max_rows_per_round;
   int64_t lane_window = EngineOptions{}.lane_window;
-  int64_t lone_window = EngineOptions{}.lone_window;
-  int64_t most_lone_window = EngineOptions{}.most_lone_window;
+  int64_t lone_window = 0;       // 0: by device (lone_windows_for)
+  int64_t most_lone_window = 0;  // 0: by device
   int64_t min_confident_match = EngineOptions{}.speculation.min_confident_match;
   int64_t mtp_tokens = EngineOptions{}.speculation.mtp_chain.max_chain;
   int64_t kv_pool_tokens = EngineOptions{}.kv_pool_tokens;
