@@ -58,6 +58,7 @@ TEST(EngineFlags, DefaultsAreTheEngineAndLoadDefaults) {
   EXPECT_EQ(options.engine->speculation.min_confident_match, defaults.speculation.min_confident_match);
   EXPECT_TRUE(options.load.use_cuda_graphs);
   EXPECT_TRUE(options.load.use_overlapped_launches);
+  EXPECT_TRUE(options.load.cpu_bf16_dot);
   EXPECT_EQ(options.load.device, "cpu");
   EXPECT_EQ(options.drafter, "auto");
 }
@@ -67,7 +68,7 @@ TEST(EngineFlags, FlagsReachTheOptions) {
       serving_options(parsed({"--lanes", "0", "--windows", "fixed", "--cuda-graphs", "off", "--cuda-pdl", "0", "--prefill-chunk", "64",
                               "--max-rows-per-round", "128", "--lane-window", "8", "--lone-window", "32",
                               "--most-lone-window", "96", "--min-confident-match", "12", "--threads", "3",
-                              "--drafter", "none", "--mtp-tokens", "6"}),
+                              "--drafter", "none", "--mtp-tokens", "6", "--bf16-dot", "off"}),
                       EngineOptions{});
   EXPECT_EQ(options.engine->lane_policy, LanePolicy::always_lone);
   EXPECT_EQ(options.engine->window_policy, WindowPolicy::fixed);
@@ -80,6 +81,7 @@ TEST(EngineFlags, FlagsReachTheOptions) {
   EXPECT_EQ(options.engine->most_lone_window, 96);
   EXPECT_EQ(options.engine->speculation.min_confident_match, 12);
   EXPECT_EQ(options.load.n_threads, 3);
+  EXPECT_FALSE(options.load.cpu_bf16_dot);
   EXPECT_EQ(options.drafter, "none");
   EXPECT_EQ(options.engine->speculation.mtp_chain.max_chain, 6);
   EXPECT_EQ(serving_options(parsed({"--drafter", "mtp"}), EngineOptions{}).drafter, "mtp");
@@ -109,6 +111,7 @@ TEST(EngineFlags, EnvironmentMirrorsTheFlags) {
   setenv("TF_WINDOWS", "fixed", 1);
   setenv("TF_DRAFTER", "mtp", 1);
   setenv("TF_MTP_TOKENS", "3", 1);
+  setenv("TF_BF16_DOT", "0", 1);
   const ServingOptions from_env = serving_options(parsed({}), EngineOptions{});
   const ServingOptions flag_wins = serving_options(parsed({"--lanes", "0"}), EngineOptions{});
   unsetenv("TF_LANES");
@@ -118,6 +121,8 @@ TEST(EngineFlags, EnvironmentMirrorsTheFlags) {
   unsetenv("TF_WINDOWS");
   unsetenv("TF_DRAFTER");
   unsetenv("TF_MTP_TOKENS");
+  unsetenv("TF_BF16_DOT");
+  EXPECT_FALSE(from_env.load.cpu_bf16_dot);
   EXPECT_EQ(from_env.drafter, "mtp");
   EXPECT_EQ(from_env.engine->speculation.mtp_chain.max_chain, 3);
   EXPECT_EQ(from_env.engine->lane_policy, LanePolicy::always_lanes);
@@ -138,6 +143,7 @@ TEST(EngineFlags, BadValuesSayWhatToChange) {
   expect_message({"--windows", "wide"}, "--windows (TF_WINDOWS) must be measured");
   expect_message({"--cuda-graphs", "maybe"}, "--cuda-graphs (TF_CUDA_GRAPHS) must be on or off (1 or 0); got 'maybe'");
   expect_message({"--cuda-pdl", "true"}, "--cuda-pdl (TF_CUDA_PDL) must be on or off");
+  expect_message({"--bf16-dot", "auto"}, "--bf16-dot (TF_BF16_DOT) must be on or off (1 or 0); got 'auto'");
   expect_message({"--prefill-chunk", "0"}, "--prefill-chunk (prompt rows per round) must be between 1 and");
   expect_message({"--max-rows-per-round", "0"}, "--max-rows-per-round");
   expect_message({"--lane-window", "600"}, "at most --max-rows-per-round");

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "loader/safetensors.h"
 #include "models/synthetic.h"
 #include "models/model.h"
+#include "support/cpu_numerics.h"
 #include "support/expect_error.h"
 #include "support/fixtures.h"
 #include "support/forward_runs.h"
@@ -42,34 +44,43 @@ std::shared_ptr<Model> load_hybrid(const std::string& name, int n_threads = 0) {
 
 class HybridParity : public ::testing::TestWithParam<std::string> {};
 
+// At each numerics the machine has (support/cpu_numerics.h); every position's argmax at f32 inputs.
 TEST_P(HybridParity, PrefillLogitsMatchTransformers) {
   const std::string dir = test::fixture_model(GetParam());
   auto ref = test::read_json(dir + "/reference.json");
-  auto model = load_hybrid(GetParam());
-  ASSERT_TRUE(model->config().is_hybrid());
-  const auto ids = ref["prompt_ids"].get<std::vector<int32_t>>();
-  const std::vector<float> logits = test::prefill_logits(*model, ids);
-  const int64_t n_vocab = model->config().vocab_size;
-  ASSERT_EQ(ref["logits"].size(), ids.size());
-  float worst = 0, largest = 0;
-  for (size_t p = 0; p < ids.size(); ++p)
-    for (int64_t v = 0; v < n_vocab; ++v) {
-      const float expected = ref["logits"][p][size_t(v)].get<float>();
-      worst = std::max(worst, std::fabs(logits[p * size_t(n_vocab) + size_t(v)] - expected));
-      largest = std::max(largest, std::fabs(expected));
+  for (const test::CpuNumerics& numerics : test::cpu_numerics_here()) {
+    SCOPED_TRACE(numerics.name);
+    test::CpuNumericsScope scope(numerics);
+    auto model = load_hybrid(GetParam());
+    ASSERT_TRUE(model->config().is_hybrid());
+    const auto ids = ref["prompt_ids"].get<std::vector<int32_t>>();
+    const std::vector<float> logits = test::prefill_logits(*model, ids);
+    const int64_t n_vocab = model->config().vocab_size;
+    ASSERT_EQ(ref["logits"].size(), ids.size());
+    float worst = 0, largest = 0;
+    for (size_t p = 0; p < ids.size(); ++p)
+      for (int64_t v = 0; v < n_vocab; ++v) {
+        const float expected = ref["logits"][p][size_t(v)].get<float>();
+        worst = std::max(worst, std::fabs(logits[p * size_t(n_vocab) + size_t(v)] - expected));
+        largest = std::max(largest, std::fabs(expected));
+      }
+    EXPECT_LT(worst, test::logit_tolerance(numerics, kLogitTolerance, largest))
+        << "largest logit difference over every position";
+    EXPECT_GT(largest, 0.5f) << "the reference logits are too small to tell anything";
+    std::printf("%s, %s: largest logit difference %.3g\n", GetParam().c_str(), numerics.name.c_str(), worst);
+    if (numerics.has_bf16_inputs) continue;
+    const auto argmax = ref["argmax"].get<std::vector<int32_t>>();
+    for (size_t p = 0; p < ids.size(); ++p) {
+      const float* row = logits.data() + p * size_t(n_vocab);
+      EXPECT_FLOAT_EQ(*std::max_element(row, row + n_vocab), row[argmax[p]]) << "position " << p;
     }
-  EXPECT_LT(worst, kLogitTolerance) << "largest logit difference over every position";
-  EXPECT_GT(largest, 0.5f) << "the reference logits are too small to tell anything";
-  const auto argmax = ref["argmax"].get<std::vector<int32_t>>();
-  for (size_t p = 0; p < ids.size(); ++p) {
-    const float* row = logits.data() + p * size_t(n_vocab);
-    EXPECT_FLOAT_EQ(*std::max_element(row, row + n_vocab), row[argmax[p]]) << "position " << p;
   }
 }
 
 // Greedy through the engine against transformers' cached decoding (its token-by-token path), up to
 // the first thin margin, with the top logits of every compared step.
 TEST_P(HybridParity, GreedyTokensMatchTransformers) {
+  test::CpuNumericsScope scope(test::f32_inputs());  // whose tolerance makes the margins worth comparing
   const std::string dir = test::fixture_model(GetParam());
   auto ref = test::read_json(dir + "/reference.json");
   auto model = load_hybrid(GetParam());
@@ -103,13 +114,20 @@ INSTANTIATE_TEST_SUITE_P(TinyHybrids, HybridParity,
 TEST(HybridParity, ChatSizedVocabularyTopLogitsMatch) {
   const std::string dir = test::fixture_model("qwen3.5-tiny-chat");
   auto ref = test::read_json(dir + "/reference.json");
-  auto model = load_hybrid("qwen3.5-tiny-chat");
-  const auto ids = ref["prompt_ids"].get<std::vector<int32_t>>();
-  const std::vector<float> logits = test::prefill_logits(*model, ids);
-  const float* last = logits.data() + (ids.size() - 1) * size_t(model->config().vocab_size);
-  const auto top = ref["logits_last_top"].get<std::vector<int32_t>>();
-  const auto values = ref["logits_last_top_values"].get<std::vector<float>>();
-  for (size_t i = 0; i < top.size(); ++i) EXPECT_NEAR(last[top[i]], values[i], kLogitTolerance);
+  for (const test::CpuNumerics& numerics : test::cpu_numerics_here()) {
+    SCOPED_TRACE(numerics.name);
+    test::CpuNumericsScope scope(numerics);
+    auto model = load_hybrid("qwen3.5-tiny-chat");
+    const auto ids = ref["prompt_ids"].get<std::vector<int32_t>>();
+    const std::vector<float> logits = test::prefill_logits(*model, ids);
+    const float* last = logits.data() + (ids.size() - 1) * size_t(model->config().vocab_size);
+    const auto top = ref["logits_last_top"].get<std::vector<int32_t>>();
+    const auto values = ref["logits_last_top_values"].get<std::vector<float>>();
+    float largest = 0;
+    for (float v : values) largest = std::max(largest, std::fabs(v));
+    for (size_t i = 0; i < top.size(); ++i)
+      EXPECT_NEAR(last[top[i]], values[i], test::logit_tolerance(numerics, kLogitTolerance, largest));
+  }
 }
 
 // ---- Loader ----

@@ -98,7 +98,7 @@ void expect_bitwise_equal(const float* a, const float* b, int64_t n, const std::
 
 std::vector<SimdLevel> supported_levels() {
   std::vector<SimdLevel> levels;
-  for (SimdLevel level : {SimdLevel::generic, SimdLevel::avx2, SimdLevel::avx512})
+  for (SimdLevel level : {SimdLevel::generic, SimdLevel::avx2, SimdLevel::avx512, SimdLevel::avx512_bf16})
     if (simd_level_supported(level)) levels.push_back(level);
   return levels;
 }
@@ -109,12 +109,21 @@ struct SimdLevelGuard {
   ~SimdLevelGuard() { set_simd_level_for_testing(saved); }
 };
 
-// Checks one weight layout at the current SIMD level: accuracy against doubles, then every row of
-// batches of M = 1..64 and 257 random rows, with 1..4 threads, bitwise equal to the row alone.
-// Returns the rows computed alone.
+// Whether the current level computes t's outputs with the bf16 dot product (x rounded to bf16).
+bool takes_bf16_dot(const TestWeights& t) {
+  return simd_level_has_bf16_dot(simd_level()) && t.matrix.bits == 0 && t.matrix.dtype == DType::bf16;
+}
+
+float rounded_to_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+// Checks one weight layout at the current SIMD level: accuracy against doubles (of the inputs the
+// level multiplies: rounded to bf16 for the dot product), then every row of batches of M = 1..64
+// and 257 random rows, with 1..4 threads, bitwise equal to the row alone. Returns the rows
+// computed alone.
 std::vector<float> check_linear_at_level(const TestWeights& t, const std::vector<float>& x, std::mt19937& rng,
                                          ThreadPool* pools) {
   const int64_t k = t.matrix.n_cols, n = t.matrix.n_rows;
+  const bool rounds_inputs = takes_bf16_dot(t);
   const int64_t n_pool_rows = int64_t(x.size()) / k;
   std::vector<float> solo(static_cast<size_t>(n_pool_rows * n));
   for (int64_t i = 0; i < n_pool_rows; ++i) linear(&x[size_t(i * k)], 1, t.matrix, &solo[size_t(i * n)], pools[0]);
@@ -123,7 +132,8 @@ std::vector<float> check_linear_at_level(const TestWeights& t, const std::vector
     for (int64_t c = 0; c < n; ++c) {
       double sum = 0, magnitude = 0;
       for (int64_t j = 0; j < k; ++j) {
-        const double product = double(x[size_t(i * k + j)]) * t.values[size_t(c * k + j)];
+        const float input = x[size_t(i * k + j)];
+        const double product = double(rounds_inputs ? rounded_to_bf16(input) : input) * t.values[size_t(c * k + j)];
         sum += product;
         magnitude += std::fabs(product);
       }
@@ -158,18 +168,18 @@ std::vector<float> check_linear_at_level(const TestWeights& t, const std::vector
 }
 
 // Checks one weight layout at every SIMD level the machine has; levels of one numerics (multiply
-// then add, or fused) must also agree with each other bit for bit.
+// then add, fused, or the bf16 dot product) must also agree with each other bit for bit.
 void check_linear(const TestWeights& t, std::mt19937& rng, ThreadPool* pools) {
   constexpr int64_t kPoolRows = 257;
   const std::vector<float> x = random_floats(size_t(kPoolRows * t.matrix.n_cols), rng);
   SimdLevelGuard guard;
-  std::vector<float> first_of_numerics[2];
+  std::vector<float> first_of_numerics[3];
   for (SimdLevel level : supported_levels()) {
     SCOPED_TRACE(std::string("SIMD level ") + simd_level_name(level));
     set_simd_level_for_testing(level);
     std::vector<float> solo = check_linear_at_level(t, x, rng, pools);
     if (::testing::Test::HasFatalFailure()) return;
-    std::vector<float>& reference = first_of_numerics[simd_level_fuses(level) ? 1 : 0];
+    std::vector<float>& reference = first_of_numerics[takes_bf16_dot(t) ? 2 : simd_level_fuses(level) ? 1 : 0];
     if (reference.empty()) {
       reference = std::move(solo);
     } else {
@@ -233,6 +243,56 @@ TEST(Linear, F16DecodeIsExactOnEveryLevel) {
     for (int64_t r = 0; r < kRows; ++r)
       for (int64_t c = 0; c < kCols; ++c)
         ASSERT_EQ(y[size_t(c * kRows + r)], f16_to_f32(bits[size_t(r * kCols + c)])) << r << "," << c;
+  }
+}
+
+// The bf16 dot product's sums, lane by lane: x rounded to bf16, then per block of 32 inputs lane l
+// adds input 2l+1's product, then input 2l's, each exact and rounded once, with bf16 subnormals
+// (weights or inputs) and subnormal sums read as zero; then the one horizontal tree. Checked bit
+// for bit with subnormal and tiny weights in, for row counts that take every tile shape.
+TEST(Linear, Bf16DotProductIsItsLaneOrderBitForBit) {
+  if (!simd_level_supported(SimdLevel::avx512_bf16)) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
+  SimdLevelGuard guard;
+  set_simd_level_for_testing(SimdLevel::avx512_bf16);
+  std::mt19937 rng(29);
+  const auto flushed = [](float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; };
+  for (int64_t k : {32, 40, 96, 1000}) {
+    for (int64_t m : {1, 3, 4, 9}) {
+      SCOPED_TRACE("K=" + std::to_string(k) + " M=" + std::to_string(m));
+      const int64_t n = 21;
+      TestWeights t = make_weights(n, k, DType::bf16, 0, 0, DType::bf16, rng);
+      auto* bits = reinterpret_cast<uint16_t*>(t.data.data());
+      std::uniform_int_distribution<int> pick(0, 7);
+      for (int64_t i = 0; i < n * k; ++i) {  // some subnormal weights, some whose products underflow
+        const int kind = pick(rng);
+        if (kind == 0) bits[i] = uint16_t((bits[i] & 0x807f) | (pick(rng) == 0 ? 0 : 0x0080));
+        if (kind == 1) bits[i] = uint16_t((bits[i] & 0x807f) | 0x0300);  // about 2^-120
+      }
+      std::vector<float> x = random_floats(size_t(m * k), rng);
+      for (size_t i = 0; i < x.size(); i += 7) x[i] *= 1e-30f;
+      std::vector<float> y(size_t(m * n));
+      ThreadPool pool(2);
+      linear(x.data(), m, t.matrix, y.data(), pool);
+      const int64_t k_padded = (k + 31) / 32 * 32;
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t c = 0; c < n; ++c) {
+          float lanes[16] = {};
+          for (int64_t b = 0; b < k_padded; b += 32) {
+            for (int l = 0; l < 16; ++l) {
+              for (int64_t j : {b + 2 * l + 1, b + 2 * l}) {
+                if (j >= k) continue;
+                const float xi = flushed(rounded_to_bf16(x[size_t(r * k + j)]));
+                const float wi = flushed(bf16_to_f32(bits[size_t(c * k + j)]));
+                lanes[l] = flushed(std::fma(xi, wi, lanes[l]));
+              }
+            }
+          }
+          Lanes<kGenericWidth> v = load_f32<kGenericWidth>(lanes);
+          const float want = horizontal_sum(v), got = y[size_t(r * n + c)];
+          ASSERT_EQ(std::memcmp(&want, &got, sizeof got), 0) << "row " << r << " col " << c << ": " << got << " vs " << want;
+        }
+      }
+    }
   }
 }
 

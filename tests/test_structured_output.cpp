@@ -210,8 +210,11 @@ TEST(StructuredOutputTest, JsonSchemaDraftedEqualsUndraftedSampled) {
 TEST(StructuredOutputTest, XmlToolCallDraftedEqualsUndraftedGreedy) {
   expect_drafted_equals_undrafted_constrained(embedded(), xml_call_requests(embedded(), false), expect_valid_xml_call);
 }
+// Sampled, the small model's free-text city rarely closes within the budget (at bf16 inputs none of
+// the three does), so completion under drafts is left to the greedy and JSON tests.
 TEST(StructuredOutputTest, XmlToolCallDraftedEqualsUndraftedSampled) {
-  expect_drafted_equals_undrafted_constrained(embedded(), xml_call_requests(embedded(), true), expect_valid_xml_call);
+  expect_drafted_equals_undrafted_constrained(embedded(), xml_call_requests(embedded(), true), expect_valid_xml_call,
+                                              false);
 }
 // The same on a hybrid: each verify row's mask for its own draft prefix, over a recurrent state
 // (its random weights rarely finish a JSON reply or a call within the budget).

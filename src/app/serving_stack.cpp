@@ -89,7 +89,7 @@ ModelFacts read_model_facts(const ServingOptions& options) {
   facts.vocab_size = config.vocab_size;
   facts.context_length = config.max_position_embeddings;
   facts.device = options.load.device;
-  facts.numerics = device_numerics(options.load.device);
+  facts.numerics = device_numerics(options.load);
   if (is_dir_read) facts.generation_defaults = read_generation_defaults(options.model_dir);
   return facts;
 }

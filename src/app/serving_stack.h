@@ -38,7 +38,7 @@ struct ModelFacts {
   int64_t vocab_size = 0;
   int64_t context_length = 0;  // max_position_embeddings: the most n_ctx can be
   std::string device;          // "cpu" or "cuda"
-  std::string numerics;        // device_numerics(device): what fixes the bits of a reply here
+  std::string numerics;        // device_numerics(load options): what fixes the bits of a reply here
   GenerationDefaults generation_defaults;  // generation_config.json's sampling fields
 };
 

@@ -22,13 +22,18 @@ void require_device_in_build(const std::string& device) {
 #endif
 }
 
-std::string device_numerics(const std::string& device) {
-  require_device_in_build(device);
-  if (device == "cuda") return "bf16 activations and KV cache, f32 accumulation";
-  return cpu::cpu_numerics_description();
+std::string device_numerics(const ModelLoadOptions& options) {
+  require_device_in_build(options.device);
+  if (options.device == "cuda") return "bf16 activations and KV cache, f32 accumulation";
+  return cpu::cpu_numerics_description(options.cpu_bf16_dot);
 }
 
 namespace {
+
+// The CPU's numerics as the options ask, before any CPU model computes.
+void select_cpu_numerics(const ModelLoadOptions& options) {
+  if (options.device == "cpu" && !options.cpu_bf16_dot) cpu::turn_off_bf16_dot();
+}
 
 #if TF_HAVE_CUDA
 cuda::CudaModelOptions cuda_options(const ModelLoadOptions& options) {
@@ -41,6 +46,7 @@ cuda::CudaModelOptions cuda_options(const ModelLoadOptions& options) {
 std::shared_ptr<Model> load_model(const std::string& model_dir, const ModelLoadOptions& options) {
   ModelConfig config = ModelConfig::load(model_dir);
   require_device_in_build(options.device);
+  select_cpu_numerics(options);
   auto checkpoint = std::make_shared<Checkpoint>(Checkpoint::open(model_dir, options.progress));
   if (config.is_hybrid()) {
     Qwen35Weights weights = bind_qwen3_5_weights(*checkpoint, config);
@@ -61,6 +67,7 @@ std::shared_ptr<Model> make_synthetic_model(const std::string& name, int bits, c
   if (bits != 0 && bits != 4 && bits != 8) fail("synthetic weights take --bits 0, 4 or 8");
   ModelConfig config = synthetic_config(name);
   require_device_in_build(options.device);
+  select_cpu_numerics(options);
   if (bits) config.quantization = QuantizationConfig{64, bits};
 #if TF_HAVE_CUDA
   if (config.is_hybrid() && options.device == "cuda")

@@ -16,13 +16,18 @@ struct ModelLoadOptions {
   // dependent launch); off only to measure what each is worth.
   bool use_cuda_graphs = true;
   bool use_overlapped_launches = true;
+  // CPU: bf16 weights meet bf16-rounded inputs in the AVX-512 BF16 dot product where the machine
+  // has it (other bits than f32 inputs, twice the multiply rate). Off turns it off for the whole
+  // process, for good: one process computes with one numerics.
+  bool cpu_bf16_dot = true;
   LoadProgress progress;
 };
 
-// What fixes the bits of a forward on `device` in this process, e.g. "avx512, fused multiply-add" on
-// the CPU: chosen once at start-up from the machine, the same for every batch. Two machines with
-// different numerics may give different (each self-consistent) replies.
-std::string device_numerics(const std::string& device);
+// What fixes the bits of a forward on options.device in this process once a model loads with
+// these options, e.g. "avx512, fused multiply-add" on the CPU: chosen once at start-up from the
+// machine, the same for every batch. Two machines with different numerics may give different (each
+// self-consistent) replies.
+std::string device_numerics(const ModelLoadOptions& options);
 
 // Fails unless `device` is "cpu", or "cuda" in a build with the CUDA backend.
 void require_device_in_build(const std::string& device);

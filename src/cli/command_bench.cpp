@@ -37,6 +37,7 @@ struct BenchFlags {
   std::string device = "cpu";
   std::vector<int64_t> verify_rows;
   CudaLaunchFlags cuda;
+  std::string bf16_dot = "on";
   std::string receipt;
 };
 
@@ -47,7 +48,7 @@ struct DeviceCeiling {
   std::string machine;  // receipt line
 };
 
-DeviceCeiling measure_ceiling(const BenchFlags& flags, int64_t weight_bytes) {
+DeviceCeiling measure_ceiling(const BenchFlags& flags, const ModelLoadOptions& load, int64_t weight_bytes) {
 #if TF_HAVE_CUDA
   if (flags.device == "cuda")
     return {cuda::measure_copy_bandwidth_gbs(), "device copy ceiling GB/s (read + write)",
@@ -56,7 +57,7 @@ DeviceCeiling measure_ceiling(const BenchFlags& flags, int64_t weight_bytes) {
   // A read of as many bytes as a decode step's weights, with the bench's threads.
   return {cpu::measure_read_bandwidth_gbs(weight_bytes, flags.n_threads), "measured read ceiling GB/s (the weights' size)",
           receipt_machine() + ", threads " + std::to_string(flags.n_threads) + " (0 = one per core), numerics " +
-              device_numerics("cpu")};
+              device_numerics(load)};
 }
 
 void run_bench(const BenchFlags& flags, const std::string& command_line) {
@@ -64,6 +65,7 @@ void run_bench(const BenchFlags& flags, const std::string& command_line) {
   ModelLoadOptions load;
   load.device = flags.device;
   load.n_threads = flags.n_threads;
+  load.cpu_bf16_dot = parse_switch(flags.bf16_dot, "--bf16-dot (TF_BF16_DOT)");
   flags.cuda.apply_to(load);
   std::shared_ptr<Model> model = flags.synthetic.empty() ? load_model_for_cli(flags.model_dir, load)
                                                          : make_synthetic_model(flags.synthetic, flags.bits, load);
@@ -131,7 +133,7 @@ void run_bench(const BenchFlags& flags, const std::string& command_line) {
     decode_rates.push_back(double(flags.n_decode) / decode_s);
   }
   double bytes_per_step = double(model->weight_bytes_per_step());
-  const DeviceCeiling ceiling = measure_ceiling(flags, model->weight_bytes_per_step());
+  const DeviceCeiling ceiling = measure_ceiling(flags, load, model->weight_bytes_per_step());
   Summary prefill = summarize(prefill_rates), decode = summarize(decode_rates);
   double gbs = decode.median * bytes_per_step / 1e9;
 
@@ -186,6 +188,7 @@ void register_bench_command(CLI::App& app) {
                   "Also time verify rounds of these many draft rows of one lane, e.g. 1 16 64")
       ->check(CLI::Range(int64_t(1), int64_t(4096)));
   add_device_option(*cmd, flags->device);
+  add_bf16_dot_option(*cmd, flags->bf16_dot);
   add_cuda_launch_flags(*cmd, flags->cuda);
   cmd->add_option("--receipt", flags->receipt, "Also write the receipt to this file");
   cmd->callback([flags] {
@@ -195,7 +198,7 @@ void register_bench_command(CLI::App& app) {
                           " --bits " + std::to_string(flags->bits) + " --prompt-len " + std::to_string(flags->prompt_len) +
                           " --decode " + std::to_string(flags->n_decode) + " --repeats " + std::to_string(flags->repeats) +
                           " --threads " + std::to_string(flags->n_threads) + " --cuda-graphs " + flags->cuda.graphs +
-                          " --cuda-pdl " + flags->cuda.pdl +
+                          " --cuda-pdl " + flags->cuda.pdl + " --bf16-dot " + flags->bf16_dot +
                           (verify_rows.empty() ? std::string() : " --verify-rows" + verify_rows));
   });
 }

@@ -21,6 +21,7 @@ struct EvalFlags {
   bool all_logits = false;
   int n_threads = 0;
   std::string device = "cpu";
+  std::string bf16_dot = "on";
 };
 
 void run_eval(const EvalFlags& flags) {
@@ -28,6 +29,7 @@ void run_eval(const EvalFlags& flags) {
   ModelLoadOptions load;
   load.device = flags.device;
   load.n_threads = flags.n_threads;
+  load.cpu_bf16_dot = parse_switch(flags.bf16_dot, "--bf16-dot (TF_BF16_DOT)");
   auto model = load_model_for_cli(flags.model_dir, load);
   const ModelConfig& config = model->config();
   if (int64_t(ids.size()) > config.max_position_embeddings)
@@ -71,6 +73,7 @@ void register_eval_command(CLI::App& app) {
   cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")
       ->envname("TF_THREADS")->check(CLI::NonNegativeNumber);
   add_device_option(*cmd, flags->device);
+  add_bf16_dot_option(*cmd, flags->bf16_dot);
   cmd->callback([flags] { run_eval(*flags); });
 }
 

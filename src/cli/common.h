@@ -27,6 +27,13 @@ LoadProgress stderr_progress(const std::string& label);
 // --device (TF_DEVICE): the backend the command's model runs on, cpu or cuda.
 void add_device_option(CLI::App& command, std::string& device);
 
+// --bf16-dot (TF_BF16_DOT): on | off, whether CPU bf16 weights meet bf16-rounded inputs in the
+// dot-product instruction where the machine has it (ModelLoadOptions::cpu_bf16_dot).
+void add_bf16_dot_option(CLI::App& command, std::string& bf16_dot);
+
+// "on" / "1" -> true, "off" / "0" -> false; throws tf::Error naming the flag on anything else.
+bool parse_switch(const std::string& text, const std::string& flag);
+
 // load_model with a progress bar on stderr.
 std::shared_ptr<Model> load_model_for_cli(const std::string& model_dir, ModelLoadOptions options);
 

@@ -20,12 +20,6 @@ void require_in_range(int64_t value, int64_t low, int64_t high, const std::strin
                                              std::to_string(high) + "; got " + std::to_string(value) + ".");
 }
 
-bool parse_switch(const std::string& text, const std::string& flag) {
-  if (text == "on" || text == "1") return true;
-  if (text == "off" || text == "0") return false;
-  fail(flag + " must be on or off (1 or 0); got '" + text + "'.");
-}
-
 }  // namespace
 
 LanePolicy parse_lane_policy(const std::string& text) {
@@ -65,6 +59,7 @@ void add_engine_flags(CLI::App& command, EngineFlags& flags) {
                      "embedded model on the CPU, 'none' turns the drafter off")
       ->envname("TF_DRAFTER")->capture_default_str();
   add_device_option(command, flags.device);
+  add_bf16_dot_option(command, flags.bf16_dot);
   command.add_option("--threads", flags.n_threads, "CPU worker threads (0: one per core)")
       ->envname("TF_THREADS")->capture_default_str();
   command.add_option("--lanes", flags.lanes,
@@ -180,6 +175,7 @@ ServingOptions serving_options(const EngineFlags& flags, EngineOptions engine) {
   options.drafter = flags.drafter;
   options.load.device = flags.device;
   options.load.n_threads = flags.n_threads;
+  options.load.cpu_bf16_dot = parse_switch(flags.bf16_dot, "--bf16-dot (TF_BF16_DOT)");
   flags.cuda.apply_to(options.load);
   options.engine = engine;
   read_model_facts(options);  // the model and drafter directories exist, config.json reads

@@ -35,6 +35,7 @@ struct EngineFlags {
   int synthetic_bits = 0;  // serve's --synthetic-bits: 0 (bf16), 4 or 8 (MLX affine)
   std::string drafter = "auto";
   std::string device = "cpu";
+  std::string bf16_dot = "on";  // --bf16-dot: on | off
   int n_threads = 0;
   std::string lanes = "auto";       // auto | 0 (the lone driver) | 1 (lanes)
   std::string windows = "fixed";  // fixed | measured

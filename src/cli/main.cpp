@@ -24,7 +24,7 @@ std::string version_text() {
   const char* backends = "cpu";
 #endif
   return std::string("tensorfold ") + TF_VERSION + " (commit " + (commit.empty() ? "unknown" : commit) +
-         "; backends: " + backends + "; cpu numerics: " + tf::device_numerics("cpu") + ")";
+         "; backends: " + backends + "; cpu numerics: " + tf::device_numerics(tf::ModelLoadOptions{}) + ")";
 }
 
 }  // namespace

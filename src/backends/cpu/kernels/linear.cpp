@@ -5,6 +5,12 @@
 // simd.h). Pairs rather than k % 16 because a pair is what one 32-bit word of bf16 weights (or one
 // byte of 4-bit ones) holds: a shift or a mask decodes it, with no shuffle. The rows of x are put
 // into that order once per call (even inputs of a block, then odd ones), shared by every column.
+//
+// Where the machine has the AVX-512 BF16 dot product (the avx512_bf16 level), bf16 weights meet
+// the rows of x rounded to bf16 instead: one vdpbf16ps per 32 inputs, in which lane l adds the
+// exact product of input 2l+1, then that of input 2l, each rounded once (bf16 subnormals read as
+// zero, as the instruction does). Same lanes and pairs, K alone fixes the order; the rounded
+// inputs make it a numerics of its own (simd.h).
 #include "backends/cpu/kernels/linear.h"
 
 #include <algorithm>
@@ -218,12 +224,41 @@ TF_INLINE void dequantize_columns(const Weights& weights, int64_t k, int64_t n, 
 
 struct LinearArgs {
   const float* x;  // [n_rows][k_padded]: each block's even inputs, then its odd ones; zero past k
+  const uint16_t* x_bf16;  // [n_rows][k_padded]: x rounded to bf16 in input order, zero past k
   int64_t n_rows;
   int64_t k;
   int64_t k_padded;  // k rounded up to a whole block
   int64_t n;
   float* y;  // [n_rows][n]
 };
+
+// A tile's sums into y: each accumulator's one horizontal tree, columns past n not stored.
+template <int W, int kRows, int kCols>
+TF_INLINE void store_tile(const LinearArgs& a, const Lanes<W> (&acc)[kRows][kCols], int64_t row0, int64_t col0) {
+  const int n_valid_cols = int(std::min<int64_t>(kCols, a.n - col0));
+  if constexpr (W == 16 && kRows * kCols == 16) {
+    if (n_valid_cols == kCols) {
+      float sums[16];
+      horizontal_sum16(&acc[0][0], sums);
+      for (int r = 0; r < kRows; ++r) std::memcpy(a.y + (row0 + r) * a.n + col0, sums + r * kCols, sizeof(float) * kCols);
+      return;
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    float sums[kCols];
+    if constexpr (kCols % 4 == 0) {
+      for (int c = 0; c < kCols; c += 4) horizontal_sum4(&acc[r][c], sums + c);
+    } else {
+      for (int c = 0; c < kCols; ++c) sums[c] = horizontal_sum(acc[r][c]);
+    }
+    float* y = a.y + (row0 + r) * a.n + col0;
+    if (n_valid_cols == kCols) {
+      std::memcpy(y, sums, sizeof sums);  // a fixed size: one store, where a counted loop became a call
+    } else {
+      for (int c = 0; c < n_valid_cols; ++c) y[c] = sums[c];
+    }
+  }
+}
 
 // One tile: kRows rows from row0 times kCols columns from col0 (columns past n repeat the last
 // one and are not stored). Each output owns one accumulator, so the tile shape never matters.
@@ -274,42 +309,54 @@ TF_INLINE void linear_tile(const LinearArgs& a, const Weights& weights, int64_t 
                                  load_f32<W>(x_rows[r] + n_full + kLanes), w_odd);
     }
   }
-  const int n_valid_cols = int(std::min<int64_t>(kCols, a.n - col0));
-  if constexpr (W == 16 && kRows * kCols == 16) {
-    if (n_valid_cols == kCols) {
-      float sums[16];
-      horizontal_sum16(&acc[0][0], sums);
-      for (int r = 0; r < kRows; ++r) std::memcpy(a.y + (row0 + r) * a.n + col0, sums + r * kCols, sizeof(float) * kCols);
-      return;
-    }
-  }
-  for (int r = 0; r < kRows; ++r) {
-    float sums[kCols];
-    if constexpr (kCols % 4 == 0) {
-      for (int c = 0; c < kCols; c += 4) horizontal_sum4(&acc[r][c], sums + c);
-    } else {
-      for (int c = 0; c < kCols; ++c) sums[c] = horizontal_sum(acc[r][c]);
-    }
-    float* y = a.y + (row0 + r) * a.n + col0;
-    if (n_valid_cols == kCols) {
-      std::memcpy(y, sums, sizeof sums);  // a fixed size: one store, where a counted loop became a call
-    } else {
-      for (int c = 0; c < n_valid_cols; ++c) y[c] = sums[c];
-    }
-  }
+  store_tile<W, kRows, kCols>(a, acc, row0, col0);
 }
 
-// The rows left after whole tiles, n_left <= kRows, with the tile of exactly that height.
-template <bool kFused, int W, class Weights, int kRows, int kCols>
-TF_INLINE void linear_remainder_rows(const LinearArgs& a, const Weights& weights, int64_t row0,
-                                     int64_t n_left, int64_t col0) {
-  if constexpr (kRows > 0) {
-    if (n_left == kRows) {
-      linear_tile<kFused, W, Weights, kRows, kCols>(a, weights, row0, col0);
-    } else {
-      linear_remainder_rows<kFused, W, Weights, kRows - 1, kCols>(a, weights, row0, n_left, col0);
+// The bf16 dot-product tile: rows of x in bf16, weights as stored, no decoding. The instruction is
+// written out for the reason madd() gives; its target function is bf16_dot_column_blocks.
+// acc + the products of 16 pairs of bf16 (odd input first), by value as madd() is, so the
+// accumulators stay in registers.
+TF_INLINE Lanes<16> bf16_dot_add(const Lanes<16>& acc, const Native<16>::u32& x_pairs, const Native<16>::u32& w_pairs) {
+  Lanes<16> result = acc;
+  asm("vdpbf16ps %2, %1, %0" : "+v"(result.part[0]) : "v"(x_pairs), "v"(w_pairs));
+  return result;
+}
+
+template <int kRows, int kCols>
+TF_INLINE void bf16_dot_tile(const LinearArgs& a, const Bf16Weights& weights, int64_t row0, int64_t col0) {
+  using Words = Native<16>::u32;
+  const uint16_t* w_rows[kCols];
+  const uint16_t* next_w_rows[kCols];  // the next tile's, prefetched as linear_tile does
+  for (int c = 0; c < kCols; ++c) {
+    w_rows[c] = weights.data + std::min(col0 + c, a.n - 1) * weights.n_cols;
+    next_w_rows[c] = weights.data + std::min(col0 + kCols + c, a.n - 1) * weights.n_cols;
+  }
+  const uint16_t* x_rows[kRows];
+  for (int r = 0; r < kRows; ++r) x_rows[r] = a.x_bf16 + (row0 + r) * a.k_padded;
+
+  Lanes<16> acc[kRows][kCols];
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kCols; ++c) acc[r][c] = zero_lanes<16>();
+  // The last inputs of each weight row, zero-padded like x: the loop's final block reads them.
+  const int64_t n_full = a.k - a.k % kBlock;
+  uint16_t tails[kCols][kBlock] = {};
+  if (n_full < a.k)
+    for (int c = 0; c < kCols; ++c) std::copy(w_rows[c] + n_full, w_rows[c] + a.k, tails[c]);
+  for (int64_t k = 0; k < a.k_padded; k += kBlock) {
+    const bool is_tail = k == n_full;
+    Words x_words[kRows];
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) x_words[r] = load_vector<Words>(x_rows[r] + k);
+#pragma GCC unroll 8
+    for (int c = 0; c < kCols; ++c) __builtin_prefetch(next_w_rows[c] + k);
+#pragma GCC unroll 8
+    for (int c = 0; c < kCols; ++c) {
+      const Words w_words = load_vector<Words>(is_tail ? tails[c] : w_rows[c] + k);
+#pragma GCC unroll 8
+      for (int r = 0; r < kRows; ++r) acc[r][c] = bf16_dot_add(acc[r][c], x_words[r], w_words);
     }
   }
+  store_tile<16, kRows, kCols>(a, acc, row0, col0);
 }
 
 // Tile shapes sized to each ISA's register file (W lanes per register); they change speed only.
@@ -323,12 +370,49 @@ constexpr TileShape tile_shape(int native_width) {
 }
 constexpr int single_row_cols(int native_width) { return native_width == 16 ? 8 : native_width == 8 ? 4 : 2; }
 
+// How a tile is computed: multiply-adds on weights decoded to f32 (fused where the level has FMA),
+// or the bf16 dot product. The loops over tiles below are the same for both.
+template <bool kFused, int W>
+struct DecodedTiles {
+  static constexpr int kWidth = W;
+  static constexpr TileShape kTile = tile_shape(W);
+  static constexpr int kSingleCols = single_row_cols(W);
+  template <class Weights, int kRows, int kCols>
+  TF_INLINE static void run(const LinearArgs& a, const Weights& weights, int64_t row0, int64_t col0) {
+    linear_tile<kFused, W, Weights, kRows, kCols>(a, weights, row0, col0);
+  }
+};
+struct Bf16DotTiles {
+  static constexpr int kWidth = 16;
+  // Undecoded weights leave registers for more rows: each panel is read from L2 once per 6 rows.
+  static constexpr TileShape kTile = {6, 4};
+  static constexpr int kSingleCols = 8;
+  template <class Weights, int kRows, int kCols>
+  TF_INLINE static void run(const LinearArgs& a, const Weights& weights, int64_t row0, int64_t col0) {
+    bf16_dot_tile<kRows, kCols>(a, weights, row0, col0);
+  }
+};
+
+// The rows left after whole tiles, n_left <= kRows, with the tile of exactly that height.
+template <class Tiles, class Weights, int kRows, int kCols>
+TF_INLINE void linear_remainder_rows(const LinearArgs& a, const Weights& weights, int64_t row0,
+                                     int64_t n_left, int64_t col0) {
+  if constexpr (kRows > 0) {
+    if (n_left == kRows) {
+      Tiles::template run<Weights, kRows, kCols>(a, weights, row0, col0);
+    } else {
+      linear_remainder_rows<Tiles, Weights, kRows - 1, kCols>(a, weights, row0, n_left, col0);
+    }
+  }
+}
+
 // Column blocks [block_begin, block_end) of kColumnBlock columns each, for all rows.
-template <bool kFused, int W, class Weights>
+template <class Tiles, class Weights>
 TF_INLINE void linear_column_blocks(const LinearArgs& a, const Weights& weights, int64_t block_begin,
                                     int64_t block_end) {
-  constexpr TileShape kTile = tile_shape(W);
-  constexpr int kSingleCols = single_row_cols(W);
+  constexpr int W = Tiles::kWidth;
+  constexpr TileShape kTile = Tiles::kTile;
+  constexpr int kSingleCols = Tiles::kSingleCols;
   static_assert(kColumnBlock % kTile.cols == 0 && kColumnBlock % kSingleCols == 0);
   for (int64_t chunk = 0; chunk < a.n_rows; chunk += kRowChunk) {
     const int64_t chunk_end = std::min(a.n_rows, chunk + kRowChunk);
@@ -336,7 +420,7 @@ TF_INLINE void linear_column_blocks(const LinearArgs& a, const Weights& weights,
       for (int64_t block = block_begin; block < block_end; ++block) {
         const int64_t block_end_col = std::min(a.n, (block + 1) * kColumnBlock);
         for (int64_t col = block * kColumnBlock; col < block_end_col; col += kSingleCols)
-          linear_tile<kFused, W, Weights, 1, kSingleCols>(a, weights, chunk, col);
+          Tiles::template run<Weights, 1, kSingleCols>(a, weights, chunk, col);
       }
       continue;
     }
@@ -352,9 +436,9 @@ TF_INLINE void linear_column_blocks(const LinearArgs& a, const Weights& weights,
         const DecodedWeights decoded{dequantized.data(), a.k, col};
         int64_t row = chunk;
         for (; row + kTile.rows <= chunk_end; row += kTile.rows)
-          linear_tile<kFused, W, DecodedWeights, kTile.rows, kTile.cols>(a, decoded, row, col);
-        linear_remainder_rows<kFused, W, DecodedWeights, kTile.rows - 1, kTile.cols>(a, decoded, row,
-                                                                                    chunk_end - row, col);
+          Tiles::template run<DecodedWeights, kTile.rows, kTile.cols>(a, decoded, row, col);
+        linear_remainder_rows<Tiles, DecodedWeights, kTile.rows - 1, kTile.cols>(a, decoded, row, chunk_end - row,
+                                                                                 col);
       }
       continue;
     }
@@ -367,11 +451,10 @@ TF_INLINE void linear_column_blocks(const LinearArgs& a, const Weights& weights,
       int64_t row = chunk;
       for (; row + kTile.rows <= chunk_end; row += kTile.rows)
         for (int64_t col = panel; col < panel_end; col += kTile.cols)
-          linear_tile<kFused, W, Weights, kTile.rows, kTile.cols>(a, weights, row, col);
+          Tiles::template run<Weights, kTile.rows, kTile.cols>(a, weights, row, col);
       if (row < chunk_end)
         for (int64_t col = panel; col < panel_end; col += kTile.cols)
-          linear_remainder_rows<kFused, W, Weights, kTile.rows - 1, kTile.cols>(a, weights, row, chunk_end - row,
-                                                                                col);
+          linear_remainder_rows<Tiles, Weights, kTile.rows - 1, kTile.cols>(a, weights, row, chunk_end - row, col);
     }
   }
 }
@@ -379,12 +462,14 @@ TF_INLINE void linear_column_blocks(const LinearArgs& a, const Weights& weights,
 template <class Weights>
 void run_column_blocks(const LinearArgs& a, const Weights& weights, int64_t begin, int64_t end) {
   run_with_simd_level([&]<int W>() __attribute__((always_inline)) {
-    if constexpr (W == kGenericWidth) {
-      linear_column_blocks<false, W>(a, weights, begin, end);
-    } else {
-      linear_column_blocks<true, W>(a, weights, begin, end);
-    }
+    linear_column_blocks<DecodedTiles<W != kGenericWidth, W>>(a, weights, begin, end);
   });
+}
+
+__attribute__((target("avx512f,avx512bf16"))) void bf16_dot_column_blocks(const LinearArgs& a,
+                                                                          const Bf16Weights& weights,
+                                                                          int64_t begin, int64_t end) {
+  linear_column_blocks<Bf16DotTiles>(a, weights, begin, end);
 }
 
 void check_weight_layout(const WeightMatrix& w) {
@@ -414,7 +499,8 @@ void with_weights(const WeightMatrix& w, Fn&& fn) {
 
 // x [n_rows][k] into the kernel's order, [n_rows][k_padded]: per block, inputs 0, 2, ..., 30,
 // then 1, 3, ..., 31, zero past k.
-void order_rows(const float* x, int64_t n_rows, int64_t k, int64_t k_padded, float* out, ThreadPool& pool) {
+void order_rows(const float* x, int64_t n_rows, int64_t k, int64_t k_padded, float* out, ThreadPool& pool,
+                bool split_rows) {
   const auto order = [&](int64_t begin, int64_t end) {
     run_with_simd_level([&]<int W>() __attribute__((always_inline)) {
       for (int64_t r = begin; r < end; ++r) {
@@ -444,12 +530,45 @@ void order_rows(const float* x, int64_t n_rows, int64_t k, int64_t k_padded, flo
       }
     });
   };
-  // Reordering a prefill chunk is worth splitting; a decode row is not worth a wake-up.
-  if (n_rows * k >= (int64_t(1) << 16)) {
+  if (split_rows) {
     pool.parallel_for(n_rows, order);
   } else {
     order(0, n_rows);
   }
+}
+
+// One f32 word per lane rounded to bf16 in its high half (to nearest even; a NaN stays a NaN), as
+// f32_to_bf16 rounds.
+TF_INLINE Native<16>::u32 round_to_bf16_high(const Native<16>::u32& u) {
+  const auto is_nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return is_nan ? (u | 0x00400000u) : u + 0x7fffu + ((u >> 16) & 1u);
+}
+
+// x [n_rows][k] rounded to bf16 into [n_rows][k_padded] in input order, zero past k: what the bf16
+// dot-product tiles read.
+__attribute__((target("avx512f"))) void round_rows_to_bf16(const float* x, int64_t begin, int64_t end, int64_t k,
+                                                           int64_t k_padded, uint16_t* out) {
+  using Words = Native<16>::u32;
+  for (int64_t r = begin; r < end; ++r) {
+    const float* in = x + r * k;
+    uint16_t* row = out + r * k_padded;
+    int64_t i = 0;
+    for (; i + kBlock <= k; i += kBlock) {
+      const Words first = round_to_bf16_high(load_vector<Words>(in + i));
+      const Words second = round_to_bf16_high(load_vector<Words>(in + i + kLanes));
+      const Words even = even_elements(first, second, std::make_index_sequence<16>());
+      const Words odd = odd_elements(first, second, std::make_index_sequence<16>());
+      const Words pairs = (even >> 16) | (odd & 0xffff0000u);
+      std::memcpy(row + i, &pairs, sizeof pairs);
+    }
+    for (; i < k; ++i) row[i] = f32_to_bf16(in[i]);
+    std::fill(row + k, row + k_padded, uint16_t(0));
+  }
+}
+
+// Whether w's outputs come from the bf16 dot product at this level.
+bool uses_bf16_dot(const WeightMatrix& w, SimdLevel level) {
+  return simd_level_has_bf16_dot(level) && !w.is_quantized() && w.dtype == DType::bf16;
 }
 
 }  // namespace
@@ -464,10 +583,31 @@ void linear_many(const float* x, int64_t n_rows, int64_t k, const LinearOutput* 
                     std::to_string(k));
   }
   const int64_t k_padded = (k + kBlock - 1) / kBlock * kBlock;
+  const SimdLevel level = simd_level();
+  bool any_decoded = false, any_bf16_dot = false;
+  for (int i = 0; i < n_outputs; ++i) (uses_bf16_dot(*outputs[i].w, level) ? any_bf16_dot : any_decoded) = true;
+  // The caller's buffers: inside the lambdas the names would be each worker's.
   thread_local std::vector<float> ordered_rows;
-  ordered_rows.resize(size_t(n_rows * k_padded));
-  float* ordered = ordered_rows.data();  // the caller's buffer: inside the lambdas the name would be each worker's
-  order_rows(x, n_rows, k, k_padded, ordered, pool);
+  thread_local std::vector<uint16_t> bf16_rows;
+  float* ordered = nullptr;
+  uint16_t* rounded = nullptr;
+  // Preparing a prefill chunk's rows is worth splitting; a decode row is not worth a wake-up.
+  const bool split_rows = n_rows * k >= (int64_t(1) << 16);
+  if (any_decoded) {
+    ordered_rows.resize(size_t(n_rows * k_padded));
+    ordered = ordered_rows.data();
+    order_rows(x, n_rows, k, k_padded, ordered, pool, split_rows);
+  }
+  if (any_bf16_dot) {
+    bf16_rows.resize(size_t(n_rows * k_padded));
+    rounded = bf16_rows.data();
+    const auto round = [&](int64_t begin, int64_t end) { round_rows_to_bf16(x, begin, end, k, k_padded, rounded); };
+    if (split_rows) {
+      pool.parallel_for(n_rows, round);
+    } else {
+      round(0, n_rows);
+    }
+  }
 
   // One parallel_for over the column blocks of every matrix: each block is one matrix's.
   std::vector<int64_t> first_block(size_t(n_outputs) + 1, 0);
@@ -478,7 +618,12 @@ void linear_many(const float* x, int64_t n_rows, int64_t k, const LinearOutput* 
       const int64_t lo = std::max(begin, first_block[size_t(i)]), hi = std::min(end, first_block[size_t(i) + 1]);
       if (lo >= hi) continue;
       const WeightMatrix& w = *outputs[i].w;
-      const LinearArgs args{ordered, n_rows, k, k_padded, w.n_rows, outputs[i].y};
+      const LinearArgs args{ordered, rounded, n_rows, k, k_padded, w.n_rows, outputs[i].y};
+      if (uses_bf16_dot(w, level)) {
+        bf16_dot_column_blocks(args, Bf16Weights{static_cast<const uint16_t*>(w.data), w.n_cols},
+                               lo - first_block[size_t(i)], hi - first_block[size_t(i)]);
+        continue;
+      }
       with_weights(w, [&](const auto& weights) {
         run_column_blocks(args, weights, lo - first_block[size_t(i)], hi - first_block[size_t(i)]);
       });

@@ -11,9 +11,14 @@ namespace {
 
 SimdLevel best_supported_level() {
   __builtin_cpu_init();
+  if (simd_level_supported(SimdLevel::avx512_bf16)) return SimdLevel::avx512_bf16;
   if (__builtin_cpu_supports("avx512f")) return SimdLevel::avx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdLevel::avx2;
   return SimdLevel::generic;
+}
+
+SimdLevel without_bf16_dot(SimdLevel level) {
+  return simd_level_has_bf16_dot(level) ? SimdLevel::avx512 : level;
 }
 
 std::atomic<SimdLevel>& current_level() {
@@ -27,6 +32,7 @@ bool simd_level_supported(SimdLevel level) {
   __builtin_cpu_init();
   switch (level) {
     case SimdLevel::avx512: return __builtin_cpu_supports("avx512f");
+    case SimdLevel::avx512_bf16: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
     case SimdLevel::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     default: return true;
   }
@@ -35,18 +41,22 @@ bool simd_level_supported(SimdLevel level) {
 const char* simd_level_name(SimdLevel level) {
   switch (level) {
     case SimdLevel::avx512: return "avx512";
+    case SimdLevel::avx512_bf16: return "avx512-bf16";
     case SimdLevel::avx2: return "avx2";
     default: return "generic";
   }
 }
 
-std::string cpu_numerics_description() {
-  const SimdLevel level = simd_level();
+std::string cpu_numerics_description(bool allow_bf16_dot) {
+  const SimdLevel level = allow_bf16_dot ? simd_level() : without_bf16_dot(simd_level());
   return std::string(simd_level_name(level)) +
-         (simd_level_fuses(level) ? ", fused multiply-add" : ", multiply then add");
+         (simd_level_fuses(level) ? ", fused multiply-add" : ", multiply then add") +
+         (simd_level_has_bf16_dot(level) ? ", bf16 weights times bf16-rounded inputs" : "");
 }
 
 SimdLevel simd_level() { return current_level().load(std::memory_order_relaxed); }
+
+void turn_off_bf16_dot() { current_level().store(without_bf16_dot(simd_level()), std::memory_order_relaxed); }
 
 void set_simd_level_for_testing(SimdLevel level) {
   if (!simd_level_supported(level)) fail("this CPU does not support the requested SIMD level");

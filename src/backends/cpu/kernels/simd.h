@@ -23,17 +23,25 @@ constexpr int kLanes = 16;
 
 #define TF_INLINE inline __attribute__((always_inline))
 
-// The instruction sets a kernel can be compiled for (avx2 includes FMA).
-enum class SimdLevel { generic, avx2, avx512 };
+// The instruction sets a kernel can be compiled for (avx2 includes FMA). avx512_bf16 is avx512
+// whose linear layers take bf16 weights with the AVX-512 BF16 dot product: the inputs rounded to
+// bf16 once, each pair's two exact products added in turn (see linear.cpp). That gives other bits
+// than avx512 for those layers, so it is a numerics of its own.
+enum class SimdLevel { generic, avx2, avx512, avx512_bf16 };
 
 bool simd_level_supported(SimdLevel level);
 // Whether the level's madd() is one fused multiply-add (avx2, avx512) or a multiply then an add.
 constexpr bool simd_level_fuses(SimdLevel level) { return level != SimdLevel::generic; }
-// "generic", "avx2" or "avx512".
+// Whether bf16 weights meet bf16-rounded inputs in the dot-product instruction.
+constexpr bool simd_level_has_bf16_dot(SimdLevel level) { return level == SimdLevel::avx512_bf16; }
+// "generic", "avx2", "avx512" or "avx512-bf16".
 const char* simd_level_name(SimdLevel level);
 // What decides the bits of the CPU kernels on this machine, e.g. "avx512, fused multiply-add":
-// fixed at start-up, the same for every row count, thread count and batch.
-std::string cpu_numerics_description();
+// fixed at start-up, the same for every row count, thread count and batch. allow_bf16_dot false
+// describes the level after turn_off_bf16_dot().
+std::string cpu_numerics_description(bool allow_bf16_dot = true);
+// Leaves the bf16 dot product for f32 inputs (avx512_bf16 becomes avx512), for the rest of the process.
+void turn_off_bf16_dot();
 // The level kernels dispatch to: the best supported, unless a test forced another.
 SimdLevel simd_level();
 // Forces a (supported) level so tests can compare the variants bit for bit.
@@ -311,7 +319,8 @@ void run_simd_generic(const Body& body) {
 template <class Body>
 void run_with_simd_level(const Body& body) {
   switch (simd_level()) {
-    case SimdLevel::avx512: run_simd_avx512(body); break;
+    case SimdLevel::avx512:
+    case SimdLevel::avx512_bf16: run_simd_avx512(body); break;
     case SimdLevel::avx2: run_simd_avx2(body); break;
     default: run_simd_generic(body); break;
   }
