@@ -236,15 +236,17 @@ struct LinearArgs {
 template <int W, int kRows, int kCols>
 TF_INLINE void store_tile(const LinearArgs& a, const Lanes<W> (&acc)[kRows][kCols], int64_t row0, int64_t col0) {
   const int n_valid_cols = int(std::min<int64_t>(kCols, a.n - col0));
-  if constexpr (W == 16 && kRows * kCols == 16) {
+  int r = 0;
+  if constexpr (W == 16 && kCols == 4) {  // 4 rows of 4 columns at a time in one permute tree
     if (n_valid_cols == kCols) {
-      float sums[16];
-      horizontal_sum16(&acc[0][0], sums);
-      for (int r = 0; r < kRows; ++r) std::memcpy(a.y + (row0 + r) * a.n + col0, sums + r * kCols, sizeof(float) * kCols);
-      return;
+      for (; r + 4 <= kRows; r += 4) {
+        float sums[16];
+        horizontal_sum16(&acc[r][0], sums);
+        for (int i = 0; i < 4; ++i) std::memcpy(a.y + (row0 + r + i) * a.n + col0, sums + i * kCols, sizeof(float) * kCols);
+      }
     }
   }
-  for (int r = 0; r < kRows; ++r) {
+  for (; r < kRows; ++r) {
     float sums[kCols];
     if constexpr (kCols % 4 == 0) {
       for (int c = 0; c < kCols; c += 4) horizontal_sum4(&acc[r][c], sums + c);
@@ -339,9 +341,13 @@ TF_INLINE void bf16_dot_tile(const LinearArgs& a, const Bf16Weights& weights, in
     for (int c = 0; c < kCols; ++c) acc[r][c] = zero_lanes<16>();
   // The last inputs of each weight row, zero-padded like x: the loop's final block reads them.
   const int64_t n_full = a.k - a.k % kBlock;
-  uint16_t tails[kCols][kBlock] = {};
-  if (n_full < a.k)
-    for (int c = 0; c < kCols; ++c) std::copy(w_rows[c] + n_full, w_rows[c] + a.k, tails[c]);
+  uint16_t tails[kCols][kBlock];
+  if (n_full < a.k) {
+    for (int c = 0; c < kCols; ++c) {
+      std::copy(w_rows[c] + n_full, w_rows[c] + a.k, tails[c]);
+      std::fill(tails[c] + (a.k - n_full), tails[c] + kBlock, uint16_t(0));
+    }
+  }
   for (int64_t k = 0; k < a.k_padded; k += kBlock) {
     const bool is_tail = k == n_full;
     Words x_words[kRows];
