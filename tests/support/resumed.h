@@ -236,6 +236,16 @@ inline void expect_restored_slot_continues_exactly(std::shared_ptr<Model> model,
     submit_and_collect(restored, {next}, &resumed);
     expect_same_tokens(fresh.replies, resumed.replies, "restored slot");
     EXPECT_EQ(resumed.replies[0].final_update.timings.cache_n, n_restored);
+    // Saved by a process of other numerics (another CPU instruction path, --bf16-dot off): its K/V
+    // are not this process's bits, so nothing is restored and the prompt is prefilled again.
+    EngineOptions elsewhere = options;
+    elsewhere.numerics = "another instruction path";
+    Engine other(elsewhere, model, nullptr);
+    EXPECT_EQ(other.restore_slot(1, read_slot_file(file, identity)), 0);
+    EngineRun prefilled;
+    submit_and_collect(other, {next}, &prefilled);
+    expect_same_tokens(fresh.replies, prefilled.replies, "a slot of other numerics, prefilled again");
+    EXPECT_EQ(prefilled.replies[0].final_update.timings.cache_n, 0);
     std::remove(file.c_str());
   }
 }
