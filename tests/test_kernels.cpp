@@ -450,6 +450,7 @@ TEST(Exp, EveryLevelIsStdExpBitForBit) {
       }
     };
     check(inputs);
+    for (size_t n = 1; n <= 17; ++n) check(std::vector<float>(inputs.end() - int64_t(n), inputs.end()));  // every tail
     std::vector<float> batch;
     batch.reserve(kRun + 7);
     size_t n_runs = 0;
