@@ -13,12 +13,16 @@
 #include "backends/backends.h"
 #include "gpu_test.h"
 #include "models/model.h"
+#include "support/cpu_numerics.h"
 #include "support/fixtures.h"
 #include "support/forward_runs.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tf {
 namespace {
+
+// The CPU model these tests hold the GPU to computes at f32 inputs, as when their tolerances were set.
+const ::testing::Environment* const kF32Inputs = ::testing::AddGlobalTestEnvironment(new test::F32InputsThroughout);
 
 using gpu_test::relative_error;
 using gpu_test::top2_margin;

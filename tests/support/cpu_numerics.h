@@ -4,6 +4,9 @@
 // inputs rounded to bf16 (each off by up to 2^-9 of itself, as a bf16 model on PyTorch would be), so
 // that numerics is held to the same references at a tolerance of its own.
 #pragma once
+#include <gtest/gtest.h>
+
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,6 +46,17 @@ class CpuNumericsScope {
 
 // The f32-input numerics, the one float32 references are met at to their own tolerance.
 inline CpuNumerics f32_inputs() { return {"f32 inputs", false}; }
+
+// Keeps a whole test binary at f32 inputs (register it with ::testing::AddGlobalTestEnvironment):
+// the GPU suites hold the GPU to the CPU model at tolerances set when the CPU had only f32 inputs.
+class F32InputsThroughout : public ::testing::Environment {
+ public:
+  void SetUp() override { scope_ = std::make_unique<CpuNumericsScope>(f32_inputs()); }
+  void TearDown() override { scope_.reset(); }
+
+ private:
+  std::unique_ptr<CpuNumericsScope> scope_;
+};
 
 // Logits at bf16 inputs against float32 references, as a share of the largest reference logit:
 // twice the largest seen on the tiny fixtures (2.4% on the hybrids, whose gates amplify the
