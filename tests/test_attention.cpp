@@ -30,9 +30,10 @@ std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale) {
   return v;
 }
 
-// Runs attention over `rows`, their keys scattered over a cache at random physical slots.
+// Runs attention over `rows`, their keys scattered over a cache at random physical slots, the cache
+// laid out by position ([slot][kv head][dim]) or by head ([kv head][slot][dim]).
 std::vector<float> run_scattered(const std::vector<const TestRow*>& rows, const AttentionShape& shape,
-                                 std::mt19937& rng, ThreadPool& pool, bool keep_slot_order) {
+                                 std::mt19937& rng, ThreadPool& pool, bool keep_slot_order, bool head_major = false) {
   const int64_t kv_stride = shape.n_kv_heads * shape.head_dim;
   int64_t n_total = 0;
   for (const TestRow* row : rows) n_total += row->n_keys;
@@ -42,6 +43,8 @@ std::vector<float> run_scattered(const std::vector<const TestRow*>& rows, const 
   if (!keep_slot_order) std::shuffle(free_slots.begin(), free_slots.end(), rng);
   std::vector<float> k_cache = random_floats(size_t(n_slots * kv_stride), rng, 1.0f);  // junk elsewhere
   std::vector<float> v_cache = random_floats(size_t(n_slots * kv_stride), rng, 1.0f);
+  const KvLayout layout = head_major ? KvLayout::head_major(n_slots, shape.head_dim)
+                                     : KvLayout::interleaved(shape.n_kv_heads, shape.head_dim);
   std::vector<std::vector<int32_t>> slots(rows.size());
   std::vector<const int32_t*> slot_pointers(rows.size());
   std::vector<int32_t> n_keys(rows.size());
@@ -51,15 +54,16 @@ std::vector<float> run_scattered(const std::vector<const TestRow*>& rows, const 
     for (int32_t j = 0; j < rows[r]->n_keys; ++j) {
       const int32_t slot = free_slots[next++];
       slots[r].push_back(slot);
-      std::memcpy(&k_cache[size_t(slot * kv_stride)], &rows[r]->keys[size_t(j * kv_stride)], size_t(kv_stride) * 4);
-      std::memcpy(&v_cache[size_t(slot * kv_stride)], &rows[r]->values[size_t(j * kv_stride)], size_t(kv_stride) * 4);
+      store_kv_row(k_cache.data(), layout, slot, &rows[r]->keys[size_t(j * kv_stride)], shape.n_kv_heads, shape.head_dim);
+      store_kv_row(v_cache.data(), layout, slot, &rows[r]->values[size_t(j * kv_stride)], shape.n_kv_heads,
+                   shape.head_dim);
     }
     slot_pointers[r] = slots[r].data();
     n_keys[r] = rows[r]->n_keys;
     queries.insert(queries.end(), rows[r]->query.begin(), rows[r]->query.end());
   }
   std::vector<float> out(queries.size());
-  attention(queries.data(), int64_t(rows.size()), k_cache.data(), v_cache.data(), slot_pointers.data(),
+  attention(queries.data(), int64_t(rows.size()), k_cache.data(), v_cache.data(), layout, slot_pointers.data(),
             n_keys.data(), shape, out.data(), pool);
   return out;
 }
@@ -130,7 +134,8 @@ TEST(Attention, MatchesReferenceAndIsInvariant) {
       const SimdLevel levels[] = {SimdLevel::generic, SimdLevel::avx2, SimdLevel::avx512};
       const SimdLevel level = levels[trial % 3];
       if (simd_level_supported(level)) set_simd_level_for_testing(level);
-      const std::vector<float> out = run_scattered(batch, shape, rng, pools[trial % 4], false);
+      // Half the trials keep the cache by head (HostKvStorage's layout): the same bits.
+      const std::vector<float> out = run_scattered(batch, shape, rng, pools[trial % 4], false, trial % 2 == 1);
       set_simd_level_for_testing(saved_level);
       const size_t row_size = size_t(c.n_heads * c.head_dim);
       for (size_t r = 0; r < ids.size(); ++r)

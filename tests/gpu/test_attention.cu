@@ -145,8 +145,9 @@ double error_against_cpu(const Problem& p, const std::vector<uint16_t>& gpu_out,
   }
   std::vector<float> reference(gpu_out.size());
   const cpu::AttentionShape cpu_shape{p.n_heads, p.n_kv_heads, p.head_dim, 1.0f / std::sqrt(float(p.head_dim))};
-  cpu::attention(q_f32.data(), int64_t(p.visible.size()), k_f32.data(), v_f32.data(), key_slots.data(), n_keys.data(),
-                 cpu_shape, reference.data(), pool);
+  cpu::attention(q_f32.data(), int64_t(p.visible.size()), k_f32.data(), v_f32.data(),
+                 cpu::KvLayout::interleaved(p.n_kv_heads, p.head_dim), key_slots.data(), n_keys.data(), cpu_shape,
+                 reference.data(), pool);
   return relative_error(bf16_to_f32(gpu_out), reference);
 }
 

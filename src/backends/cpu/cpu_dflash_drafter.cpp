@@ -118,9 +118,9 @@ void CpuDFlashDrafter::run_block(DrafterContext& context, int32_t last_token, in
     cpu::rope_apply(q_.data(), n_rows, config_.n_heads, config_.head_dim, positions.data(),
                     inverse_frequencies_);
     write_kv(storage, layer, normed_.data(), n_rows, block_slot, positions.data());
-    cpu::attention(q_.data(), n_rows, storage.keys[size_t(layer)].data(),
-                   storage.values[size_t(layer)].data(), slot_lists.data(), n_keys.data(), shape,
-                   attn_out_.data(), pool_);
+    cpu::attention(q_.data(), n_rows, storage.keys[size_t(layer)].data(), storage.values[size_t(layer)].data(),
+                   cpu::KvLayout::interleaved(config_.n_kv_heads, config_.head_dim), slot_lists.data(), n_keys.data(),
+                   shape, attn_out_.data(), pool_);
     cpu::linear(attn_out_.data(), n_rows, w.o_proj, proj_.data(), pool_);
     for (int64_t i = 0; i < n_rows * hidden; ++i) features_[size_t(i)] += proj_[size_t(i)];
 

@@ -1,5 +1,3 @@
-
-
 #include "backends/cpu/host_kv_storage.h"
 
 #include <algorithm>
@@ -7,17 +5,45 @@
 
 namespace tf {
 
-HostKvStorage::HostKvStorage(int64_t n_layers, int64_t kv_dim, int64_t n_slots)
+HostKvStorage::HostKvStorage(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, int64_t n_slots)
     : n_layers_(n_layers),
-      kv_dim_(kv_dim),
+      n_kv_heads_(n_kv_heads),
+      head_dim_(head_dim),
+      kv_dim_(n_kv_heads * head_dim),
       n_slots_(n_slots),
-      keys_(size_t(n_layers * n_slots * kv_dim), 0.0f),
-      values_(size_t(n_layers * n_slots * kv_dim), 0.0f) {}
+      keys_(size_t(n_layers * n_slots * kv_dim_), 0.0f),
+      values_(size_t(n_layers * n_slots * kv_dim_), 0.0f) {}
+
+void HostKvStorage::gather(const std::vector<float>& cache, int64_t layer, int64_t slot, void* row) const {
+  const float* base = cache.data() + layer * layer_stride();
+  const cpu::KvLayout l = layout();
+  const size_t head_bytes = size_t(head_dim_) * sizeof(float);
+  for (int64_t head = 0; head < n_kv_heads_; ++head)
+    std::memcpy(static_cast<uint8_t*>(row) + size_t(head) * head_bytes, base + slot * l.slot_stride + head * l.head_stride,
+                head_bytes);
+}
+
+void HostKvStorage::scatter(std::vector<float>& cache, int64_t layer, int64_t slot, const void* row) {
+  float* base = cache.data() + layer * layer_stride();
+  const cpu::KvLayout l = layout();
+  const size_t head_bytes = size_t(head_dim_) * sizeof(float);
+  for (int64_t head = 0; head < n_kv_heads_; ++head)
+    std::memcpy(base + slot * l.slot_stride + head * l.head_stride,
+                static_cast<const uint8_t*>(row) + size_t(head) * head_bytes, head_bytes);
+}
+
+void HostKvStorage::store(int64_t layer, int64_t slot, const float* k, const float* v) {
+  scatter(keys_, layer, slot, k);
+  scatter(values_, layer, slot, v);
+}
 
 void HostKvStorage::copy_slot(int32_t from, int32_t to) {
+  std::vector<float> row(static_cast<size_t>(kv_dim_));
   for (int64_t layer = 0; layer < n_layers_; ++layer) {
-    std::copy_n(keys(layer) + from * kv_dim_, kv_dim_, keys(layer) + to * kv_dim_);
-    std::copy_n(values(layer) + from * kv_dim_, kv_dim_, values(layer) + to * kv_dim_);
+    for (std::vector<float>* cache : {&keys_, &values_}) {
+      gather(*cache, layer, from, row.data());
+      scatter(*cache, layer, to, row.data());
+    }
   }
 }
 
@@ -29,25 +55,19 @@ int64_t HostKvStorage::bytes_for(int64_t n_slots) const {
   return 2 * n_layers_ * n_slots * kv_dim_ * int64_t(sizeof(float));
 }
 
-// Layer by layer: the keys of the n slots, then their values.
+// Layer by layer: the keys of the n slots, then their values, each slot's kv_dim floats in a row.
 void HostKvStorage::read_slots(int32_t first, int64_t n, uint8_t* out) const {
-  const size_t span = size_t(n * kv_dim_) * sizeof(float);
-  for (int64_t layer = 0; layer < n_layers_; ++layer) {
-    const int64_t offset = layer * layer_stride() + int64_t(first) * kv_dim_;
-    std::memcpy(out, keys_.data() + offset, span);
-    std::memcpy(out + span, values_.data() + offset, span);
-    out += 2 * span;
-  }
+  const size_t row_bytes = size_t(kv_dim_) * sizeof(float);
+  for (int64_t layer = 0; layer < n_layers_; ++layer)
+    for (const std::vector<float>* cache : {&keys_, &values_})
+      for (int64_t i = 0; i < n; ++i, out += row_bytes) gather(*cache, layer, first + i, out);
 }
 
 void HostKvStorage::write_slots(int32_t first, int64_t n, const uint8_t* in) {
-  const size_t span = size_t(n * kv_dim_) * sizeof(float);
-  for (int64_t layer = 0; layer < n_layers_; ++layer) {
-    const int64_t offset = layer * layer_stride() + int64_t(first) * kv_dim_;
-    std::memcpy(keys_.data() + offset, in, span);
-    std::memcpy(values_.data() + offset, in + span, span);
-    in += 2 * span;
-  }
+  const size_t row_bytes = size_t(kv_dim_) * sizeof(float);
+  for (int64_t layer = 0; layer < n_layers_; ++layer)
+    for (std::vector<float>* cache : {&keys_, &values_})
+      for (int64_t i = 0; i < n; ++i, in += row_bytes) scatter(*cache, layer, first + i, in);
 }
 
 }  // namespace tf

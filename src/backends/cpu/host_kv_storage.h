@@ -4,31 +4,43 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/kernels/attention.h"
 #include "runtime/kv_storage.h"
 
 namespace tf {
 
 class HostKvStorage : public KvStorage {
  public:
-  HostKvStorage(int64_t n_layers, int64_t kv_dim, int64_t n_slots);
+  HostKvStorage(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, int64_t n_slots);
 
   int64_t n_slots() const override { return n_slots_; }
   void copy_slot(int32_t from, int32_t to) override;
   std::string format() const override;
   int64_t bytes_for(int64_t n_slots) const override;
+  // Slots serialize as [slot][kv_dim] per layer, whatever the layout in memory.
   void read_slots(int32_t first, int64_t n, uint8_t* out) const override;
   void write_slots(int32_t first, int64_t n, const uint8_t* in) override;
-  float* keys(int64_t layer) { return keys_.data() + layer * layer_stride(); }      // [n_slots][kv_dim]
-  float* values(int64_t layer) { return values_.data() + layer * layer_stride(); }  // [n_slots][kv_dim]
+  // A layer's keys and values, each [n_kv_heads][n_slots][head_dim] (layout()).
+  float* keys(int64_t layer) { return keys_.data() + layer * layer_stride(); }
+  float* values(int64_t layer) { return values_.data() + layer * layer_stride(); }
+  cpu::KvLayout layout() const { return cpu::KvLayout::head_major(n_slots_, head_dim_); }
+  // Writes one position's keys and values, each [n_kv_heads][head_dim], to slot of layer.
+  void store(int64_t layer, int64_t slot, const float* k, const float* v);
 
  private:
   int64_t layer_stride() const { return n_slots_ * kv_dim_; }
+  // Copies the kv_dim floats of slot between the cache and a flat row (any alignment), one
+  // direction or the other.
+  void gather(const std::vector<float>& cache, int64_t layer, int64_t slot, void* row) const;
+  void scatter(std::vector<float>& cache, int64_t layer, int64_t slot, const void* row);
 
   int64_t n_layers_;
+  int64_t n_kv_heads_;
+  int64_t head_dim_;
   int64_t kv_dim_;
   int64_t n_slots_;
-  std::vector<float> keys_;    // [n_layers][n_slots][kv_dim]
-  std::vector<float> values_;  // [n_layers][n_slots][kv_dim]
+  std::vector<float> keys_;    // [n_layers][n_kv_heads][n_slots][head_dim]
+  std::vector<float> values_;  // [n_layers][n_kv_heads][n_slots][head_dim]
 };
 
 }  // namespace tf

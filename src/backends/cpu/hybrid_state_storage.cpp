@@ -9,7 +9,7 @@
 namespace tf {
 
 HybridStateStorage::HybridStateStorage(const ModelConfig& config, int64_t n_slots)
-    : HostKvStorage(config.hybrid.n_layers_of(LayerKind::full_attention), config.kv_dim(), n_slots),
+    : HostKvStorage(config.hybrid.n_layers_of(LayerKind::full_attention), config.n_kv_heads, config.head_dim, n_slots),
       n_linear_layers_(config.hybrid.n_layers_of(LayerKind::linear_attention)),
       state_per_layer_(config.hybrid.linear_n_value_heads * config.hybrid.linear_key_head_dim *
                        config.hybrid.linear_value_head_dim),

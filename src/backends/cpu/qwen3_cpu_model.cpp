@@ -41,7 +41,7 @@ std::shared_ptr<DFlashDrafter> Qwen3CpuModel::load_drafter(const std::string& dr
 }
 
 std::unique_ptr<KvStorage> Qwen3CpuModel::make_kv_storage(int64_t n_slots) const {
-  return std::make_unique<HostKvStorage>(config_.n_layers, config_.kv_dim(), n_slots);
+  return std::make_unique<HostKvStorage>(config_.n_layers, config_.n_kv_heads, config_.head_dim, n_slots);
 }
 
 // Calls fn(begin, end) over row ranges of [0, n_rows): split across the pool for a prefill chunk,
@@ -82,15 +82,12 @@ void Qwen3CpuModel::attention_block(int64_t layer, const Batch& batch, HostKvSto
     cpu::rms_norm(k, (end - begin) * n_kv_heads, head_dim, w.k_norm, eps, k);
     cpu::rope_apply(q, end - begin, n_heads, head_dim, positions_.data() + begin, inverse_frequencies_);
     cpu::rope_apply(k, end - begin, n_kv_heads, head_dim, positions_.data() + begin, inverse_frequencies_);
-    for (int64_t r = begin; r < end; ++r) {
-      int64_t slot = batch.rows[size_t(r)].kv_slot;
-      std::memcpy(k_cache + slot * kv_dim, k_.data() + r * kv_dim, size_t(kv_dim) * sizeof(float));
-      std::memcpy(v_cache + slot * kv_dim, v_.data() + r * kv_dim, size_t(kv_dim) * sizeof(float));
-    }
+    for (int64_t r = begin; r < end; ++r)
+      kv.store(layer, batch.rows[size_t(r)].kv_slot, k_.data() + r * kv_dim, v_.data() + r * kv_dim);
   });
   cpu::AttentionShape shape{n_heads, n_kv_heads, head_dim, float(1.0 / std::sqrt(double(head_dim)))};
-  cpu::attention(q_.data(), n_rows, k_cache, v_cache, key_slot_lists_.data(), key_slots_.n_keys.data(), shape,
-                 attn_out_.data(), pool_);
+  cpu::attention(q_.data(), n_rows, k_cache, v_cache, kv.layout(), key_slot_lists_.data(), key_slots_.n_keys.data(),
+                 shape, attn_out_.data(), pool_);
   cpu::linear(attn_out_.data(), n_rows, w.o_proj, proj_.data(), pool_);
 }
 

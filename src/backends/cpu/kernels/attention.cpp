@@ -17,6 +17,7 @@ struct AttentionArgs {
   const float* q;
   const float* k_cache;
   const float* v_cache;
+  KvLayout layout;
   const int32_t* const* key_slots;
   const int32_t* n_keys;
   AttentionShape shape;
@@ -69,8 +70,8 @@ template <int W, int kHeads, class Accumulator>
 TF_INLINE void attend_heads(const AttentionArgs& a, int64_t row, int64_t head0, Accumulator* acc) {
   const int64_t head_dim = a.shape.head_dim;
   const int64_t group = a.shape.n_heads / a.shape.n_kv_heads;
-  const int64_t kv_offset = (head0 / group) * head_dim;
-  const int64_t kv_stride = a.shape.n_kv_heads * head_dim;
+  const int64_t kv_offset = (head0 / group) * a.layout.head_stride;
+  const int64_t kv_stride = a.layout.slot_stride;
   const float* query[kHeads];
   float* out[kHeads];
   for (int h = 0; h < kHeads; ++h) {
@@ -149,10 +150,10 @@ TF_INLINE void attend_heads(const AttentionArgs& a, int64_t row, int64_t head0, 
 
 }  // namespace
 
-void attention(const float* q, int64_t n_rows, const float* k_cache, const float* v_cache,
+void attention(const float* q, int64_t n_rows, const float* k_cache, const float* v_cache, const KvLayout& layout,
                const int32_t* const* key_slots, const int32_t* n_keys, const AttentionShape& shape,
                float* out, ThreadPool& pool) {
-  const AttentionArgs args{q, k_cache, v_cache, key_slots, n_keys, shape, out};
+  const AttentionArgs args{q, k_cache, v_cache, layout, key_slots, n_keys, shape, out};
   // Units of work: (row, pair of heads of one group) where groups have an even number of heads,
   // else (row, head).
   const int64_t group = shape.n_heads / shape.n_kv_heads;
