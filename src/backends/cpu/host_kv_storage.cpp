@@ -38,13 +38,13 @@ void HostKvStorage::store(int64_t layer, int64_t slot, const float* k, const flo
 }
 
 void HostKvStorage::copy_slot(int32_t from, int32_t to) {
-  std::vector<float> row(static_cast<size_t>(kv_dim_));
-  for (int64_t layer = 0; layer < n_layers_; ++layer) {
-    for (std::vector<float>* cache : {&keys_, &values_}) {
-      gather(*cache, layer, from, row.data());
-      scatter(*cache, layer, to, row.data());
-    }
-  }
+  const cpu::KvLayout l = layout();
+  for (int64_t layer = 0; layer < n_layers_; ++layer)
+    for (std::vector<float>* cache : {&keys_, &values_})
+      for (int64_t head = 0; head < n_kv_heads_; ++head) {
+        float* base = cache->data() + layer * layer_stride() + head * l.head_stride;
+        std::copy_n(base + from * l.slot_stride, head_dim_, base + to * l.slot_stride);
+      }
 }
 
 std::string HostKvStorage::format() const {
