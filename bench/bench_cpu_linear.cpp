@@ -67,7 +67,7 @@ int main() {
   ThreadPool pool(1);
   // (n, k): q, k/v, o, gate/up, down, LM head of the embedded model.
   const std::pair<int64_t, int64_t> shapes[] = {{512, 512}, {256, 512}, {1408, 512}, {512, 1408}, {15360, 512}};
-  for (cpu::SimdLevel level : {cpu::SimdLevel::generic, cpu::SimdLevel::avx2, cpu::SimdLevel::avx512}) {
+  for (cpu::SimdLevel level : {cpu::SimdLevel::generic, cpu::SimdLevel::avx2, cpu::SimdLevel::avx512, cpu::SimdLevel::avx512_bf16}) {
     if (!cpu::simd_level_supported(level)) continue;
     cpu::set_simd_level_for_testing(level);
     for (int bits : {0, 4}) {
