@@ -314,16 +314,16 @@ TF_INLINE void linear_tile(const LinearArgs& a, const Weights& weights, int64_t 
   store_tile<W, kRows, kCols>(a, acc, row0, col0);
 }
 
-// The bf16 dot-product tile: rows of x in bf16, weights as stored, no decoding. The instruction is
-// written out for the reason madd() gives; its target function is bf16_dot_column_blocks.
-// acc + the products of 16 pairs of bf16 (odd input first), by value as madd() is, so the
-// accumulators stay in registers.
+// acc + the products of 16 pairs of bf16 (odd input first): the instruction written out for the
+// reason madd() gives, and by value as madd() is, so the accumulators stay in registers.
 TF_INLINE Lanes<16> bf16_dot_add(const Lanes<16>& acc, const Native<16>::u32& x_pairs, const Native<16>::u32& w_pairs) {
   Lanes<16> result = acc;
   asm("vdpbf16ps %2, %1, %0" : "+v"(result.part[0]) : "v"(x_pairs), "v"(w_pairs));
   return result;
 }
 
+// The bf16 dot-product tile: rows of x in bf16, weights as stored, no decoding; its target function
+// is bf16_dot_column_blocks.
 template <int kRows, int kCols>
 TF_INLINE void bf16_dot_tile(const LinearArgs& a, const Bf16Weights& weights, int64_t row0, int64_t col0) {
   using Words = Native<16>::u32;
