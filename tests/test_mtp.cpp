@@ -22,36 +22,16 @@
 #include "support/fixtures.h"
 #include "support/forward_runs.h"
 #include "support/mtp_fixture.h"
+#include "support/mtp_runs.h"
 #include "support/resumed.h"
 
 namespace tf {
 namespace {
 
-// The target's taps of the MTP's layer for every position of `ids`, from one prefill.
-std::vector<float> target_taps(Model& model, const MtpHead& head, const std::vector<int32_t>& ids) {
-  model.set_tap_layers({head.tap_layer()});
-  KvCache kv = make_kv_cache(model, kv_blocks_for(int64_t(ids.size())));
-  const int32_t lane = kv.lane_open();
-  kv.lane_reserve(lane, int64_t(ids.size()));
-  Batch batch;
-  for (size_t i = 0; i < ids.size(); ++i)
-    batch.rows.push_back({ids[i], int32_t(i), lane, int32_t(i) - 1, kv.slot(lane, int64_t(i)), false});
-  model.forward(batch, kv, nullptr);
-  std::vector<float> taps = model.taps();
-  model.set_tap_layers({});
-  return taps;
-}
-
-struct HybridWithMtp {
-  test::TempDir dir;
-  std::shared_ptr<Model> model;
-  std::shared_ptr<MtpHead> head;
-  HybridWithMtp(const std::string& fixture, test::MtpWeights kind, uint32_t seed) {
-    test::write_fixture_with_mtp(fixture, dir.path, kind, seed);
-    model = load_model(dir.path, test::test_load_options("cpu"));
-    head = model->load_mtp_head(1);
-  }
-};
+using test::HybridWithMtp;
+using test::target_taps;
+using test::mtp_engine_options;
+using test::only_mtp;
 
 TEST(MtpWeights, AHeadlessCheckpointNamesItsDirectoryAndTheMissingTensor) {
   auto model = test::load_fixture("qwen3.5-tiny-c", "cpu");
@@ -228,145 +208,26 @@ TEST(MtpHead, ForwardMatchesAPlainRecomputation) {
 }
 
 // Entries appended in any chunks, with chains drafted (and thrown away) between them, are bitwise the
-// entries appended at once with no chain ever drafted: the chain's scratch K/V never becomes context.
+// entries appended at once with no chain ever drafted.
 TEST(MtpHead, ContextIsChunkInvariantAndDraftedChainsLeaveNoTrace) {
-  HybridWithMtp m("qwen3.5-tiny-c", test::MtpWeights::random, 4);
-  const ModelConfig& c = m.model->config();
-  std::mt19937 rng(5);
-  const std::vector<int32_t> ids = test::random_ids(rng, 60, c.vocab_size);
-  const std::vector<float> taps = target_taps(*m.model, *m.head, ids);
-  const int64_t h = c.hidden_size;
-  auto chain_of = [&](MtpContext& context, const std::vector<int32_t>& steps) {
-    std::vector<float> probabilities;
-    EXPECT_TRUE(m.head->begin_chain(context));
-    for (size_t j = 0;; ++j) {
-      for (const TokenGuess& g : m.head->chain_top(context, 4)) {
-        probabilities.push_back(float(g.token));
-        probabilities.push_back(g.probability);
-      }
-      if (j == steps.size()) break;
-      m.head->chain_step(context, steps[j]);
-    }
-    return probabilities;
-  };
-  MtpContext chunked;
-  int64_t n = 0;
-  while (n < 59) {
-    const int64_t chunk = std::min<int64_t>(59 - n, 1 + int64_t(rng() % 6));
-    m.head->append_context(chunked, taps.data() + n * h, ids.data() + n + 1, chunk);
-    n += chunk;
-    // A rejected chain of random tokens, as long as the next chunk or longer.
-    const std::vector<int32_t> rejected = test::random_ids(rng, 1 + int64_t(rng() % 8), c.vocab_size);
-    const std::vector<float> drafted = chain_of(chunked, rejected);
-    MtpContext whole;
-    m.head->append_context(whole, taps.data(), ids.data() + 1, n);
-    EXPECT_EQ(chain_of(whole, rejected), drafted) << "after " << n << " entries";
-  }
-  // And the chain after the last entry, on the chunked context that has drafted many chains.
-  MtpContext whole;
-  m.head->append_context(whole, taps.data(), ids.data() + 1, n);
-  const std::vector<int32_t> steps = {ids[3], ids[7], ids[11]};
-  EXPECT_EQ(chain_of(chunked, steps), chain_of(whole, steps));
+  test::expect_context_chunk_invariant(HybridWithMtp("qwen3.5-tiny-c", test::MtpWeights::random, 4), 5);
 }
 
-// The proposer fed as the engine feeds it (prompt taps, then per round the root's and the accepted
-// rows' taps) drafts, every round, what a proposer given the whole committed history at once
-// drafts: whatever it drafted and had rejected before never reaches its context.
+// Fed as the engine feeds it, the proposer drafts what a fresh one on the committed history drafts.
 TEST(MtpProposer, DraftsAsAFreshProposerOnTheCommittedHistory) {
-  HybridWithMtp m("qwen3.5-tiny-c", test::MtpWeights::random, 6);
-  const ModelConfig& c = m.model->config();
-  std::mt19937 rng(7);
-  const std::vector<int32_t> ids = test::random_ids(rng, 80, c.vocab_size);
-  const std::vector<float> taps = target_taps(*m.model, *m.head, ids);
-  const int64_t h = c.hidden_size, n_prompt = 12;
-  MtpProposerOptions options;
-  options.min_path_probability = 0.0f;  // whole chains, so every round drafts rows that may be rejected
-  MtpProposer fed(m.head, options);
-  fed.observe_taps(0, taps.data(), n_prompt);
-  int64_t root = n_prompt, n_rounds = 0, n_rejected = 0;
-  while (root + 6 < int64_t(ids.size())) {
-    const std::vector<int32_t> tokens(ids.begin(), ids.begin() + root + 1);
-    DraftTree tree;
-    fed.propose({tokens, n_prompt}, 16, &tree);
-    ASSERT_EQ(tree.size(), options.max_chain);
-    MtpProposer fresh(m.head, options);
-    fresh.observe_taps(0, taps.data(), root);
-    DraftTree fresh_tree;
-    fresh.propose({tokens, n_prompt}, 16, &fresh_tree);
-    EXPECT_EQ(tree.tokens, fresh_tree.tokens) << "round " << n_rounds;
-    // The target "accepts" a random prefix; the drafts past it (whatever they were) are rejected.
-    const int64_t accepted = int64_t(rng() % uint32_t(tree.size() + 1));
-    n_rejected += tree.size() - accepted;
-    fed.observe_taps(root, taps.data() + root * h, accepted + 1);
-    root += accepted + 1;
-    ++n_rounds;
-  }
-  EXPECT_GT(n_rejected, 0);
-  EXPECT_GT(n_rounds, 10);
-}
-
-EngineOptions mtp_engine_options(int64_t n_ctx = 160) {
-  EngineOptions options;
-  options.n_ctx = n_ctx;
-  options.speculation.mtp_chain.min_path_probability = 0.0f;  // every round drafts whole chains
-  return options;
-}
-
-GenerationRequest only_mtp(GenerationRequest r) {
-  r.draft.proposers = proposer_bit(ProposerKind::mtp);
-  return r;
-}
-
-// Drafted = undrafted and concurrent = solo with MTP drafts, greedy and sampled, alone and together,
-// with MTP alone and among the other proposers; drafts were proposed and rejected, and where the head
-// can guess right (`expect_accepted`), accepted.
-void expect_mtp_keeps_equalities(const HybridWithMtp& m, bool expect_accepted, int n_requests) {
-  const int64_t vocab = m.model->config().vocab_size;
-  std::mt19937 rng(31);
-  for (bool sampled : {false, true}) {
-    auto requests = test::with_penalties_and_logprobs(test::copy_friendly_requests(n_requests, sampled, vocab, rng()));
-    const test::EngineRun plain = test::run_engine(m.model, test::without_drafts(requests), mtp_engine_options(), true);
-    std::vector<GenerationRequest> mtp_alone;
-    for (const auto& r : requests) mtp_alone.push_back(only_mtp(r));
-    int64_t drafted = 0, accepted = 0;
-    for (const auto* set : {&mtp_alone, &requests}) {
-      for (bool together : {false, true}) {
-        EngineOptions options = test::random_windows(rng, together ? LanePolicy::always_lanes : LanePolicy::automatic);
-        options.n_ctx = 160;
-        options.speculation.mtp_chain.min_path_probability = 0.0f;
-        if (!together) options.window_policy = WindowPolicy::fixed;
-        const test::EngineRun run = test::run_engine(m.model, *set, options, together, nullptr, nullptr, m.head);
-        const char* what = together ? "mtp, together" : "mtp, solo";
-        test::expect_same_tokens(plain.replies, run.replies, what);
-        test::expect_same_logprobs(plain, run, *set, what);
-        if (together) test::expect_rounds_shared_by_lanes(run.stats, what);
-        drafted += run.stats.drafted_by_proposer[int(ProposerKind::mtp)];
-        accepted += run.stats.accepted_by_proposer[int(ProposerKind::mtp)];
-      }
-      // As the server runs: gated by the clock.
-      EngineOptions gated = mtp_engine_options();
-      gated.speculation.gate_proposers = true;
-      const test::EngineRun gated_run = test::run_engine(m.model, *set, gated, true, nullptr, nullptr, m.head);
-      test::expect_same_tokens(plain.replies, gated_run.replies, "mtp, gated");
-    }
-    const char* mode = sampled ? "sampled" : "greedy";
-    std::printf("%s: %lld MTP drafts verified, %lld accepted\n", mode, (long long)drafted, (long long)accepted);
-    EXPECT_GT(drafted, 0) << mode << ": MTP drafts must have been verified";
-    EXPECT_GT(drafted, accepted) << mode << ": some MTP drafts must have been rejected";
-    if (expect_accepted) EXPECT_GT(accepted, 0) << mode << ": some MTP drafts must have been accepted";
-  }
+  test::expect_proposer_drafts_as_fresh(HybridWithMtp("qwen3.5-tiny-c", test::MtpWeights::random, 6), 7);
 }
 
 TEST(MtpEngine, RandomHeadKeepsTheEqualities) {
   HybridWithMtp m("qwen3.5-tiny-c", test::MtpWeights::random, 8);
-  expect_mtp_keeps_equalities(m, false, 24);
+  test::expect_mtp_keeps_equalities(m, false, 24);
 }
 
 // The echoing head guesses the target's own last choice again: accepted wherever the chat fixture's
 // greedy replies repeat a token (they do), so accepted MTP rows are under the equalities too.
 TEST(MtpEngine, EchoingHeadHasDraftsAcceptedAndKeepsTheEqualities) {
   HybridWithMtp m("qwen3.5-tiny-chat", test::MtpWeights::echo_hidden, 9);
-  expect_mtp_keeps_equalities(m, true, 8);
+  test::expect_mtp_keeps_equalities(m, true, 8);
 }
 
 // Resumed = fresh: a lane resumed from the prefix cache gets the MTP context from the cached

@@ -115,9 +115,10 @@ std::shared_ptr<ServingStack> ServingStack::load(const ServingOptions& options) 
   parts->synthetic_bits = options.synthetic_bits;
   parts->tokenizer = load_tokenizer(options);
   if (parts->tokenizer) parts->chat_template = ChatTemplate::from_model_dir(options.model_dir, options.chat_template);
-  parts->model = options.synthetic.empty()
-                     ? load_model(options.model_dir, options.load)
-                     : make_synthetic_model(options.synthetic, options.synthetic_bits, options.load);
+  ModelLoadOptions load = options.load;
+  load.keep_mtp_head = parts->facts.uses_mtp;
+  parts->model = options.synthetic.empty() ? load_model(options.model_dir, load)
+                                           : make_synthetic_model(options.synthetic, options.synthetic_bits, load);
   const int64_t vocab_size = parts->model->config().vocab_size;
   if (parts->tokenizer && parts->tokenizer->n_tokens() > vocab_size)
     fail("the tokenizer in " + options.model_dir + " has " + std::to_string(parts->tokenizer->n_tokens()) +

@@ -51,7 +51,8 @@ std::shared_ptr<Model> load_model(const std::string& model_dir, const ModelLoadO
   if (config.is_hybrid()) {
     Qwen35Weights weights = bind_qwen3_5_weights(*checkpoint, config);
 #if TF_HAVE_CUDA
-    if (options.device == "cuda") return cuda::make_qwen3_5_cuda_model(config, weights, cuda_options(options));
+    if (options.device == "cuda")
+      return cuda::make_qwen3_5_cuda_model(config, weights, cuda_options(options), options.keep_mtp_head);
 #endif
     return std::make_shared<Qwen35CpuModel>(config, std::move(weights), checkpoint, options.n_threads);
   }

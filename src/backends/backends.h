@@ -20,6 +20,9 @@ struct ModelLoadOptions {
   // has it (other bits than f32 inputs, twice the multiply rate). Off turns it off for the whole
   // process, for good: one process computes with one numerics.
   bool cpu_bf16_dot = true;
+  // CUDA: upload the checkpoint's MTP head (mtp.*) with the model, for Model::load_mtp_head (on the
+  // CPU the mapped checkpoint holds it anyway); off, its weights take no GPU memory.
+  bool keep_mtp_head = false;
   LoadProgress progress;
 };
 

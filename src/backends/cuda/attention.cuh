@@ -8,6 +8,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace tf::cuda {
@@ -27,6 +28,12 @@ struct AttentionShape {
   int head_dim;  // a multiple of 8, at most 256
   float scale;   // 1/sqrt(head_dim)
 };
+
+// The attention shape of a model's or a drafter's config (anything with n_heads, n_kv_heads, head_dim).
+template <class Config>
+AttentionShape attention_shape_of(const Config& c) {
+  return {int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), float(1.0 / std::sqrt(double(c.head_dim)))};
+}
 
 // Device scratch for the splits' partials (f32), owned by the caller.
 struct AttentionScratch {

@@ -104,8 +104,7 @@ void CudaDFlashDrafter::reserve(int64_t n_rows, int64_t n_keys) {
   attn_out_ = DeviceBuffer<uint16_t>(size_t(rows * q_dim));
   proj_ = DeviceBuffer<uint16_t>(size_t(rows * hidden));
   mlp_act_ = DeviceBuffer<uint16_t>(size_t(rows * config_.intermediate_size));
-  const AttentionShape shape{int(config_.n_heads), int(config_.n_kv_heads), int(config_.head_dim),
-                             float(1.0 / std::sqrt(double(config_.head_dim)))};
+  const AttentionShape shape = attention_shape_of(config_);
   attention_scratch_ = DeviceBuffer<float>(size_t(attention_scratch_floats(rows, shape)));
   row_capacity_ = rows;
 }
@@ -181,8 +180,7 @@ void CudaDFlashDrafter::run_block(DrafterContext& context, int32_t last_token, i
   upload_ints(ints);
   const int32_t* device_ints = row_data_.data();
 
-  const AttentionShape shape{int(config_.n_heads), int(config_.n_kv_heads), int(config_.head_dim),
-                             float(1.0 / std::sqrt(double(config_.head_dim)))};
+  const AttentionShape shape = attention_shape_of(config_);
   embedding(target_.embed_tokens.view(), config_.vocab_size, hidden, device_ints + 2 * n_rows, n_rows, hidden_.data(),
             stream);
   for (int64_t layer = 0; layer < config_.n_layers; ++layer) {

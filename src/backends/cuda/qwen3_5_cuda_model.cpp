@@ -6,10 +6,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "backends/cuda/activation.cuh"
-#include "backends/cuda/attention.cuh"
+#include "backends/cuda/cuda_mtp_head.h"
 #include "backends/cuda/device_info.h"
-#include "backends/cuda/fused_norms.cuh"
+#include "backends/cuda/gated_attention.h"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/rms_norm.cuh"
 #include "core/error.h"
@@ -28,9 +27,12 @@ constexpr int64_t kPassHeaderInts = 4;
 
 }  // namespace
 
-Qwen35CudaModel::Qwen35CudaModel(ModelConfig config, Qwen35CudaWeights weights, CudaModelOptions options)
+Qwen35CudaModel::Qwen35CudaModel(ModelConfig config, Qwen35CudaWeights weights, CudaModelOptions options,
+                                 std::unique_ptr<Qwen35CudaMtpWeights> mtp, std::string mtp_missing)
     : Qwen3CudaModel(std::move(config), std::move(weights.head), options),
       layers_(std::move(weights.layers)),
+      mtp_(std::move(mtp)),
+      mtp_missing_(std::move(mtp_missing)),
       shape_(delta_net_shape(config_)) {
   if (shape_.key_head_dim > 128)
     fail("linear_key_head_dim " + std::to_string(shape_.key_head_dim) +
@@ -150,26 +152,17 @@ void Qwen35CudaModel::prepare_forward(const Batch& batch, KvCache& kv) {
 
 void Qwen35CudaModel::attention_block(const Qwen35CudaLayerWeights& w, int64_t layer, int64_t attention_index,
                                       int64_t n_rows, CudaHybridStorage& kv) {
-  const int64_t hidden = config_.hidden_size, q_dim = config_.q_dim(), head_dim = config_.head_dim;
-  const int64_t width = 2 * q_dim + 2 * config_.kv_dim();
-  const float eps = config_.rms_norm_eps;
   cudaStream_t stream = stream_.get();
-  add_rms_norm_bf16(hidden_.data(), layer > 0 ? proj_.data() : nullptr, n_rows, hidden, w.input_norm.data(), eps,
-                    normed_.data(), stream);
+  add_rms_norm_bf16(hidden_.data(), layer > 0 ? proj_.data() : nullptr, n_rows, config_.hidden_size,
+                    w.input_norm.data(), config_.rms_norm_eps, normed_.data(), stream);
   if (layer > 0) keep_taps(layer - 1, n_rows);
-  linear(normed_.data(), n_rows, w.qkv_proj.view(), width, hidden, gated_qkv_.data(), LinearOutput::bf16, stream);
-  const QkvShape shape{int(config_.n_heads), int(config_.n_kv_heads), int(head_dim), int(config_.hybrid.rotary_dim),
-                       /*gated_query=*/true};
-  qk_norm_rope_to_cache_bf16(gated_qkv_.data(), n_rows, shape, w.q_norm.data(), w.k_norm.data(), eps, positions_,
-                             inverse_frequencies_.data(), kv_slots_, q_.data(), kv.keys(attention_index),
-                             kv.values(attention_index), stream);
-  attention_bf16(q_.data(), n_rows, kv.keys(attention_index), kv.values(attention_index), key_slot_list_, key_offsets_,
-                 n_keys_, attention_shape(), attn_out_.data(), stream,
-                 {attention_scratch_.data(), int64_t(attention_scratch_.size())}, {group_starts_, n_groups_});
-  // Each query head's gate follows its query in the projection row.
-  sigmoid_gate_bf16(attn_out_.data(), n_rows, config_.n_heads, head_dim, gated_qkv_.data() + head_dim, width,
-                    2 * head_dim, stream);
-  linear(attn_out_.data(), n_rows, w.o_proj.view(), hidden, q_dim, proj_.data(), LinearOutput::bf16, stream);
+  const DeviceAttentionRows rows{positions_, kv_slots_, key_slot_list_, key_offsets_, n_keys_, {group_starts_, n_groups_}};
+  const GatedAttentionScratch scratch{gated_qkv_.data(), q_.data(), attn_out_.data(),
+                                      {attention_scratch_.data(), int64_t(attention_scratch_.size())}};
+  gated_attention_inputs(w, config_, inverse_frequencies_.data(), normed_.data(), n_rows, rows,
+                         kv.keys(attention_index), kv.values(attention_index), scratch, stream);
+  gated_attention_outputs(w, config_, 0, n_rows, rows, kv.keys(attention_index), kv.values(attention_index), scratch,
+                          proj_.data(), stream);
 }
 
 void Qwen35CudaModel::delta_net_block(const Qwen35CudaLayerWeights& w, int64_t layer, int64_t linear_index,
@@ -250,14 +243,22 @@ void Qwen35CudaModel::write_recurrent_state(KvCache& kv, int32_t lane, int64_t p
 }
 
 std::shared_ptr<MtpHead> Qwen35CudaModel::load_mtp_head(int) const {
-  fail("--drafter mtp: the checkpoint's MTP head runs on --device cpu only in this build (the CUDA backend has no "
-       "MTP forward yet); use --drafter none, a block drafter directory, or --device cpu");
+  if (!mtp_) fail(mtp_missing_ + ": drafting with MTP needs a checkpoint that has one");
+  return std::make_shared<CudaMtpHead>(config_, *mtp_, weights_);
 }
 
 std::shared_ptr<Model> make_qwen3_5_cuda_model(const ModelConfig& config, const Qwen35Weights& weights,
-                                               CudaModelOptions options) {
+                                               CudaModelOptions options, bool keep_mtp_head) {
   require_hopper_gpu();
-  return std::make_shared<Qwen35CudaModel>(config, upload_qwen3_5_weights(weights, config), options);
+  std::unique_ptr<Qwen35CudaMtpWeights> mtp;
+  std::string mtp_missing = weights.mtp_missing;
+  if (weights.has_mtp && keep_mtp_head) {
+    mtp = std::make_unique<Qwen35CudaMtpWeights>(upload_qwen3_5_mtp_weights(weights, config));
+  } else if (weights.has_mtp) {
+    mtp_missing = "the model was loaded without its MTP head (it is uploaded to the GPU only for --drafter mtp)";
+  }
+  return std::make_shared<Qwen35CudaModel>(config, upload_qwen3_5_weights(weights, config), options, std::move(mtp),
+                                           std::move(mtp_missing));
 }
 
 std::shared_ptr<Model> make_synthetic_qwen3_5_cuda_model(const ModelConfig& config, CudaModelOptions options) {

@@ -15,7 +15,10 @@ namespace tf::cuda {
 
 class Qwen35CudaModel final : public Qwen3CudaModel {
  public:
-  Qwen35CudaModel(ModelConfig config, Qwen35CudaWeights weights, CudaModelOptions options = {});
+  // mtp: the checkpoint's MTP head on the GPU, or null with `mtp_missing` saying why there is none.
+  Qwen35CudaModel(ModelConfig config, Qwen35CudaWeights weights, CudaModelOptions options = {},
+                  std::unique_ptr<Qwen35CudaMtpWeights> mtp = nullptr,
+                  std::string mtp_missing = "this model has no MTP head");
 
   std::unique_ptr<KvStorage> make_kv_storage(int64_t n_slots) const override;
   int64_t weight_bytes_per_step() const override;
@@ -25,7 +28,7 @@ class Qwen35CudaModel final : public Qwen3CudaModel {
   void keep_recurrent_state(KvCache& kv, int32_t lane, int64_t position) override;
   void read_kept_recurrent_state(KvCache& kv, int32_t lane, uint8_t* out) override;
   void write_recurrent_state(KvCache& kv, int32_t lane, int64_t position, const uint8_t* in) override;
-  // The MTP head has no CUDA forward yet: an error that says so (the CPU backend runs it).
+  // The head uploaded with the model (CudaMtpHead); an error saying why when there is none.
   std::shared_ptr<MtpHead> load_mtp_head(int n_threads) const override;
 
  private:
@@ -47,6 +50,8 @@ class Qwen35CudaModel final : public Qwen3CudaModel {
   CudaHybridStorage& fold_recurrent_state(KvCache& kv, int32_t lane, int64_t position);
 
   std::vector<Qwen35CudaLayerWeights> layers_;
+  std::unique_ptr<Qwen35CudaMtpWeights> mtp_;
+  std::string mtp_missing_;
   DeltaNetShape shape_;
   uint64_t n_passes_ = 0;
   HybridPassPlan plan_;
@@ -64,9 +69,10 @@ class Qwen35CudaModel final : public Qwen3CudaModel {
   DeviceBuffer<uint16_t> delta_out_;   // [n_rows][value_dim]
 };
 
-// Uploads a checkpoint's bound hybrid weights (see upload_qwen3_5_weights).
+// Uploads a checkpoint's bound hybrid weights (see upload_qwen3_5_weights), and its MTP head when
+// `keep_mtp_head` and it has one.
 std::shared_ptr<Model> make_qwen3_5_cuda_model(const ModelConfig& config, const Qwen35Weights& weights,
-                                               CudaModelOptions options = {});
+                                               CudaModelOptions options = {}, bool keep_mtp_head = false);
 // A model of the config's hybrid shape with weights generated on the GPU.
 std::shared_ptr<Model> make_synthetic_qwen3_5_cuda_model(const ModelConfig& config, CudaModelOptions options = {});
 

@@ -15,13 +15,18 @@ int64_t delta_net_projection_rows(const ModelConfig& c) {
   return h.conv_dim() + 2 * h.linear_n_value_heads + h.linear_value_dim();
 }
 
-// What the weights will take on the GPU: every matrix as stored, bf16 where it will be dequantized.
+// What a layer's matrices will take on the GPU: as stored when quantized, bf16 otherwise.
+int64_t layer_upload_bytes(const Qwen35LayerWeights& l) {
+  int64_t total = 0;
+  for (const WeightMatrix* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.in_proj_qkv, &l.in_proj_z, &l.in_proj_b,
+                                &l.in_proj_a, &l.out_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+    total += w->is_quantized() ? w->n_stored_bytes() : w->n_rows * w->n_cols * 2;
+  return total;
+}
+
 int64_t upload_bytes(const Qwen35Weights& weights) {
   int64_t total = weights.embed_tokens.n_stored_bytes() + weights.lm_head.n_stored_bytes();
-  for (const auto& l : weights.layers)
-    for (const WeightMatrix* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.in_proj_qkv, &l.in_proj_z,
-                                  &l.in_proj_b, &l.in_proj_a, &l.out_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
-      total += w->is_quantized() ? w->n_stored_bytes() : w->n_rows * w->n_cols * 2;
+  for (const auto& l : weights.layers) total += layer_upload_bytes(l);
   return total;
 }
 
@@ -48,6 +53,31 @@ DeviceBuffer<float> spread_values(int64_t n, float scale, uint64_t seed) {
     v = scale * (float(int64_t(x % 2001) - 1000) * 1e-3f);
   }
   return upload_f32(values.data(), n);
+}
+
+Qwen35CudaLayerWeights upload_layer(WeightUploads& upload, const Qwen35LayerWeights& from, const HybridConfig& h) {
+  Qwen35CudaLayerWeights to;
+  to.kind = from.kind;
+  to.input_norm = upload.vector(from.input_norm);
+  to.post_attention_norm = upload.vector(from.post_attention_norm);
+  if (from.kind == LayerKind::full_attention) {
+    to.qkv_proj = upload.fused_matrix({&from.q_proj, &from.k_proj, &from.v_proj});
+    to.q_norm = upload.vector(from.q_norm);
+    to.k_norm = upload.vector(from.k_norm);
+    to.o_proj = upload.fused_matrix({&from.o_proj});
+  } else {
+    to.in_proj = upload.fused_matrix({&from.in_proj_qkv, &from.in_proj_b, &from.in_proj_a, &from.in_proj_z});
+    to.out_proj = upload.fused_matrix({&from.out_proj});
+    to.conv = upload_f32(from.conv, h.conv_dim() * h.conv_kernel);
+    to.a_log = upload_f32(from.a_log, h.linear_n_value_heads);
+    to.dt_bias = upload_f32(from.dt_bias, h.linear_n_value_heads);
+    std::vector<float> gain(static_cast<size_t>(from.gated_norm.n));
+    for (int64_t i = 0; i < from.gated_norm.n; ++i) gain[size_t(i)] = load_as_f32(from.gated_norm.data, from.gated_norm.dtype, i);
+    to.gated_norm = upload_f32(gain.data(), int64_t(gain.size()));
+  }
+  to.gate_up_proj = upload.fused_matrix({&from.gate_proj, &from.up_proj}, /*is_interleaved=*/true);
+  to.down_proj = upload.fused_matrix({&from.down_proj});
+  return to;
 }
 
 }  // namespace
@@ -104,31 +134,21 @@ Qwen35CudaWeights upload_qwen3_5_weights(const Qwen35Weights& weights, const Mod
   w.head.embed_tokens = upload.fused_matrix({&weights.embed_tokens});
   w.head.final_norm = upload.vector(weights.final_norm);
   if (!c.tie_word_embeddings) w.head.untied_lm_head = upload.fused_matrix({&weights.lm_head});
-  const HybridConfig& h = c.hybrid;
-  for (const Qwen35LayerWeights& from : weights.layers) {
-    Qwen35CudaLayerWeights& to = w.layers.emplace_back();
-    to.kind = from.kind;
-    to.input_norm = upload.vector(from.input_norm);
-    to.post_attention_norm = upload.vector(from.post_attention_norm);
-    if (from.kind == LayerKind::full_attention) {
-      to.qkv_proj = upload.fused_matrix({&from.q_proj, &from.k_proj, &from.v_proj});
-      to.q_norm = upload.vector(from.q_norm);
-      to.k_norm = upload.vector(from.k_norm);
-      to.o_proj = upload.fused_matrix({&from.o_proj});
-    } else {
-      to.in_proj = upload.fused_matrix({&from.in_proj_qkv, &from.in_proj_b, &from.in_proj_a, &from.in_proj_z});
-      to.out_proj = upload.fused_matrix({&from.out_proj});
-      to.conv = upload_f32(from.conv, h.conv_dim() * h.conv_kernel);
-      to.a_log = upload_f32(from.a_log, h.linear_n_value_heads);
-      to.dt_bias = upload_f32(from.dt_bias, h.linear_n_value_heads);
-      std::vector<float> gain(static_cast<size_t>(from.gated_norm.n));
-      for (int64_t i = 0; i < from.gated_norm.n; ++i)
-        gain[size_t(i)] = load_as_f32(from.gated_norm.data, from.gated_norm.dtype, i);
-      to.gated_norm = upload_f32(gain.data(), int64_t(gain.size()));
-    }
-    to.gate_up_proj = upload.fused_matrix({&from.gate_proj, &from.up_proj}, /*is_interleaved=*/true);
-    to.down_proj = upload.fused_matrix({&from.down_proj});
-  }
+  for (const Qwen35LayerWeights& from : weights.layers) w.layers.push_back(upload_layer(upload, from, c.hybrid));
+  return w;
+}
+
+Qwen35CudaMtpWeights upload_qwen3_5_mtp_weights(const Qwen35Weights& weights, const ModelConfig& c) {
+  if (!weights.has_mtp) fail_internal("upload_qwen3_5_mtp_weights called for weights without an MTP head");
+  const Qwen35MtpWeights& from = weights.mtp;
+  require_free_memory(from.fc.n_rows * from.fc.n_cols * 2 + layer_upload_bytes(from.layer));
+  WeightUploads upload;
+  Qwen35CudaMtpWeights w;
+  w.fc = upload.fused_matrix({&from.fc});
+  w.pre_fc_norm_embedding = upload.vector(from.pre_fc_norm_embedding);
+  w.pre_fc_norm_hidden = upload.vector(from.pre_fc_norm_hidden);
+  w.norm = upload.vector(from.norm);
+  w.layer = upload_layer(upload, from.layer, c.hybrid);
   return w;
 }
 

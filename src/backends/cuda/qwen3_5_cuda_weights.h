@@ -39,9 +39,22 @@ struct Qwen35CudaWeights {
   std::vector<Qwen35CudaLayerWeights> layers;
 };
 
+// A checkpoint's MTP head on the GPU (models/mtp_head.h): fc over [normed embedding, normed hidden],
+// its norms, and one gated full-attention layer with its MLP, stored as the target's layers are.
+struct Qwen35CudaMtpWeights {
+  CudaMatrix fc;                                 // [hidden][2 * hidden]
+  DeviceBuffer<uint16_t> pre_fc_norm_embedding;  // [hidden]
+  DeviceBuffer<uint16_t> pre_fc_norm_hidden;     // [hidden]
+  DeviceBuffer<uint16_t> norm;                   // [hidden]
+  Qwen35CudaLayerWeights layer;
+};
+
 // Copies bound hybrid weights to the GPU (upload_qwen3_weights says how each matrix is stored).
 // Fails, naming the sizes, when they do not fit in free GPU memory.
 Qwen35CudaWeights upload_qwen3_5_weights(const Qwen35Weights& weights, const ModelConfig& config);
+
+// Copies a bound MTP head to the GPU (weights.has_mtp), as upload_qwen3_5_weights stores the layers.
+Qwen35CudaMtpWeights upload_qwen3_5_mtp_weights(const Qwen35Weights& weights, const ModelConfig& config);
 
 // Weights of the config's hybrid shape made on the GPU, as synthetic_qwen3_cuda_weights makes a
 // dense model's; the convolution, A_log and dt_bias get small spread values, gains are 1.

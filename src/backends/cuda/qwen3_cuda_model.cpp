@@ -81,7 +81,7 @@ void Qwen3CudaModel::set_tap_layers(std::vector<int> layers) {
 void Qwen3CudaModel::reserve(int64_t n_rows, int64_t n_keys) {
   const size_t n_ints = size_t(kRowFields * n_rows + group_ints(n_rows) + n_keys);
   const size_t n_taps = tap_layers_.size() * size_t(n_rows * config_.hidden_size);
-  const size_t n_attention_scratch = size_t(attention_scratch_floats(n_rows, attention_shape()));
+  const size_t n_attention_scratch = size_t(attention_scratch_floats(n_rows, attention_shape_of(config_)));
   if (row_staging_.size() < n_ints || tap_rows_.size() < n_taps || attention_scratch_.size() < n_attention_scratch ||
       n_rows > row_capacity_)
     graphs_.clear();  // their pointers are about to move
@@ -136,7 +136,7 @@ int64_t Qwen3CudaModel::upload_rows(const Batch& batch, const KvCache& kv) {
   // lists are each a prefix of the next, so one block serves them; their keys cut alike.
   int32_t* n_groups = fields + kRowFields * n_rows;
   int32_t* group_starts = n_groups + 1;
-  const int64_t rows_per_group = attention_rows_per_group(attention_shape());
+  const int64_t rows_per_group = attention_rows_per_group(attention_shape_of(config_));
   const std::vector<int32_t>& n_keys = key_slots_.n_keys;
   *n_groups = 0;
   for (int64_t r = 0, group_size = 0; r < n_rows; ++r, ++group_size) {
@@ -169,11 +169,6 @@ int64_t Qwen3CudaModel::upload_rows(const Batch& batch, const KvCache& kv) {
   return n_logit_rows;
 }
 
-AttentionShape Qwen3CudaModel::attention_shape() const {
-  return {int(config_.n_heads), int(config_.n_kv_heads), int(config_.head_dim),
-          float(1.0 / std::sqrt(double(config_.head_dim)))};
-}
-
 void Qwen3CudaModel::attention_block(int64_t layer, int64_t n_rows, CudaKvStorage& kv) {
   const auto& w = weights_.layers[size_t(layer)];
   const int64_t hidden = config_.hidden_size, q_dim = config_.q_dim(), qkv_dim = q_dim + 2 * config_.kv_dim();
@@ -192,7 +187,7 @@ void Qwen3CudaModel::attention_block(int64_t layer, int64_t n_rows, CudaKvStorag
                              w.k_norm.data(), eps, positions_, inverse_frequencies_.data(), kv_slots_, q_.data(),
                              kv.keys(layer), kv.values(layer), stream);
   attention_bf16(q_.data(), n_rows, kv.keys(layer), kv.values(layer), key_slot_list_, key_offsets_, n_keys_,
-                 attention_shape(), attn_out_.data(), stream,
+                 attention_shape_of(config_), attn_out_.data(), stream,
                  {attention_scratch_.data(), int64_t(attention_scratch_.size())}, {group_starts_, n_groups_});
   linear(attn_out_.data(), n_rows, w.o_proj.view(), hidden, q_dim, proj_.data(), LinearOutput::bf16, stream);
 }

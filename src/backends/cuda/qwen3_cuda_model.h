@@ -58,7 +58,6 @@ class Qwen3CudaModel : public Model {
   void mlp_block(const DeviceBuffer<uint16_t>& norm, const CudaMatrix& gate_up, const CudaMatrix& down,
                  int64_t n_rows);
   void keep_taps(int64_t layer, int64_t n_rows);
-  AttentionShape attention_shape() const;
   void drop_graphs() { graphs_.clear(); }
 
   ModelConfig config_;
