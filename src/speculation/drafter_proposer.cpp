@@ -7,20 +7,25 @@
 namespace tf {
 
 DrafterProposer::DrafterProposer(std::shared_ptr<DFlashDrafter> drafter, DrafterProposerOptions options)
-    : drafter_(std::move(drafter)), options_(options) {}
+    : drafter_(std::move(drafter)), options_(options), pending_(drafter_->config().tap_width()) {}
 
 void DrafterProposer::observe(const LaneHistory&) {}
 
 void DrafterProposer::observe_taps(int64_t first_position, const float* taps, int64_t n_tokens) {
-  // A gap (positions whose taps never came) cannot be filled: the lane drafts nothing more.
-  if (first_position > context_.size()) return;
-  context_.truncate(first_position);
-  drafter_->append_context(context_, taps, n_tokens);
+  pending_.observe(context_, first_position, taps, n_tokens);
+  if (pending_.n_tokens_held() >= kMaxHeldTokens) append_held();
+}
+
+void DrafterProposer::append_held() {
+  if (pending_.n_tokens_held() == 0) return;
+  drafter_->append_context(context_, pending_.data(), pending_.n_tokens_held());
+  pending_.drop_first(pending_.n_tokens_held());
 }
 
 void DrafterProposer::propose(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) {
   const int64_t position = int64_t(history.tokens.size()) - 1;
-  if (position < 0 || tree->size() >= max_nodes || context_.size() < position) return;
+  if (position < 0 || tree->size() >= max_nodes || n_context() < position) return;
+  append_held();
   const int64_t n_chain = std::min(options_.max_chain, drafter_->n_block_logits());
   if (n_chain <= 0) return;
   drafter_->run_block(context_, history.tokens.back(), position);

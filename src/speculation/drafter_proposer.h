@@ -5,8 +5,10 @@
 //   1. At startup the model keeps the taps of the drafter's target layers for every row
 //      (Speculation::tap_layers, Model::set_tap_layers).
 //   2. After each round's commit the engine hands every proposer that wants_taps() the taps of the
-//      rows whose K/V became the lane's history this round (Proposer::observe_taps). Rows may be
-//      handed over one call per row (each entry depends on its own row alone).
+//      rows whose K/V became the lane's history this round (Proposer::observe_taps). They are held
+//      (PendingTaps) and appended in one batch when the proposer next drafts, or once
+//      kMaxHeldTokens are held (each entry depends on its own row alone, so the batching changes
+//      no entry).
 //   3. The lane's last token (the target's own next token) has no taps yet: it is the block's
 //      first token, and its taps arrive next round, when it has been forwarded as the root.
 // When the context does not cover every position before the root (a prefix restored from a cache
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "models/dflash_drafter.h"
+#include "speculation/pending_taps.h"
 #include "speculation/proposer.h"
 
 namespace tf {
@@ -41,16 +44,23 @@ class DrafterProposer final : public Proposer {
   // Tokens alone teach the drafter nothing; it learns through observe_taps.
   void observe(const LaneHistory& history) override;
   bool wants_taps() const override { return true; }
-  // taps: [n_tokens][drafter tap_width]; taps that start past the context's end are ignored (the
-  // gap cannot be filled).
+  // taps: [n_tokens][drafter tap_width]; taps that start past what is held are ignored (the gap
+  // cannot be filled).
   void observe_taps(int64_t first_position, const float* taps, int64_t n_tokens) override;
   void propose(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) override;
-  int64_t n_context() const { return context_.size(); }
+  // Positions with taps: appended to the drafter's context, or held for it.
+  int64_t n_context() const { return context_.size() + pending_.n_tokens_held(); }
 
  private:
+  // Held taps bounded by this many tokens: a lane whose drafter stays gated off still appends in
+  // batches of this size, rather than holding taps for its whole context.
+  static constexpr int64_t kMaxHeldTokens = 256;
+  void append_held();
+
   std::shared_ptr<DFlashDrafter> drafter_;
   DrafterProposerOptions options_;
   DrafterContext context_;
+  PendingTaps pending_;
 };
 
 }  // namespace tf

@@ -6,33 +6,23 @@
 namespace tf {
 
 MtpProposer::MtpProposer(std::shared_ptr<MtpHead> head, MtpProposerOptions options)
-    : head_(std::move(head)), options_(options) {}
+    : head_(std::move(head)), options_(options), pending_(head_->tap_width()) {}
 
 void MtpProposer::observe(const LaneHistory&) {}
 
 void MtpProposer::observe_taps(int64_t first_position, const float* taps, int64_t n_tokens) {
-  const int64_t width = head_->tap_width();
-  const int64_t held_end = context_.size() + int64_t(pending_taps_.size()) / width;
-  if (first_position > held_end) return;  // a gap cannot be filled: the lane drafts nothing more
-  if (first_position < context_.size()) {
-    context_.truncate(first_position);
-    pending_taps_.clear();
-  } else {
-    pending_taps_.resize(size_t((first_position - context_.size()) * width));
-  }
-  pending_taps_.insert(pending_taps_.end(), taps, taps + n_tokens * width);
+  pending_.observe(context_, first_position, taps, n_tokens);
 }
 
 void MtpProposer::propose(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) {
   const int64_t root = int64_t(history.tokens.size()) - 1;
   if (root < 1 || tree->size() >= max_nodes || options_.max_chain <= 0) return;
   // Entries up to root - 1: each takes the taps of its position and the token after it.
-  const int64_t width = head_->tap_width();
   const int64_t n_new = root - context_.size();
-  if (n_new < 0 || int64_t(pending_taps_.size()) / width < n_new) return;
+  if (n_new < 0 || pending_.n_tokens_held() < n_new) return;
   if (n_new > 0) {
-    head_->append_context(context_, pending_taps_.data(), history.tokens.data() + context_.size() + 1, n_new);
-    pending_taps_.erase(pending_taps_.begin(), pending_taps_.begin() + n_new * width);
+    head_->append_context(context_, pending_.data(), history.tokens.data() + context_.size() + 1, n_new);
+    pending_.drop_first(n_new);
   }
   if (!head_->begin_chain(context_)) return;
 

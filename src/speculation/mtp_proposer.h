@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "models/mtp_head.h"
+#include "speculation/pending_taps.h"
 #include "speculation/proposer.h"
 
 namespace tf {
@@ -42,7 +43,7 @@ class MtpProposer final : public Proposer {
   std::shared_ptr<MtpHead> head_;
   MtpProposerOptions options_;
   MtpContext context_;
-  std::vector<float> pending_taps_;  // [n][tap_width] of positions context_.size() ..., not yet entries
+  PendingTaps pending_;  // taps of positions context_.size() ..., not yet entries
 };
 
 }  // namespace tf
