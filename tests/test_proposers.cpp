@@ -525,7 +525,15 @@ TEST(ProposerGate, ANewLaneStartsFromTheEnginesAverages) {
   for (int i = 0; i < 8; ++i) engine_wide.record_use(0.020, 0, 0.005);
   const ProposerGate lane = engine_wide.for_new_lane();
   EXPECT_FALSE(lane.should_run(0.005));  // no warm-up of its own
-  EXPECT_EQ(lane.probe_interval(), ProposerGate::kFirstProbeInterval);
+  // nor a probe soon: it waits as long as the engine's failed probes have earned
+  EXPECT_EQ(lane.probe_interval(), engine_wide.probe_interval());
+  EXPECT_GT(lane.probe_interval(), ProposerGate::kFirstProbeInterval);
+  ProposerGate waiting = lane;
+  for (int64_t i = 0; i < engine_wide.probe_interval(); ++i) {
+    EXPECT_FALSE(waiting.should_run(0.005)) << i;
+    waiting.record_skip();
+  }
+  EXPECT_TRUE(waiting.should_run(0.005));
   EXPECT_TRUE(ProposerGate().should_run(0.005));  // an engine with no runs yet warms up
 }
 

@@ -240,9 +240,12 @@ void Engine::Impl::round() {
   const auto forward_start = EngineClock::now();
   model->forward_and_pick(rows.batch, kv, rows.picks, picked.data(), logits.data());
   const double forward_seconds = std::chrono::duration<double>(EngineClock::now() - forward_start).count();
-  const double lane_share = forward_seconds / double(std::max<size_t>(1, rows.placed.size()));
-  lane_round_seconds =
-      lane_round_seconds == 0.0 ? lane_share : lane_round_seconds + 0.25 * (lane_share - lane_round_seconds);
+  forward_cost.record_round(int64_t(rows.batch.rows.size()), forward_seconds);
+  const int64_t n_lanes = std::max<int64_t>(1, int64_t(rows.placed.size()));
+  const double plain_share = forward_cost.model().is_known() ? forward_cost.model().seconds(n_lanes) / double(n_lanes)
+                                                             : forward_seconds / double(n_lanes);
+  plain_round_seconds =
+      plain_round_seconds == 0.0 ? plain_share : plain_round_seconds + 0.25 * (plain_share - plain_round_seconds);
   {
     std::lock_guard<std::mutex> lock(mutex);
     stats.rounds += 1;

@@ -101,10 +101,12 @@ struct Engine::Impl {
   std::vector<int32_t> picked;               // [logit rows] the model's choice
   std::vector<float> logits;                 // [logit rows that want them][vocab]
   std::vector<float> committed_taps;         // [n_tokens][tap width] gathered for one lane
-  // Running average of one lane's share of a round's forward: what a round a lane saves is worth
-  // (with many lanes the round happens anyway; the lane saves its share of it).
-  double lane_round_seconds = 0.0;
-  RowCost row_cost;  // a whole round's seconds (drafting, forward, acceptance) against its rows
+  // Running average of one lane's share of a round's forward without drafts (one row a lane, from
+  // forward_cost): what an accepted draft token saves. The round's own forward would overstate it
+  // by the drafts' rows (with many lanes the round happens anyway; the lane saves its share of it).
+  double plain_round_seconds = 0.0;
+  RowCost row_cost;      // a whole round's seconds (drafting, forward, acceptance) against its rows
+  RowCost forward_cost;  // the forward's seconds alone against its rows
   std::thread thread;
 
   Impl(const EngineOptions& options, std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
@@ -114,7 +116,7 @@ struct Engine::Impl {
   void run();
   bool take_cancellations();
   void round();
-  RoundCosts round_costs() const { return {lane_round_seconds, row_cost.seconds_per_row()}; }
+  RoundCosts round_costs() const { return {plain_round_seconds, row_cost.seconds_per_row()}; }
   // admission.cpp
   void admit();
   int64_t window_for(const Lane& lane, int64_t n_decoding) const;

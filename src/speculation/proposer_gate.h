@@ -1,8 +1,8 @@
 // Whether a lane's proposer drafts this round. Drafting costs real time: the proposer's own work
 // (the block drafter runs a forward of its whole block) and a verified row for every node it adds.
-// It pays only through the tokens the target accepts, each worth about one lane-round. So a gate
-// keeps two running averages, the tokens accepted per use and the seconds a use costs, and lets
-// the proposer draft while accepted x a lane-round's seconds >= a use's seconds. Skipped, it still
+// It pays only through the tokens the target accepts, each worth what a plain round (no drafts)
+// costs the lane. So a gate keeps two running averages, the tokens accepted per use and the
+// seconds a use costs, and lets the proposer draft while accepted x a plain round's seconds >= a use's seconds. Skipped, it still
 // drafts now and then (a probe), so a lane whose text turns predictable finds out; each probe that
 // does not pay doubles the wait for the next one. Only speed depends on it: which proposals are
 // made never changes a token.
@@ -24,7 +24,7 @@ class ProposerGate {
   }
   void record_skip() { ++n_skipped_; }
   // After a round in which the proposer drafted: what the use cost in seconds, how many of its
-  // nodes the target accepted, and what a lane-round costs now.
+  // nodes the target accepted, and what a plain round costs the lane now.
   void record_use(double seconds, int64_t n_accepted, double round_seconds) {
     const double weight = n_uses_ == 0 ? 1.0 : kSmoothing;
     seconds_per_use_ += weight * (seconds - seconds_per_use_);
@@ -37,11 +37,12 @@ class ProposerGate {
       probe_interval_ = std::min(2 * probe_interval_, kMaxProbeInterval);
     }
   }
-  // A new lane starts from what the engine's other lanes have seen, not from a fresh warm-up.
+  // A new lane starts from what the engine's other lanes have seen, not from a fresh warm-up: their
+  // averages, and the wait between probes their probes have earned (a short request would
+  // otherwise probe a proposer every engine-wide figure says does not pay).
   ProposerGate for_new_lane() const {
     ProposerGate gate = *this;
     gate.n_skipped_ = 0;
-    gate.probe_interval_ = kFirstProbeInterval;
     return gate;
   }
   double accepted_per_use() const { return accepted_per_use_; }

@@ -61,7 +61,7 @@ void LaneSpeculation::draft(const LaneHistory& history, int64_t max_nodes, const
     const size_t kind = size_t(proposer->kind());
     if (!owner_.options_.settings.gate_proposers || !proposer->is_gated()) {
       proposer->propose(history, max_nodes, tree);
-    } else if (!gates_[kind].should_run(costs.lane_round_seconds)) {
+    } else if (!gates_[kind].should_run(costs.plain_round_seconds)) {
       gates_[kind].record_skip();
     } else {
       // A use costs the proposer's own time, and a verified row for every node of it the round
@@ -100,8 +100,8 @@ void LaneSpeculation::record_accepted(const DraftTree& tree, const std::vector<i
   for (size_t kind = 0; kind < size_t(kProposerKinds); ++kind) {
     if (use_seconds_[kind] < 0.0) continue;
     const double seconds = use_seconds_[kind] + double(n_verified_by_kind[kind]) * costs.seconds_per_row;
-    gates_[kind].record_use(seconds, n_accepted_by_kind[kind], costs.lane_round_seconds);
-    owner_.gates_[kind].record_use(seconds, n_accepted_by_kind[kind], costs.lane_round_seconds);
+    gates_[kind].record_use(seconds, n_accepted_by_kind[kind], costs.plain_round_seconds);
+    owner_.gates_[kind].record_use(seconds, n_accepted_by_kind[kind], costs.plain_round_seconds);
   }
 }
 

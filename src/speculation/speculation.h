@@ -47,10 +47,10 @@ struct DraftRequest {
   std::vector<int32_t> copy_source;
 };
 
-// What the engine measured of its rounds: what a lane's share of a round costs (what a round a
-// lane saves is worth) and what one more verified row adds to a round.
+// What the engine measured of its rounds: what a lane's share of a round without drafts costs (what
+// each accepted draft token saves) and what one more verified row adds to a round.
 struct RoundCosts {
-  double lane_round_seconds = 0.0;
+  double plain_round_seconds = 0.0;
   double seconds_per_row = 0.0;
 };
 

@@ -375,6 +375,10 @@ constexpr TileShape tile_shape(int native_width) {
   return native_width == 16 ? TileShape{4, 4} : native_width == 8 ? TileShape{2, 2} : TileShape{1, 2};
 }
 constexpr int single_row_cols(int native_width) { return native_width == 16 ? 8 : native_width == 8 ? 4 : 2; }
+// Chunks of up to this many rows stream their columns as one row does (a verify round of a few
+// rows reads the weights once, as decode does), where the single-row tile's width times the rows
+// still fits the register file.
+constexpr int streamed_rows(int native_width) { return native_width == 16 ? 2 : 1; }
 
 // How a tile is computed: multiply-adds on weights decoded to f32 (fused where the level has FMA),
 // or the bf16 dot product. The loops over tiles below are the same for both.
@@ -383,6 +387,7 @@ struct DecodedTiles {
   static constexpr int kWidth = W;
   static constexpr TileShape kTile = tile_shape(W);
   static constexpr int kSingleCols = single_row_cols(W);
+  static constexpr int kStreamedRows = streamed_rows(W);
   template <class Weights, int kRows, int kCols>
   TF_INLINE static void run(const LinearArgs& a, const Weights& weights, int64_t row0, int64_t col0) {
     linear_tile<kFused, W, Weights, kRows, kCols>(a, weights, row0, col0);
@@ -393,6 +398,7 @@ struct Bf16DotTiles {
   // Undecoded weights leave registers for more rows: each panel is read from L2 once per 6 rows.
   static constexpr TileShape kTile = {6, 4};
   static constexpr int kSingleCols = 8;
+  static constexpr int kStreamedRows = 3;  // 24 accumulators, 3 rows of x and a weight register
   template <class Weights, int kRows, int kCols>
   TF_INLINE static void run(const LinearArgs& a, const Weights& weights, int64_t row0, int64_t col0) {
     bf16_dot_tile<kRows, kCols>(a, weights, row0, col0);
@@ -422,11 +428,12 @@ TF_INLINE void linear_column_blocks(const LinearArgs& a, const Weights& weights,
   static_assert(kColumnBlock % kTile.cols == 0 && kColumnBlock % kSingleCols == 0);
   for (int64_t chunk = 0; chunk < a.n_rows; chunk += kRowChunk) {
     const int64_t chunk_end = std::min(a.n_rows, chunk + kRowChunk);
-    if (chunk_end - chunk == 1) {
+    if (chunk_end - chunk <= Tiles::kStreamedRows) {
       for (int64_t block = block_begin; block < block_end; ++block) {
         const int64_t block_end_col = std::min(a.n, (block + 1) * kColumnBlock);
         for (int64_t col = block * kColumnBlock; col < block_end_col; col += kSingleCols)
-          Tiles::template run<Weights, 1, kSingleCols>(a, weights, chunk, col);
+          linear_remainder_rows<Tiles, Weights, Tiles::kStreamedRows, kSingleCols>(a, weights, chunk,
+                                                                                  chunk_end - chunk, col);
       }
       continue;
     }
