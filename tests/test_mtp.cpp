@@ -12,7 +12,6 @@
 #include "app/serving_stack.h"
 #include "backends/backends.h"
 #include "core/dtype.h"
-#include "loader/quantize.h"
 #include "loader/safetensors.h"
 #include "models/mtp_head.h"
 #include "server/metrics.h"
@@ -237,30 +236,7 @@ TEST(MtpEngine, ResumedLaneDraftsAsAFreshOne) {
   test::expect_resumed_lane_drafts_as_a_fresh_one(m.model, nullptr, m.head);
 }
 
-// An MLX copy written by `tensorfold quantize` holds the head's fc quantized (its input, 2 x hidden,
-// fills whole groups of 32 here); the head loads from it and its drafts keep the equalities.
-TEST(MtpEngine, AQuantizedCopyDraftsWithItsQuantizedHead) {
-  test::TempDir dense_dir, mlx_dir;
-  test::write_fixture_with_mtp("qwen3.5-tiny-c", dense_dir.path, test::MtpWeights::random, 13);
-  QuantizeOptions quantize;
-  quantize.bits = 4;
-  quantize.group_size = 32;
-  quantize_model_dir(dense_dir.path, mlx_dir.path, quantize);
-  EXPECT_EQ(SafetensorsFile::open(mlx_dir.path + "/model.safetensors")->tensors().count("mtp.fc.scales"), 1u);
-  auto model = load_model(mlx_dir.path, test::test_load_options("cpu"));
-  auto head = model->load_mtp_head(1);
-  std::mt19937 rng(14);
-  for (bool sampled : {false, true}) {
-    auto requests = test::copy_friendly_requests(8, sampled, model->config().vocab_size, rng());
-    for (auto& r : requests) r = only_mtp(r);
-    const test::EngineRun plain = test::run_engine(model, test::without_drafts(requests), mtp_engine_options(), true);
-    for (bool together : {false, true}) {
-      const test::EngineRun run = test::run_engine(model, requests, mtp_engine_options(), together, nullptr, nullptr, head);
-      test::expect_same_tokens(plain.replies, run.replies, together ? "quantized mtp, together" : "quantized mtp, solo");
-      EXPECT_GT(run.stats.drafted_by_proposer[int(ProposerKind::mtp)], 0);
-    }
-  }
-}
+TEST(MtpEngine, AQuantizedCopyDraftsWithItsQuantizedHead) { test::expect_quantized_copy_drafts_with_its_head("cpu"); }
 
 // The composition root: drafter "mtp" loads the model's head and the engine drafts with it.
 TEST(MtpEngine, TheServingStackDraftsWithTheHeadForDrafterMtp) {

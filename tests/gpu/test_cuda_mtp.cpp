@@ -12,7 +12,6 @@
 
 #include "app/serving_stack.h"
 #include "backends/backends.h"
-#include "loader/quantize.h"
 #include "models/mtp_head.h"
 #include "support/cpu_numerics.h"
 #include "support/equalities.h"
@@ -117,29 +116,7 @@ TEST(CudaMtpEngine, ResumedLaneDraftsAsAFreshOne) {
 }
 
 TEST(CudaMtpEngine, AQuantizedCopyDraftsWithItsQuantizedHead) {
-  test::TempDir dense_dir, mlx_dir;
-  test::write_fixture_with_mtp("qwen3.5-tiny-c", dense_dir.path, test::MtpWeights::random, 13);
-  QuantizeOptions quantize;
-  quantize.bits = 4;
-  quantize.group_size = 32;
-  quantize_model_dir(dense_dir.path, mlx_dir.path, quantize);
-  ModelLoadOptions load = test::test_load_options("cuda");
-  load.keep_mtp_head = true;
-  auto model = load_model(mlx_dir.path, load);
-  auto head = model->load_mtp_head(1);
-  std::mt19937 rng(14);
-  for (bool sampled : {false, true}) {
-    auto requests = test::copy_friendly_requests(8, sampled, model->config().vocab_size, rng());
-    for (auto& r : requests) r = test::only_mtp(r);
-    const test::EngineRun plain =
-        test::run_engine(model, test::without_drafts(requests), test::mtp_engine_options(), true);
-    for (bool together : {false, true}) {
-      const test::EngineRun run =
-          test::run_engine(model, requests, test::mtp_engine_options(), together, nullptr, nullptr, head);
-      test::expect_same_tokens(plain.replies, run.replies, together ? "quantized mtp, together" : "quantized mtp, solo");
-      EXPECT_GT(run.stats.drafted_by_proposer[int(ProposerKind::mtp)], 0);
-    }
-  }
+  test::expect_quantized_copy_drafts_with_its_head("cuda");
 }
 
 // The composition root on the GPU: drafter "mtp" uploads the head with the model and drafts with it.

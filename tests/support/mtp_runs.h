@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "backends/backends.h"
+#include "loader/quantize.h"
+#include "loader/safetensors.h"
 #include "models/mtp_head.h"
 #include "runtime/kv_cache.h"
 #include "speculation/mtp_proposer.h"
@@ -176,6 +178,33 @@ inline void expect_mtp_keeps_equalities(const HybridWithMtp& m, bool expect_acce
     EXPECT_GT(drafted, 0) << mode << ": MTP drafts must have been verified";
     EXPECT_GT(drafted, accepted) << mode << ": some MTP drafts must have been rejected";
     if (expect_accepted) EXPECT_GT(accepted, 0) << mode << ": some MTP drafts must have been accepted";
+  }
+}
+
+// An MLX copy written by `tensorfold quantize` holds the head's fc quantized (its input, 2 x hidden,
+// fills whole groups of 32 here); the head loads from it on `device` and its drafts keep the equalities.
+inline void expect_quantized_copy_drafts_with_its_head(const std::string& device) {
+  TempDir dense_dir, mlx_dir;
+  write_fixture_with_mtp("qwen3.5-tiny-c", dense_dir.path, MtpWeights::random, 13);
+  QuantizeOptions quantize;
+  quantize.bits = 4;
+  quantize.group_size = 32;
+  quantize_model_dir(dense_dir.path, mlx_dir.path, quantize);
+  EXPECT_EQ(SafetensorsFile::open(mlx_dir.path + "/model.safetensors")->tensors().count("mtp.fc.scales"), 1u);
+  ModelLoadOptions load = test_load_options(device);
+  load.keep_mtp_head = true;
+  auto model = load_model(mlx_dir.path, load);
+  auto head = model->load_mtp_head(1);
+  std::mt19937 rng(14);
+  for (bool sampled : {false, true}) {
+    auto requests = copy_friendly_requests(8, sampled, model->config().vocab_size, rng());
+    for (auto& r : requests) r = only_mtp(r);
+    const EngineRun plain = run_engine(model, without_drafts(requests), mtp_engine_options(), true);
+    for (bool together : {false, true}) {
+      const EngineRun run = run_engine(model, requests, mtp_engine_options(), together, nullptr, nullptr, head);
+      expect_same_tokens(plain.replies, run.replies, together ? "quantized mtp, together" : "quantized mtp, solo");
+      EXPECT_GT(run.stats.drafted_by_proposer[int(ProposerKind::mtp)], 0);
+    }
   }
 }
 
