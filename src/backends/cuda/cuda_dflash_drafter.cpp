@@ -84,13 +84,7 @@ CudaDFlashDrafter::ContextStorage& CudaDFlashDrafter::ensure_room(DrafterContext
 }
 
 void CudaDFlashDrafter::reserve(int64_t n_rows, int64_t n_keys) {
-  const int64_t n_ints = 5 * n_rows + n_keys;
-  if (n_ints > int64_t(row_data_.size())) {
-    const size_t capacity = size_t(std::max(n_ints, 2 * int64_t(row_data_.size())));
-    stream_.synchronize();  // the staging buffer may still feed an earlier copy
-    row_data_ = DeviceBuffer<int32_t>(capacity);
-    int_staging_ = PinnedHostBuffer<int32_t>(capacity);
-  }
+  grow_staged_upload(row_data_, int_staging_, 5 * n_rows + n_keys, stream_.get());
   if (n_rows <= row_capacity_) return;
   stream_.synchronize();
   const int64_t rows = std::max(n_rows, 2 * row_capacity_);

@@ -68,13 +68,7 @@ CudaMtpHead::ContextStorage& CudaMtpHead::ensure_room(MtpContext& context, int64
 }
 
 void CudaMtpHead::reserve(int64_t n_rows, int64_t n_keys) {
-  const int64_t n_ints = 4 * n_rows + n_keys;
-  if (n_ints > int64_t(row_data_.size())) {
-    const size_t capacity = size_t(std::max(n_ints, 2 * int64_t(row_data_.size())));
-    stream_.synchronize();  // the staging buffer may still feed an earlier copy
-    row_data_ = DeviceBuffer<int32_t>(capacity);
-    int_staging_ = PinnedHostBuffer<int32_t>(capacity);
-  }
+  grow_staged_upload(row_data_, int_staging_, 4 * n_rows + n_keys, stream_.get());
   if (n_rows <= row_capacity_) return;
   stream_.synchronize();
   const size_t rows = size_t(std::max(n_rows, 2 * row_capacity_));

@@ -3,7 +3,9 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -89,5 +91,16 @@ class DeviceBuffer : public OwnedAllocation<T, DeviceMemory> {
     if (size() > 0) TF_CUDA_CHECK(cudaMemset(data(), byte, n_bytes()));
   }
 };
+
+// Room for n values in a device buffer and the pinned staging buffer its uploads go through, at
+// least doubling; waits for `stream` first, since the staging buffer may still feed its last copy.
+template <class T>
+void grow_staged_upload(DeviceBuffer<T>& device, PinnedHostBuffer<T>& staging, int64_t n, cudaStream_t stream) {
+  if (n <= int64_t(device.size())) return;
+  const size_t capacity = size_t(std::max<int64_t>(n, 2 * int64_t(device.size())));
+  TF_CUDA_CHECK(cudaStreamSynchronize(stream));
+  device = DeviceBuffer<T>(capacity);
+  staging = PinnedHostBuffer<T>(capacity);
+}
 
 }  // namespace tf::cuda
