@@ -44,7 +44,8 @@ inline void store_kv_row(float* cache, const KvLayout& layout, int64_t slot, con
 // k_cache, v_cache: this layer's slice of the cache, laid out as `layout` says
 // key_slots[r]: n_keys[r] physical slots, the key at logical position j is key_slots[r][j]
 // out: [n_rows][n_heads * head_dim]
-// Threads split (row, head) pairs, or (row, two heads of one group) where a group has an even number of heads.
+// Threads split (block of 8 rows, head) units, or (block, two heads of one group) where a group has an even
+// number of heads; a block's rows take each chunk of keys in turn, so it is read from L1 after the first.
 void attention(const float* q, int64_t n_rows, const float* k_cache, const float* v_cache, const KvLayout& layout,
                const int32_t* const* key_slots, const int32_t* n_keys, const AttentionShape& shape,
                float* out, ThreadPool& pool);

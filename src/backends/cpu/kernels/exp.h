@@ -10,6 +10,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "backends/cpu/kernels/simd.h"
 
@@ -65,7 +66,15 @@ TF_INLINE void exp_half(typename Half<W>::f32& x) {
   f64 r = -kd;
   fuse_into(r, scale, xd);  // x * 32 / ln 2 - k
   u64 bits = k << 47;
-  for (int i = 0; i < W / 2; ++i) bits[i] += kTable[k[i] & 31];
+  if constexpr (W == 16) {
+    // The table in four registers: two-source permutes pick entries 0-15 and 16-31, bit 4 chooses.
+    u64 table[4];
+    std::memcpy(table, kTable, sizeof table);
+    const u64 low = __builtin_shuffle(table[0], table[1], k), high = __builtin_shuffle(table[2], table[3], k);
+    bits += (k & 16) != 0 ? high : low;
+  } else {
+    for (int i = 0; i < W / 2; ++i) bits[i] += kTable[k[i] & 31];
+  }
   const f64 s = __builtin_bit_cast(f64, bits);  // 2^(k/32)
   f64 z = f64{} + kC1, y = f64{} + 1.0;
   fuse_into(z, r, f64{} + kC0);
@@ -84,17 +93,21 @@ TF_INLINE void exp_native(typename Native<W>::f32& x) {
   using f32 = typename Native<W>::f32;
   using u32 = typename Native<W>::u32;
   using half = typename Half<W>::f32;
+  // The halves by shuffles: element-wise copy loops compiled to a chain of scalar inserts.
   half low, high;
-  for (int i = 0; i < W / 2; ++i) {
-    low[i] = x[i];
-    high[i] = x[i + W / 2];
-  }
-  exp_half<W>(low);
-  exp_half<W>(high);
   f32 e;
-  for (int i = 0; i < W / 2; ++i) {
-    e[i] = low[i];
-    e[i + W / 2] = high[i];
+  if constexpr (W == 16) {
+    low = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7);
+    high = __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
+    exp_half<W>(low);
+    exp_half<W>(high);
+    e = __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  } else {
+    low = __builtin_shufflevector(x, x, 0, 1, 2, 3);
+    high = __builtin_shufflevector(x, x, 4, 5, 6, 7);
+    exp_half<W>(low);
+    exp_half<W>(high);
+    e = __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7);
   }
   // glibc's special cases: NaN and infinities, overflow, underflow.
   const u32 bits = __builtin_bit_cast(u32, x);
