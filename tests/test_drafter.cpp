@@ -18,6 +18,7 @@
 #include "models/model.h"
 #include "runtime/kv_cache.h"
 #include "speculation/drafter_proposer.h"
+#include "speculation/speculation.h"
 #include "support/cpu_numerics.h"
 #include "support/expect_error.h"
 #include "support/fixtures.h"
@@ -274,6 +275,58 @@ TEST(DrafterProposer, GreedyChainAndRootSiblings) {
   DraftTree again;
   proposer.propose(history, 64, &again);
   EXPECT_EQ(again.tokens, tree.tokens);
+}
+
+// With gates on, a lane whose drafter does not pay stops feeding its context once it would have to
+// catch up on more than kMostIdleTaps taps (a long prompt): it retires and drafts nothing more. A
+// drafter in its warm-up keeps its lane, and so does every kProbeLaneEvery-th lane's, which warms up
+// afresh.
+TEST(DrafterProposer, RetiresFromALaneWhereItsGateIsClosed) {
+  auto model = load_model(test::fixture_model(kTarget), {});
+  const ModelConfig& c = model->config();
+  TempDir dir;
+  write_random_drafter(dir.path, c, 23);
+  auto drafter = std::make_shared<CpuDFlashDrafter>(dir.path, c, target_weights(*model).embed_tokens,
+                                                    target_weights(*model).lm_head, 2);
+  SpeculationOptions options;
+  options.drafter = drafter;
+  options.settings.gate_proposers = true;
+  Speculation speculation(options);
+  DraftRequest request;
+  request.proposers = proposer_bit(ProposerKind::drafter);
+  const int64_t width = drafter->config().tap_width();
+  const std::vector<int32_t> ids = random_ids(30, c.vocab_size, 24);
+  const std::vector<float> taps(size_t((LaneSpeculation::kMostIdleTaps + 64) * width), 0.25f);
+  const RoundCosts costs{0.001, 0.0001};  // a use (a block forward) costs far more than a round
+
+  auto first = speculation.for_lane(request, 16);
+  first->observe_taps(0, taps.data(), int64_t(ids.size()) - 1, costs);
+  LaneHistory history{ids, int64_t(ids.size())};
+  for (int64_t use = 0; use < ProposerGate::kWarmupUses; ++use) {
+    DraftTree tree;
+    first->draft(history, 16, costs, &tree);
+    ASSERT_GT(tree.size(), 0) << "a warm-up use drafts, use " << use;
+    first->record_accepted(tree, {}, costs);  // nothing accepted: the drafter does not pay
+  }
+  ASSERT_TRUE(first->wants_taps());
+  // Past its warm-up, closed, and asked to hold a long run of taps: it retires.
+  first->observe_taps(int64_t(ids.size()) - 1, taps.data(), LaneSpeculation::kMostIdleTaps + 1, costs);
+  EXPECT_FALSE(first->wants_taps());
+  DraftTree none;
+  first->draft(history, 16, costs, &none);
+  EXPECT_EQ(none.size(), 0);
+
+  // Later lanes start from the engine's closed gate and retire at a long prompt; the probe lane
+  // warms up again and keeps its drafter.
+  for (int64_t lane = 2; lane <= Speculation::kProbeLaneEvery; ++lane) {
+    auto next = speculation.for_lane(request, 16);
+    next->observe_taps(0, taps.data(), LaneSpeculation::kMostIdleTaps + 1, costs);
+    EXPECT_EQ(next->wants_taps(), lane == Speculation::kProbeLaneEvery) << "lane " << lane;
+  }
+  // A short prompt is held whatever the gate says: the drafter may still be probed there.
+  auto short_prompt = speculation.for_lane(request, 16);
+  short_prompt->observe_taps(0, taps.data(), LaneSpeculation::kMostIdleTaps, costs);
+  EXPECT_TRUE(short_prompt->wants_taps());
 }
 
 // The PyTorch reference (tools/train/make_drafter_fixture.py, dflash.py): the target's taps and

@@ -92,12 +92,16 @@ void Engine::Impl::commit_prefill(Lane& lane, const LaneRows& placed) {
 // in position order (Proposer::observe_taps).
 void Engine::Impl::feed_taps(Lane& lane, int64_t first_position, const std::vector<int64_t>& rows) {
   const std::vector<float>& taps = model->taps();
-  if (rows.empty() || taps.empty() || !lane.speculation->wants_taps()) return;
+  // A lane whose proposers retired still publishes its taps with its blocks: a later request that
+  // reuses the prefix may draft.
+  const bool to_proposers = lane.speculation->wants_taps();
+  if (rows.empty() || taps.empty() || !(to_proposers || lane.uses_prompt_cache)) return;
   const size_t width = taps.size() / round_rows.batch.rows.size();
   committed_taps.resize(rows.size() * width);
   for (size_t i = 0; i < rows.size(); ++i)
     std::copy_n(taps.data() + size_t(rows[i]) * width, width, committed_taps.data() + i * width);
-  lane.speculation->observe_taps(first_position, committed_taps.data(), int64_t(rows.size()));
+  if (to_proposers)
+    lane.speculation->observe_taps(first_position, committed_taps.data(), int64_t(rows.size()), round_costs());
   lane.tap_width = int64_t(width);
   if (lane.uses_prompt_cache) lane.pending_taps.insert(lane.pending_taps.end(), committed_taps.begin(), committed_taps.end());
 }

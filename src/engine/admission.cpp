@@ -88,7 +88,7 @@ void Engine::Impl::adopt_taps(Lane& lane) {
     if (block.size() != block_taps) return;
     taps.insert(taps.end(), block.begin(), block.end());
   }
-  lane.speculation->observe_taps(0, taps.data(), lane.n_cached);
+  lane.speculation->observe_taps(0, taps.data(), lane.n_cached, round_costs());
 }
 
 // Publishes every block of the lane that is now full and committed, with its taps. A final EOS

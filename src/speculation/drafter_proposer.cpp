@@ -16,6 +16,12 @@ void DrafterProposer::observe_taps(int64_t first_position, const float* taps, in
   if (pending_.n_tokens_held() >= kMaxHeldTokens) append_held();
 }
 
+void DrafterProposer::retire() {
+  is_retired_ = true;
+  context_ = DrafterContext();
+  pending_.clear();
+}
+
 void DrafterProposer::append_held() {
   if (pending_.n_tokens_held() == 0) return;
   drafter_->append_context(context_, pending_.data(), pending_.n_tokens_held());
@@ -24,7 +30,7 @@ void DrafterProposer::append_held() {
 
 void DrafterProposer::propose(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) {
   const int64_t position = int64_t(history.tokens.size()) - 1;
-  if (position < 0 || tree->size() >= max_nodes || n_context() < position) return;
+  if (is_retired_ || position < 0 || tree->size() >= max_nodes || n_context() < position) return;
   append_held();
   const int64_t n_chain = std::min(options_.max_chain, drafter_->n_block_logits());
   if (n_chain <= 0) return;

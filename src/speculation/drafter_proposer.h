@@ -43,11 +43,13 @@ class DrafterProposer final : public Proposer {
   bool is_gated() const override { return true; }  // a forward of its whole block per use
   // Tokens alone teach the drafter nothing; it learns through observe_taps.
   void observe(const LaneHistory& history) override;
-  bool wants_taps() const override { return true; }
+  bool wants_taps() const override { return !is_retired_; }
   // taps: [n_tokens][drafter tap_width]; taps that start past what is held are ignored (the gap
   // cannot be filled).
   void observe_taps(int64_t first_position, const float* taps, int64_t n_tokens) override;
   void propose(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) override;
+  int64_t n_taps_held() const override { return pending_.n_tokens_held(); }
+  void retire() override;
   // Positions with taps: appended to the drafter's context, or held for it.
   int64_t n_context() const { return context_.size() + pending_.n_tokens_held(); }
 
@@ -61,6 +63,7 @@ class DrafterProposer final : public Proposer {
   DrafterProposerOptions options_;
   DrafterContext context_;
   PendingTaps pending_;
+  bool is_retired_ = false;
 };
 
 }  // namespace tf

@@ -14,9 +14,15 @@ void MtpProposer::observe_taps(int64_t first_position, const float* taps, int64_
   pending_.observe(context_, first_position, taps, n_tokens);
 }
 
+void MtpProposer::retire() {
+  is_retired_ = true;
+  context_ = MtpContext();
+  pending_.clear();
+}
+
 void MtpProposer::propose(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) {
   const int64_t root = int64_t(history.tokens.size()) - 1;
-  if (root < 1 || tree->size() >= max_nodes || options_.max_chain <= 0) return;
+  if (is_retired_ || root < 1 || tree->size() >= max_nodes || options_.max_chain <= 0) return;
   // Entries up to root - 1: each takes the taps of its position and the token after it.
   const int64_t n_new = root - context_.size();
   if (n_new < 0 || pending_.n_tokens_held() < n_new) return;

@@ -33,10 +33,12 @@ class MtpProposer final : public Proposer {
   ProposerKind kind() const override { return ProposerKind::mtp; }
   bool is_gated() const override { return true; }  // a forward of the MTP layer per chained token
   void observe(const LaneHistory& history) override;
-  bool wants_taps() const override { return true; }
+  bool wants_taps() const override { return !is_retired_; }
   // taps: [n_tokens][head tap_width]; taps that start past what is held are ignored (a gap).
   void observe_taps(int64_t first_position, const float* taps, int64_t n_tokens) override;
   void propose(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) override;
+  int64_t n_taps_held() const override { return pending_.n_tokens_held(); }
+  void retire() override;
   int64_t n_context() const { return context_.size(); }
 
  private:
@@ -44,6 +46,7 @@ class MtpProposer final : public Proposer {
   MtpProposerOptions options_;
   MtpContext context_;
   PendingTaps pending_;  // taps of positions context_.size() ..., not yet entries
+  bool is_retired_ = false;
 };
 
 }  // namespace tf

@@ -31,6 +31,8 @@ class PendingTaps {
   const float* data() const { return taps_.data(); }
   // Drops the first n held tokens (appended to the context).
   void drop_first(int64_t n) { taps_.erase(taps_.begin(), taps_.begin() + n * width_); }
+  // Drops everything held and frees it.
+  void clear() { taps_ = {}; }
 
  private:
   int64_t width_;

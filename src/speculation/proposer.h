@@ -42,6 +42,10 @@ class Proposer {
   // tree root and the accepted draft rows), in position order; entries at positions >= first_position
   // replace what an earlier call said (a lane rolled back needs no separate call).
   virtual void observe_taps(int64_t /*first_position*/, const float* /*taps*/, int64_t /*n_tokens*/) {}
+  // Taps handed over but not yet part of the proposer's context (what it must catch up on to draft).
+  virtual int64_t n_taps_held() const { return 0; }
+  // Stops for the rest of the lane: drops its context and held taps, wants no more, proposes nothing.
+  virtual void retire() {}
   // Adds at most max_nodes - tree.size() nodes to the tree.
   virtual void propose(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) = 0;
 };

@@ -46,7 +46,9 @@ std::unique_ptr<LaneSpeculation> Speculation::for_lane(const DraftRequest& reque
 
 LaneSpeculation::LaneSpeculation(Speculation& owner, std::vector<std::unique_ptr<Proposer>> proposers)
     : owner_(owner), proposers_(std::move(proposers)), acceptance_(owner.acceptance_) {
-  for (size_t kind = 0; kind < gates_.size(); ++kind) gates_[kind] = owner_.gates_[kind].for_new_lane();
+  const bool is_probe_lane = ++owner_.n_lanes_ % Speculation::kProbeLaneEvery == 0;
+  for (size_t kind = 0; kind < gates_.size(); ++kind)
+    gates_[kind] = is_probe_lane ? ProposerGate() : owner_.gates_[kind].for_new_lane();
 }
 
 void LaneSpeculation::draft(const LaneHistory& history, int64_t max_nodes, const RoundCosts& costs,
@@ -77,9 +79,18 @@ bool LaneSpeculation::wants_taps() const {
   return std::any_of(proposers_.begin(), proposers_.end(), [](const auto& p) { return p->wants_taps(); });
 }
 
-void LaneSpeculation::observe_taps(int64_t first_position, const float* taps, int64_t n_tokens) {
-  for (auto& proposer : proposers_)
-    if (proposer->wants_taps()) proposer->observe_taps(first_position, taps, n_tokens);
+void LaneSpeculation::observe_taps(int64_t first_position, const float* taps, int64_t n_tokens,
+                                   const RoundCosts& costs) {
+  for (auto& proposer : proposers_) {
+    if (!proposer->wants_taps()) continue;
+    const bool is_gated = owner_.options_.settings.gate_proposers && proposer->is_gated();
+    if (is_gated && gates_[size_t(proposer->kind())].is_closed(costs.plain_round_seconds) &&
+        proposer->n_taps_held() + n_tokens > kMostIdleTaps) {
+      proposer->retire();
+      continue;
+    }
+    proposer->observe_taps(first_position, taps, n_tokens);
+  }
 }
 
 void LaneSpeculation::record_accepted(const DraftTree& tree, const std::vector<int32_t>& accepted_nodes,

@@ -67,12 +67,16 @@ class Speculation {
   std::vector<int> tap_layers() const;
   // The lane's proposers, asked in order (earlier ones fill the window first).
   std::unique_ptr<LaneSpeculation> for_lane(const DraftRequest& request, int64_t window);
+  // Every kProbeLaneEvery-th lane warms its gates up afresh instead of taking the engine's, so a
+  // proposer the engine found not to pay (and which then retires early from lanes) is measured again.
+  static constexpr int64_t kProbeLaneEvery = 8;
 
  private:
   friend class LaneSpeculation;
   SpeculationOptions options_;
   std::array<ProposerGate, kProposerKinds> gates_;  // every lane's uses, by ProposerKind
   AcceptanceByDepth acceptance_;                    // every lane's rounds: where a new lane starts
+  int64_t n_lanes_ = 0;
 };
 
 // One lane's proposers and gates.
@@ -86,7 +90,11 @@ class LaneSpeculation {
   // Whether any proposer wants the taps of committed rows (the engine gathers them only then).
   bool wants_taps() const;
   // taps: [n_tokens][tap width] of the rows committed this round at first_position ..., in order.
-  void observe_taps(int64_t first_position, const float* taps, int64_t n_tokens);
+  // With gates on, a proposer whose gate is closed retires from the lane rather than take more than
+  // kMostIdleTaps taps it has not caught up on: its context would cost a forward over every token
+  // the lane commits (its prompt first) for drafts that do not pay.
+  void observe_taps(int64_t first_position, const float* taps, int64_t n_tokens, const RoundCosts& costs);
+  static constexpr int64_t kMostIdleTaps = 256;
   // Rounds between probes: a lane's first decoding round and every kRoundsBetweenProbes-th after it
   // verify the whole drafted tree, so a proposer or a depth that shaping cut off (or never tried:
   // its prior too low to pay where rows are dear) is measured again.
