@@ -96,6 +96,22 @@ TF_INLINE float chunk_max(const float* scores, int64_t n) {
   return largest;
 }
 
+// Four keys' score sums for kHeads heads: the keys' addresses, zeroed per-lane sums, and their
+// horizontal sums (the same lane products and tree as dot_fixed_order, four at a time).
+template <int W, int kHeads>
+struct FourKeys {
+  const float* keys[4];
+  Lanes<W> dots[kHeads][4];
+  TF_INLINE FourKeys(const AttentionArgs& a, const int32_t* slots, int64_t kv_offset) {
+    for (int t = 0; t < 4; ++t) keys[t] = a.k_cache + int64_t(slots[t]) * a.layout.slot_stride + kv_offset;
+    for (int h = 0; h < kHeads; ++h)
+      for (int t = 0; t < 4; ++t) dots[h][t] = zero_lanes<W>();
+  }
+  TF_INLINE void sum_into(float (*scores)[kAttentionChunk], int64_t j) const {
+    for (int h = 0; h < kHeads; ++h) horizontal_sum4(dots[h], scores[h] + j);
+  }
+};
+
 // One chunk of keys (logical positions chunk .. chunk + kAttentionChunk - 1, as far as the row has
 // them) for kHeads query heads of one row that share a key-value head (a GQA group), head0 first:
 // they read the same keys and values, so each key is loaded once for all of them, and their
@@ -122,38 +138,28 @@ TF_INLINE void attend_chunk(const AttentionArgs& a, int64_t row, int64_t head0, 
     for (int h = 0; h < kHeads; ++h)
       for (int i = 0; i < kVectors; ++i) q[h][i] = load_f32<W>(query[h] + i * kLanes);
     for (; j + 4 <= n_in_chunk; j += 4) {
-      const float* keys[4];
-      for (int t = 0; t < 4; ++t) keys[t] = a.k_cache + int64_t(slots[chunk + j + t]) * kv_stride + kv_offset;
-      Lanes<W> dots[kHeads][4];
-      for (int h = 0; h < kHeads; ++h)
-        for (int t = 0; t < 4; ++t) dots[h][t] = zero_lanes<W>();
+      FourKeys<W, kHeads> four(a, slots + chunk + j, kv_offset);
 #pragma GCC unroll 8
       for (int i = 0; i < kVectors; ++i) {
         Lanes<W> key[4];
-        for (int t = 0; t < 4; ++t) key[t] = load_f32<W>(keys[t] + i * kLanes);
+        for (int t = 0; t < 4; ++t) key[t] = load_f32<W>(four.keys[t] + i * kLanes);
         for (int h = 0; h < kHeads; ++h)
-          for (int t = 0; t < 4; ++t) dots[h][t] = dots[h][t] + q[h][i] * key[t];
+          for (int t = 0; t < 4; ++t) four.dots[h][t] = four.dots[h][t] + q[h][i] * key[t];
       }
-      for (int h = 0; h < kHeads; ++h) horizontal_sum4(dots[h], scores[h] + j);
+      four.sum_into(scores, j);
     }
   } else if (head_dim % kLanes == 0) {
-    // Four keys at a time: the same lane products and tree as dot_fixed_order, with the four
-    // horizontal sums done together.
     for (; j + 4 <= n_in_chunk; j += 4) {
-      const float* keys[4];
-      for (int t = 0; t < 4; ++t) keys[t] = a.k_cache + int64_t(slots[chunk + j + t]) * kv_stride + kv_offset;
-      Lanes<W> dots[kHeads][4];
-      for (int h = 0; h < kHeads; ++h)
-        for (int t = 0; t < 4; ++t) dots[h][t] = zero_lanes<W>();
+      FourKeys<W, kHeads> four(a, slots + chunk + j, kv_offset);
       for (int64_t d = 0; d < head_dim; d += kLanes) {
         Lanes<W> key[4];
-        for (int t = 0; t < 4; ++t) key[t] = load_f32<W>(keys[t] + d);
+        for (int t = 0; t < 4; ++t) key[t] = load_f32<W>(four.keys[t] + d);
         for (int h = 0; h < kHeads; ++h) {
           const Lanes<W> q = load_f32<W>(query[h] + d);
-          for (int t = 0; t < 4; ++t) dots[h][t] = dots[h][t] + q * key[t];
+          for (int t = 0; t < 4; ++t) four.dots[h][t] = four.dots[h][t] + q * key[t];
         }
       }
-      for (int h = 0; h < kHeads; ++h) horizontal_sum4(dots[h], scores[h] + j);
+      four.sum_into(scores, j);
     }
   }
   for (; j < n_in_chunk; ++j) {
