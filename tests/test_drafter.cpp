@@ -329,6 +329,39 @@ TEST(DrafterProposer, RetiresFromALaneWhereItsGateIsClosed) {
   EXPECT_TRUE(short_prompt->wants_taps());
 }
 
+// Lanes that start together warm up together: a lane that has not drafted yet when the engine's
+// warm-up ends takes the engine's averages (here: the drafter does not pay, so it skips).
+TEST(DrafterProposer, LanesStartedTogetherShareOneWarmUp) {
+  auto model = load_model(test::fixture_model(kTarget), {});
+  const ModelConfig& c = model->config();
+  TempDir dir;
+  write_random_drafter(dir.path, c, 25);
+  auto drafter = std::make_shared<CpuDFlashDrafter>(dir.path, c, target_weights(*model).embed_tokens,
+                                                    target_weights(*model).lm_head, 2);
+  SpeculationOptions options;
+  options.drafter = drafter;
+  options.settings.gate_proposers = true;
+  Speculation speculation(options);
+  DraftRequest request;
+  request.proposers = proposer_bit(ProposerKind::drafter);
+  const std::vector<int32_t> ids = random_ids(30, c.vocab_size, 26);
+  const std::vector<float> taps(size_t(int64_t(ids.size()) * drafter->config().tap_width()), 0.25f);
+  const RoundCosts costs{0.001, 0.0001};
+  LaneHistory history{ids, int64_t(ids.size())};
+
+  auto early = speculation.for_lane(request, 16), waiting = speculation.for_lane(request, 16);
+  for (auto* lane : {early.get(), waiting.get()}) lane->observe_taps(0, taps.data(), int64_t(ids.size()) - 1, costs);
+  for (int64_t use = 0; use < ProposerGate::kWarmupUses; ++use) {
+    DraftTree tree;
+    early->draft(history, 16, costs, &tree);
+    ASSERT_GT(tree.size(), 0) << "use " << use;
+    early->record_accepted(tree, {}, costs);
+  }
+  DraftTree tree;
+  waiting->draft(history, 16, costs, &tree);
+  EXPECT_EQ(tree.size(), 0) << "the engine's warm-up is over and the drafter does not pay";
+}
+
 // The PyTorch reference (tools/train/make_drafter_fixture.py, dflash.py): the target's taps and
 // the drafter's block logits in tests/fixtures/drafter/. A missing dump is a failure, not a skip.
 // At f32 inputs, which a float32 reference can check to 1e-4 (a drafter's numerics change which

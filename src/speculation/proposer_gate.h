@@ -23,8 +23,9 @@ class ProposerGate {
     return n_uses_ < kWarmupUses || n_skipped_ >= probe_interval_ || pays(round_seconds);
   }
   void record_skip() { ++n_skipped_; }
+  bool is_warming_up() const { return n_uses_ < kWarmupUses; }
   // Past its warm-up, and its uses do not pay: drafting now would be a probe.
-  bool is_closed(double round_seconds) const { return n_uses_ >= kWarmupUses && !pays(round_seconds); }
+  bool is_closed(double round_seconds) const { return !is_warming_up() && !pays(round_seconds); }
   // After a round in which the proposer drafted: what the use cost in seconds, how many of its
   // nodes the target accepted, and what a plain round costs the lane now.
   void record_use(double seconds, int64_t n_accepted, double round_seconds) {

@@ -112,6 +112,7 @@ class LaneSpeculation {
   std::array<ProposerGate, kProposerKinds> gates_;  // by ProposerKind; used for the gated kinds
   std::array<double, kProposerKinds> use_seconds_{};  // this round's cost of each gated use; -1: no use
   AcceptanceByDepth acceptance_;
+  bool is_probe_lane_ = false;   // warms its gates up afresh (Speculation::kProbeLaneEvery)
   bool after_full_ = false;      // the last round accepted its tree's whole depth
   int64_t rounds_to_probe_ = 0;  // decoding rounds until the next probe
 };
