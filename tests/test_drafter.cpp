@@ -277,29 +277,38 @@ TEST(DrafterProposer, GreedyChainAndRootSiblings) {
   EXPECT_EQ(again.tokens, tree.tokens);
 }
 
+// An engine's speculation with gates on and a random drafter as its only proposer.
+struct GatedDrafter {
+  std::shared_ptr<Model> model = load_model(test::fixture_model(kTarget), {});
+  TempDir dir;
+  std::shared_ptr<CpuDFlashDrafter> drafter;
+  std::unique_ptr<Speculation> speculation;
+  DraftRequest request;
+
+  explicit GatedDrafter(uint32_t seed) {
+    write_random_drafter(dir.path, model->config(), seed);
+    drafter = std::make_shared<CpuDFlashDrafter>(dir.path, model->config(), target_weights(*model).embed_tokens,
+                                                 target_weights(*model).lm_head, 2);
+    SpeculationOptions options;
+    options.drafter = drafter;
+    options.settings.gate_proposers = true;
+    speculation = std::make_unique<Speculation>(options);
+    request.proposers = proposer_bit(ProposerKind::drafter);
+  }
+};
+
 // With gates on, a lane whose drafter does not pay stops feeding its context once it would have to
 // catch up on more than kMostIdleTaps taps (a long prompt): it retires and drafts nothing more. A
 // drafter in its warm-up keeps its lane, and so does every kProbeLaneEvery-th lane's, which warms up
 // afresh.
 TEST(DrafterProposer, RetiresFromALaneWhereItsGateIsClosed) {
-  auto model = load_model(test::fixture_model(kTarget), {});
-  const ModelConfig& c = model->config();
-  TempDir dir;
-  write_random_drafter(dir.path, c, 23);
-  auto drafter = std::make_shared<CpuDFlashDrafter>(dir.path, c, target_weights(*model).embed_tokens,
-                                                    target_weights(*model).lm_head, 2);
-  SpeculationOptions options;
-  options.drafter = drafter;
-  options.settings.gate_proposers = true;
-  Speculation speculation(options);
-  DraftRequest request;
-  request.proposers = proposer_bit(ProposerKind::drafter);
-  const int64_t width = drafter->config().tap_width();
-  const std::vector<int32_t> ids = random_ids(30, c.vocab_size, 24);
+  GatedDrafter engine(23);
+  const int64_t width = engine.drafter->config().tap_width();
+  const std::vector<int32_t> ids = random_ids(30, engine.model->config().vocab_size, 24);
   const std::vector<float> taps(size_t((LaneSpeculation::kMostIdleTaps + 64) * width), 0.25f);
   const RoundCosts costs{0.001, 0.0001};  // a use (a block forward) costs far more than a round
 
-  auto first = speculation.for_lane(request, 16);
+  auto first = engine.speculation->for_lane(engine.request, 16);
   first->observe_taps(0, taps.data(), int64_t(ids.size()) - 1, costs);
   LaneHistory history{ids, int64_t(ids.size())};
   for (int64_t use = 0; use < ProposerGate::kWarmupUses; ++use) {
@@ -319,12 +328,12 @@ TEST(DrafterProposer, RetiresFromALaneWhereItsGateIsClosed) {
   // Later lanes start from the engine's closed gate and retire at a long prompt; the probe lane
   // warms up again and keeps its drafter.
   for (int64_t lane = 2; lane <= Speculation::kProbeLaneEvery; ++lane) {
-    auto next = speculation.for_lane(request, 16);
+    auto next = engine.speculation->for_lane(engine.request, 16);
     next->observe_taps(0, taps.data(), LaneSpeculation::kMostIdleTaps + 1, costs);
     EXPECT_EQ(next->wants_taps(), lane == Speculation::kProbeLaneEvery) << "lane " << lane;
   }
   // A short prompt is held whatever the gate says: the drafter may still be probed there.
-  auto short_prompt = speculation.for_lane(request, 16);
+  auto short_prompt = engine.speculation->for_lane(engine.request, 16);
   short_prompt->observe_taps(0, taps.data(), LaneSpeculation::kMostIdleTaps, costs);
   EXPECT_TRUE(short_prompt->wants_taps());
 }
@@ -332,24 +341,14 @@ TEST(DrafterProposer, RetiresFromALaneWhereItsGateIsClosed) {
 // Lanes that start together warm up together: a lane that has not drafted yet when the engine's
 // warm-up ends takes the engine's averages (here: the drafter does not pay, so it skips).
 TEST(DrafterProposer, LanesStartedTogetherShareOneWarmUp) {
-  auto model = load_model(test::fixture_model(kTarget), {});
-  const ModelConfig& c = model->config();
-  TempDir dir;
-  write_random_drafter(dir.path, c, 25);
-  auto drafter = std::make_shared<CpuDFlashDrafter>(dir.path, c, target_weights(*model).embed_tokens,
-                                                    target_weights(*model).lm_head, 2);
-  SpeculationOptions options;
-  options.drafter = drafter;
-  options.settings.gate_proposers = true;
-  Speculation speculation(options);
-  DraftRequest request;
-  request.proposers = proposer_bit(ProposerKind::drafter);
-  const std::vector<int32_t> ids = random_ids(30, c.vocab_size, 26);
-  const std::vector<float> taps(size_t(int64_t(ids.size()) * drafter->config().tap_width()), 0.25f);
+  GatedDrafter engine(25);
+  const std::vector<int32_t> ids = random_ids(30, engine.model->config().vocab_size, 26);
+  const std::vector<float> taps(size_t(int64_t(ids.size()) * engine.drafter->config().tap_width()), 0.25f);
   const RoundCosts costs{0.001, 0.0001};
   LaneHistory history{ids, int64_t(ids.size())};
 
-  auto early = speculation.for_lane(request, 16), waiting = speculation.for_lane(request, 16);
+  auto early = engine.speculation->for_lane(engine.request, 16);
+  auto waiting = engine.speculation->for_lane(engine.request, 16);
   for (auto* lane : {early.get(), waiting.get()}) lane->observe_taps(0, taps.data(), int64_t(ids.size()) - 1, costs);
   for (int64_t use = 0; use < ProposerGate::kWarmupUses; ++use) {
     DraftTree tree;
