@@ -240,7 +240,8 @@ void attention(const float* q, int64_t n_rows, const float* k_cache, const float
   const int64_t units_per_block = shape.n_heads / heads_per_unit;
   const int64_t n_blocks = (n_rows + kBlockRows - 1) / kBlockRows;
   pool.parallel_for(n_blocks * units_per_block, [&](int64_t begin, int64_t end) {
-    std::vector<float> accumulators(size_t(kBlockRows * 2 * shape.head_dim));
+    thread_local std::vector<float> accumulators;
+    accumulators.resize(size_t(kBlockRows * 2 * shape.head_dim));
     run_with_simd_level([&]<int W>() __attribute__((always_inline)) {
       const auto attend_all = [&]<class Accumulator>() __attribute__((always_inline)) {
         for (int64_t unit = begin; unit < end; ++unit) {
