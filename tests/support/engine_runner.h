@@ -73,20 +73,30 @@ inline EngineStats settled_stats(const Engine& engine) {
 
 // Submits every request at once to `engine` and waits for all replies; a rejected submit is a
 // tf::Error with the engine's message (as run_to_completion).
+// Every reply waits to hear its first update until all requests are queued: a short request could
+// otherwise finish before a slow submitting thread (a loaded machine, a grammar to compile) queued
+// the next one, and a run meant to share rounds would share none.
 inline void submit_and_collect(Engine& engine, const std::vector<GenerationRequest>& requests, EngineRun* run) {
   std::vector<std::unique_ptr<ReplyCollector>> collectors;
   const size_t first = run->logprobs.size();
   run->logprobs.resize(first + requests.size());
+  std::promise<void> queued;
+  const std::shared_future<void> all_queued = queued.get_future().share();
   for (size_t i = 0; i < requests.size(); ++i) {
     collectors.push_back(std::make_unique<ReplyCollector>());
     auto* logprobs = &run->logprobs[first + i];
     UpdateSink collect = collectors.back()->sink();
-    SubmitResult result = engine.submit(requests[i], [logprobs, collect](const GenerationUpdate& u) {
+    SubmitResult result = engine.submit(requests[i], [logprobs, collect, all_queued](const GenerationUpdate& u) {
+      all_queued.wait();
       logprobs->insert(logprobs->end(), u.logprobs.begin(), u.logprobs.end());
       return collect(u);
     });
-    if (result.status != SubmitStatus::accepted) fail(result.message);
+    if (result.status != SubmitStatus::accepted) {
+      queued.set_value();
+      fail(result.message);
+    }
   }
+  queued.set_value();
   for (auto& c : collectors) run->replies.push_back(c->wait());
   add_stats(run->stats, settled_stats(engine));
 }
