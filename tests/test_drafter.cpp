@@ -298,14 +298,14 @@ struct GatedDrafter {
 };
 
 // With gates on, a lane whose drafter does not pay stops feeding its context once it would have to
-// catch up on more than kMostIdleTaps taps (a long prompt): it retires and drafts nothing more. A
+// catch up on more than kMostHeldTaps taps (a long prompt): it retires and drafts nothing more. A
 // drafter in its warm-up keeps its lane, and so does every kProbeLaneEvery-th lane's, which warms up
 // afresh.
 TEST(DrafterProposer, RetiresFromALaneWhereItsGateIsClosed) {
   GatedDrafter engine(23);
   const int64_t width = engine.drafter->config().tap_width();
   const std::vector<int32_t> ids = random_ids(30, engine.model->config().vocab_size, 24);
-  const std::vector<float> taps(size_t((LaneSpeculation::kMostIdleTaps + 64) * width), 0.25f);
+  const std::vector<float> taps(size_t((kMostHeldTaps + 64) * width), 0.25f);
   const RoundCosts costs{0.001, 0.0001};  // a use (a block forward) costs far more than a round
 
   auto first = engine.speculation->for_lane(engine.request, 16);
@@ -319,7 +319,7 @@ TEST(DrafterProposer, RetiresFromALaneWhereItsGateIsClosed) {
   }
   ASSERT_TRUE(first->wants_taps());
   // Past its warm-up, closed, and asked to hold a long run of taps: it retires.
-  first->observe_taps(int64_t(ids.size()) - 1, taps.data(), LaneSpeculation::kMostIdleTaps + 1, costs);
+  first->observe_taps(int64_t(ids.size()) - 1, taps.data(), kMostHeldTaps + 1, costs);
   EXPECT_FALSE(first->wants_taps());
   DraftTree none;
   first->draft(history, 16, costs, &none);
@@ -329,12 +329,12 @@ TEST(DrafterProposer, RetiresFromALaneWhereItsGateIsClosed) {
   // warms up again and keeps its drafter.
   for (int64_t lane = 2; lane <= Speculation::kProbeLaneEvery; ++lane) {
     auto next = engine.speculation->for_lane(engine.request, 16);
-    next->observe_taps(0, taps.data(), LaneSpeculation::kMostIdleTaps + 1, costs);
+    next->observe_taps(0, taps.data(), kMostHeldTaps + 1, costs);
     EXPECT_EQ(next->wants_taps(), lane == Speculation::kProbeLaneEvery) << "lane " << lane;
   }
   // A short prompt is held whatever the gate says: the drafter may still be probed there.
   auto short_prompt = engine.speculation->for_lane(engine.request, 16);
-  short_prompt->observe_taps(0, taps.data(), LaneSpeculation::kMostIdleTaps, costs);
+  short_prompt->observe_taps(0, taps.data(), kMostHeldTaps, costs);
   EXPECT_TRUE(short_prompt->wants_taps());
 }
 

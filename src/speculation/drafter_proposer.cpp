@@ -13,7 +13,7 @@ void DrafterProposer::observe(const LaneHistory&) {}
 
 void DrafterProposer::observe_taps(int64_t first_position, const float* taps, int64_t n_tokens) {
   pending_.observe(context_, first_position, taps, n_tokens);
-  if (pending_.n_tokens_held() >= kMaxHeldTokens) append_held();
+  if (pending_.n_tokens_held() >= kMostHeldTaps) append_held();
 }
 
 void DrafterProposer::retire() {

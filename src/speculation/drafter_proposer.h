@@ -7,8 +7,8 @@
 //   2. After each round's commit the engine hands every proposer that wants_taps() the taps of the
 //      rows whose K/V became the lane's history this round (Proposer::observe_taps). They are held
 //      (PendingTaps) and appended in one batch when the proposer next drafts, or once
-//      kMaxHeldTokens are held (each entry depends on its own row alone, so the batching changes
-//      no entry).
+//      kMostHeldTaps are held (each entry depends on its own row alone, so the batching changes
+//      no entry); with gates on and its gate closed, it retires from the lane there instead.
 //   3. The lane's last token (the target's own next token) has no taps yet: it is the block's
 //      first token, and its taps arrive next round, when it has been forwarded as the root.
 // When the context does not cover every position before the root (a prefix restored from a cache
@@ -54,9 +54,6 @@ class DrafterProposer final : public Proposer {
   int64_t n_context() const { return context_.size() + pending_.n_tokens_held(); }
 
  private:
-  // Held taps bounded by this many tokens: a lane whose drafter stays gated off still appends in
-  // batches of this size, rather than holding taps for its whole context.
-  static constexpr int64_t kMaxHeldTokens = 256;
   void append_held();
 
   std::shared_ptr<DFlashDrafter> drafter_;

@@ -26,6 +26,10 @@ constexpr ProposerSet proposer_bit(ProposerKind kind) { return ProposerSet(1u <<
 constexpr ProposerSet kNoProposers = 0;
 constexpr ProposerSet kAllProposers = ProposerSet((1u << kProposerKinds) - 1);
 
+// Most taps a proposer holds without catching up on them: past this, one whose gate is open appends
+// them to its context, and one whose gate is closed retires from the lane (LaneSpeculation::observe_taps).
+constexpr int64_t kMostHeldTaps = 256;
+
 class Proposer {
  public:
   virtual ~Proposer() = default;

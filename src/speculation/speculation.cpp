@@ -89,7 +89,7 @@ void LaneSpeculation::observe_taps(int64_t first_position, const float* taps, in
     if (!proposer->wants_taps()) continue;
     const bool is_gated = owner_.options_.settings.gate_proposers && proposer->is_gated();
     if (is_gated && gates_[size_t(proposer->kind())].is_closed(costs.plain_round_seconds) &&
-        proposer->n_taps_held() + n_tokens > kMostIdleTaps) {
+        proposer->n_taps_held() + n_tokens > kMostHeldTaps) {
       proposer->retire();
       continue;
     }

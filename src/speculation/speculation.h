@@ -90,11 +90,10 @@ class LaneSpeculation {
   // Whether any proposer wants the taps of committed rows (the engine gathers them only then).
   bool wants_taps() const;
   // taps: [n_tokens][tap width] of the rows committed this round at first_position ..., in order.
-  // With gates on, a proposer whose gate is closed retires from the lane rather than take more than
-  // kMostIdleTaps taps it has not caught up on: its context would cost a forward over every token
+  // With gates on, a proposer whose gate is closed retires from the lane rather than hold more than
+  // kMostHeldTaps taps it has not caught up on: its context would cost a forward over every token
   // the lane commits (its prompt first) for drafts that do not pay.
   void observe_taps(int64_t first_position, const float* taps, int64_t n_tokens, const RoundCosts& costs);
-  static constexpr int64_t kMostIdleTaps = 256;
   // Rounds between probes: a lane's first decoding round and every kRoundsBetweenProbes-th after it
   // verify the whole drafted tree, so a proposer or a depth that shaping cut off (or never tried:
   // its prior too low to pay where rows are dear) is measured again.
