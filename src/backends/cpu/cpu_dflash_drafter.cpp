@@ -10,6 +10,7 @@
 #include "backends/cpu/kernels/linear.h"
 #include "backends/cpu/kernels/norm.h"
 #include "backends/cpu/kernels/rope.h"
+#include "backends/cpu/scratch.h"
 #include "core/error.h"
 #include "models/rope_frequencies.h"
 
@@ -43,7 +44,7 @@ void CpuDFlashDrafter::write_kv(ContextStorage& storage, int64_t layer, const fl
                                 int64_t n_rows, int64_t first_slot, const int32_t* positions) {
   const auto& w = weights_.layers[size_t(layer)];
   const int64_t kv_dim = config_.kv_dim();
-  k_.resize(size_t(n_rows * kv_dim));
+  cpu::grow_to(k_, size_t(n_rows * kv_dim));
   cpu::linear(inputs, n_rows, w.k_proj, k_.data(), pool_);
   cpu::rms_norm(k_.data(), n_rows * config_.n_kv_heads, config_.head_dim, w.k_norm,
                 config_.rms_norm_eps, k_.data());
@@ -99,13 +100,13 @@ void CpuDFlashDrafter::run_block(DrafterContext& context, int32_t last_token, in
   std::vector<const int32_t*> slot_lists(size_t(n_rows), key_slots_.data());
   std::vector<int32_t> n_keys(size_t(n_rows), int32_t(position + n_rows));
 
-  features_.resize(size_t(n_rows * hidden));
-  normed_.resize(size_t(n_rows * hidden));
-  proj_.resize(size_t(n_rows * hidden));
-  q_.resize(size_t(n_rows * q_dim));
-  attn_out_.resize(size_t(n_rows * q_dim));
-  gate_.resize(size_t(n_rows * inter));
-  up_.resize(size_t(n_rows * inter));
+  cpu::grow_to(features_, size_t(n_rows * hidden));
+  cpu::grow_to(normed_, size_t(n_rows * hidden));
+  cpu::grow_to(proj_, size_t(n_rows * hidden));
+  cpu::grow_to(q_, size_t(n_rows * q_dim));
+  cpu::grow_to(attn_out_, size_t(n_rows * q_dim));
+  cpu::grow_to(gate_, size_t(n_rows * inter));
+  cpu::grow_to(up_, size_t(n_rows * inter));
   cpu::embedding_rows(weights_.embed_tokens, tokens.data(), n_rows, features_.data());
   const cpu::AttentionShape shape{config_.n_heads, config_.n_kv_heads, config_.head_dim,
                                   float(1.0 / std::sqrt(double(config_.head_dim)))};

@@ -11,6 +11,7 @@
 #include "backends/cpu/kernels/linear.h"
 #include "backends/cpu/kernels/norm.h"
 #include "backends/cpu/kernels/rope.h"
+#include "backends/cpu/scratch.h"
 #include "core/error.h"
 #include "models/rope_frequencies.h"
 #include "runtime/kv_cache.h"
@@ -116,15 +117,15 @@ void Qwen3CpuModel::forward(const Batch& batch, KvCache& kv, float* logits) {
   const int64_t n_rows = int64_t(batch.rows.size());
   if (n_rows == 0) return;
   const int64_t hidden = config_.hidden_size;
-  hidden_.resize(size_t(n_rows * hidden));
-  normed_.resize(size_t(n_rows * hidden));
-  proj_.resize(size_t(n_rows * hidden));
-  q_.resize(size_t(n_rows * config_.q_dim()));
-  attn_out_.resize(size_t(n_rows * config_.q_dim()));
-  k_.resize(size_t(n_rows * config_.kv_dim()));
-  v_.resize(size_t(n_rows * config_.kv_dim()));
-  gate_.resize(size_t(n_rows * config_.intermediate_size));
-  up_.resize(size_t(n_rows * config_.intermediate_size));
+  cpu::grow_to(hidden_, size_t(n_rows * hidden));
+  cpu::grow_to(normed_, size_t(n_rows * hidden));
+  cpu::grow_to(proj_, size_t(n_rows * hidden));
+  cpu::grow_to(q_, size_t(n_rows * config_.q_dim()));
+  cpu::grow_to(attn_out_, size_t(n_rows * config_.q_dim()));
+  cpu::grow_to(k_, size_t(n_rows * config_.kv_dim()));
+  cpu::grow_to(v_, size_t(n_rows * config_.kv_dim()));
+  cpu::grow_to(gate_, size_t(n_rows * config_.intermediate_size));
+  cpu::grow_to(up_, size_t(n_rows * config_.intermediate_size));
 
   batch.check_token_ids(config_.vocab_size);
   HostKvStorage& storage = kv.storage_as<HostKvStorage>();
