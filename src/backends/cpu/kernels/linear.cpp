@@ -147,6 +147,16 @@ struct QuantizedWeights {
   TF_INLINE void block(const Group& group, int64_t k, Lanes<W>& even, Lanes<W>& odd) const {
     using N = Native<W>;
     const Lanes<W> scale = broadcast<W>(group.scale), bias = broadcast<W>(group.bias);
+    if constexpr (kBits == 4 && W == 16) {
+      // The 16 values a nibble stands for, dequantized by the same operations as below; each weight
+      // is then one lookup (vpermps reads an index's low 4 bits, so the low nibble needs no mask).
+      const Lanes<W> table = dequantize(Lanes<W>{{typename N::f32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}}},
+                                        scale, bias);
+      const auto bytes = widen_u8<W>(group.row + k / 2);
+      even.part[0] = lookup16<W>(table.part[0], bytes);
+      odd.part[0] = lookup16<W>(table.part[0], bytes >> 4);
+      return;
+    }
     for (int i = 0; i < Lanes<W>::kParts; ++i) {
       typename N::u32 low, high;
       if constexpr (kBits == 4) {

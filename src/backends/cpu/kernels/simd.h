@@ -216,6 +216,15 @@ TF_INLINE typename Native<W>::u32 widen_u16(const void* p) {
   return out;
 }
 
+// Lane i: table's lane (index's lane i) & 15: one vpermps, the AVX-512 levels only.
+template <int W>
+TF_INLINE typename Native<W>::f32 lookup16(const typename Native<W>::f32& table, const typename Native<W>::u32& index) {
+  static_assert(W == 16, "lookup16: AVX-512 only");
+  typename Native<W>::f32 out;
+  asm("vpermps %1, %2, %0" : "=v"(out) : "v"(table), "v"(index));
+  return out;
+}
+
 // MLX affine dequantization, rounded in f32: scale * q, then + bias.
 template <int W>
 TF_INLINE Lanes<W> dequantize(const Lanes<W>& q, const Lanes<W>& scale, const Lanes<W>& bias) {
