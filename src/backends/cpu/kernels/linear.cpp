@@ -242,32 +242,34 @@ struct LinearArgs {
   float* y;  // [n_rows][n]
 };
 
-// A tile's sums into y: each accumulator's one horizontal tree, columns past n not stored.
+// A tile's sums into y: each accumulator's one horizontal tree, columns past n not stored. Every
+// loop has compile-time bounds, so the accumulators are read from registers: an index known only
+// at run time would make the compiler keep the whole tile in memory.
 template <int W, int kRows, int kCols>
 TF_INLINE void store_tile(const LinearArgs& a, const Lanes<W> (&acc)[kRows][kCols], int64_t row0, int64_t col0) {
-  const int n_valid_cols = int(std::min<int64_t>(kCols, a.n - col0));
-  int r = 0;
-  if constexpr (W == 16 && kCols == 4) {  // 4 rows of 4 columns at a time in one permute tree
-    if (n_valid_cols == kCols) {
-      for (; r + 4 <= kRows; r += 4) {
-        float sums[16];
-        horizontal_sum16(&acc[r][0], sums);
-        for (int i = 0; i < 4; ++i) std::memcpy(a.y + (row0 + r + i) * a.n + col0, sums + i * kCols, sizeof(float) * kCols);
-      }
+  float sums[kRows][kCols];
+  constexpr int kGrouped = W == 16 && kCols == 4 ? kRows / 4 * 4 : 0;  // rows summed 4 at a time
+  if constexpr (kGrouped > 0) {
+#pragma GCC unroll 8
+    for (int r = 0; r < kGrouped; r += 4) horizontal_sum16(&acc[r][0], &sums[r][0]);
+  }
+#pragma GCC unroll 8
+  for (int r = kGrouped; r < kRows; ++r) {
+    if constexpr (kCols % 4 == 0) {
+#pragma GCC unroll 8
+      for (int c = 0; c < kCols; c += 4) horizontal_sum4(&acc[r][c], &sums[r][c]);
+    } else {
+#pragma GCC unroll 8
+      for (int c = 0; c < kCols; ++c) sums[r][c] = horizontal_sum(acc[r][c]);
     }
   }
-  for (; r < kRows; ++r) {
-    float sums[kCols];
-    if constexpr (kCols % 4 == 0) {
-      for (int c = 0; c < kCols; c += 4) horizontal_sum4(&acc[r][c], sums + c);
-    } else {
-      for (int c = 0; c < kCols; ++c) sums[c] = horizontal_sum(acc[r][c]);
-    }
+  const int n_valid_cols = int(std::min<int64_t>(kCols, a.n - col0));
+  for (int r = 0; r < kRows; ++r) {
     float* y = a.y + (row0 + r) * a.n + col0;
     if (n_valid_cols == kCols) {
-      std::memcpy(y, sums, sizeof sums);  // a fixed size: one store, where a counted loop became a call
+      std::memcpy(y, sums[r], sizeof sums[r]);  // a fixed size: one store, where a counted loop became a call
     } else {
-      for (int c = 0; c < n_valid_cols; ++c) y[c] = sums[c];
+      for (int c = 0; c < n_valid_cols; ++c) y[c] = sums[r][c];
     }
   }
 }
