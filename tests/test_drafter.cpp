@@ -12,10 +12,12 @@
 
 #include "backends/backends.h"
 #include "backends/cpu/cpu_dflash_drafter.h"
+#include "backends/cpu/kernels/activation.h"
 #include "backends/cpu/qwen3_cpu_model.h"
 #include "loader/safetensors.h"
 #include "models/dflash_drafter.h"
 #include "models/model.h"
+#include "models/token_guess.h"
 #include "runtime/kv_cache.h"
 #include "speculation/drafter_proposer.h"
 #include "speculation/speculation.h"
@@ -149,6 +151,24 @@ TEST(DrafterForward, ContextAndBlockAreBatchInvariant) {
   drafter.propose_block(rolled, ids.back(), p, got.data());
   EXPECT_EQ(got, expected) << "after a truncation";
 
+  // Rows read one at a time, out of order, or after a block of other rows (the CPU drafter
+  // computes the LM head for several rows at once): the same bits as propose_block.
+  const int64_t n_vocab = c.vocab_size;
+  drafter.run_block(whole, ids.back(), p);
+  std::vector<float> row(static_cast<size_t>(n_vocab));
+  for (int64_t j : {5, 0, 14, 3, 4, 13, 6}) {
+    drafter.block_logits(j, row.data());
+    EXPECT_TRUE(std::equal(row.begin(), row.end(), expected.begin() + j * n_vocab)) << "row " << j;
+    const auto top = drafter.block_top(j, 2);
+    ASSERT_EQ(top.size(), 2u);
+    EXPECT_EQ(top[0].token, argmax_token(expected.data() + j * n_vocab, n_vocab)) << "row " << j;
+    EXPECT_GE(top[0].probability, top[1].probability);
+  }
+  drafter.propose_block(other, other_ids.back(), 19, scratch.data());
+  drafter.run_block(whole, ids.back(), p);
+  drafter.block_logits(9, row.data());
+  EXPECT_TRUE(std::equal(row.begin(), row.end(), expected.begin() + 9 * n_vocab)) << "a new block's rows";
+
   // A block sees context positions < p only; entries past p do not matter.
   drafter.append_context(rolled, taps.data() + p * width, 1);
   drafter.propose_block(rolled, ids.back(), p, got.data());
@@ -190,6 +210,36 @@ TEST(DrafterLoader, ErrorsNameTheFileAndTheField) {
   EXPECT_NO_THROW(load());
   fs::remove(dir.path + "/model.safetensors");
   test::expect_error_naming(load, {dir.path});
+}
+
+// A proposer's reading of a logits row: the k best ids by one pass (few) or a sort (many), ties to
+// the lower id either way, and softmax probabilities whichever sum of exps the backend gives.
+TEST(TokenGuess, TopTokensAndTheirProbabilities) {
+  std::mt19937 rng(31);
+  std::uniform_int_distribution<int> level(-40, 8);  // few distinct values: many ties
+  for (int64_t n_vocab : {1, 7, 1000, 15360}) {
+    std::vector<float> logits(static_cast<size_t>(n_vocab));
+    for (float& x : logits) x = 0.5f * float(level(rng));
+    std::vector<int32_t> sorted(static_cast<size_t>(n_vocab));
+    for (int64_t i = 0; i < n_vocab; ++i) sorted[size_t(i)] = int32_t(i);
+    std::stable_sort(sorted.begin(), sorted.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    for (int64_t k : {1, 2, 4, 16, 17, 40}) {
+      const std::vector<int32_t> top = top_k_tokens(logits.data(), n_vocab, k);
+      const std::vector<int32_t> want(sorted.begin(), sorted.begin() + std::min(k, n_vocab));
+      EXPECT_EQ(top, want) << "n_vocab " << n_vocab << " k " << k;
+    }
+    double sum = 0.0;
+    for (float x : logits) sum += std::exp(double(x - logits[size_t(sorted[0])]));
+    for (auto sum_of_exps : {SumOfExps(nullptr), SumOfExps(cpu::sum_of_exps)}) {
+      const std::vector<TokenGuess> guesses = likeliest_tokens(logits.data(), n_vocab, 3, sum_of_exps);
+      ASSERT_EQ(int64_t(guesses.size()), std::min<int64_t>(3, n_vocab));
+      for (size_t i = 0; i < guesses.size(); ++i) {
+        EXPECT_EQ(guesses[i].token, sorted[i]);
+        const double want = std::exp(double(logits[size_t(sorted[i])] - logits[size_t(sorted[0])])) / sum;
+        EXPECT_NEAR(guesses[i].probability, want, 1e-6 * want) << "n_vocab " << n_vocab;
+      }
+    }
+  }
 }
 
 TEST(DrafterProposer, GreedyChainAndRootSiblings) {
@@ -299,8 +349,8 @@ struct GatedDrafter {
 
 // With gates on, a lane whose drafter does not pay stops feeding its context once it would have to
 // catch up on more than kMostHeldTaps taps (a long prompt): it retires and drafts nothing more. A
-// drafter in its warm-up keeps its lane, and so does every kProbeLaneEvery-th lane's, which warms up
-// afresh.
+// drafter in its warm-up keeps its lane, and so does every kProbeLaneEvery-th lane's, which probes
+// at once.
 TEST(DrafterProposer, RetiresFromALaneWhereItsGateIsClosed) {
   GatedDrafter engine(23);
   const int64_t width = engine.drafter->config().tap_width();
@@ -326,7 +376,7 @@ TEST(DrafterProposer, RetiresFromALaneWhereItsGateIsClosed) {
   EXPECT_EQ(none.size(), 0);
 
   // Later lanes start from the engine's closed gate and retire at a long prompt; the probe lane
-  // warms up again and keeps its drafter.
+  // keeps its drafter for its probe.
   for (int64_t lane = 2; lane <= Speculation::kProbeLaneEvery; ++lane) {
     auto next = engine.speculation->for_lane(engine.request, 16);
     next->observe_taps(0, taps.data(), kMostHeldTaps + 1, costs);

@@ -498,16 +498,22 @@ TEST(ProposerGate, RunsWhileAcceptedTokensPayForTheUseAndProbesWhenSkipped) {
     EXPECT_TRUE(gate.should_run(round_seconds)) << i;
     gate.record_use(0.020, 0, round_seconds);  // a use costs four rounds and gets nothing accepted
   }
-  // Probes that do not pay come at doubling intervals, up to the cap.
-  int64_t interval = ProposerGate::kFirstProbeInterval;
+  // Probes that do not pay come at doubling intervals, up to the cap, and never more often than
+  // keeps their cost within kProbeShare of the lane's time: a use of four rounds waits 133.
+  const int64_t cost_floor = int64_t(0.020 / (ProposerGate::kProbeShare * round_seconds));
+  ASSERT_EQ(cost_floor, 133);
+  int64_t interval = std::max(ProposerGate::kFirstProbeInterval, cost_floor);
+  EXPECT_EQ(gate.probe_interval(), interval);
   for (int probe = 0; probe < 6; ++probe) {
     for (int64_t i = 0; i < interval; ++i) {
       EXPECT_FALSE(gate.should_run(round_seconds)) << probe << " " << i;
+      EXPECT_TRUE(gate.is_closed(round_seconds)) << probe << " " << i;
       gate.record_skip();
     }
     EXPECT_TRUE(gate.should_run(round_seconds)) << probe;
+    EXPECT_FALSE(gate.is_closed(round_seconds)) << "a probe is due: " << probe;
     gate.record_use(0.020, 0, round_seconds);
-    interval = std::min(2 * interval, ProposerGate::kMaxProbeInterval);
+    interval = std::max(std::min(2 * interval, ProposerGate::kMaxProbeInterval), cost_floor);
     EXPECT_EQ(gate.probe_interval(), interval);
   }
   // The text turned predictable: 6 accepted tokens a use are worth 30 ms against a 20 ms use.
@@ -535,6 +541,53 @@ TEST(ProposerGate, ANewLaneStartsFromTheEnginesAverages) {
   }
   EXPECT_TRUE(waiting.should_run(0.005));
   EXPECT_TRUE(ProposerGate().should_run(0.005));  // an engine with no runs yet warms up
+}
+
+// A use that costs many rounds (the block drafter beside several lanes on a CPU) is probed so
+// rarely that failed probes take at most kProbeShare of the lane's time, whatever the doubling says.
+TEST(ProposerGate, FailedProbesOfADearProposerStayWithinTheirShare) {
+  ProposerGate gate;
+  const double round_seconds = 0.001, use_seconds = 0.010;
+  double probe_seconds = 0.0, lane_seconds = 0.0;
+  int64_t n_probes = 0;
+  for (int64_t round = 0; round < 20000; ++round) {
+    if (gate.should_run(round_seconds)) {
+      gate.record_use(use_seconds, 0, round_seconds);
+      if (round >= ProposerGate::kWarmupUses) {
+        probe_seconds += use_seconds;
+        ++n_probes;
+      }
+      lane_seconds += use_seconds;
+    } else {
+      gate.record_skip();
+    }
+    lane_seconds += round_seconds;
+  }
+  EXPECT_GE(gate.probe_interval(), 333);
+  EXPECT_GT(n_probes, 0) << "it is still probed now and then";
+  EXPECT_LE(probe_seconds / lane_seconds, ProposerGate::kProbeShare);
+  // An unknown round cost leaves the first interval as it was.
+  ProposerGate unknown;
+  for (int64_t i = 0; i < ProposerGate::kWarmupUses; ++i) unknown.record_use(use_seconds, 0, 0.0);
+  EXPECT_EQ(unknown.probe_interval(), ProposerGate::kFirstProbeInterval);
+}
+
+// A probe lane takes the engine's averages and probes at once, once; then it waits like any lane.
+TEST(ProposerGate, AProbeLaneProbesAtOnce) {
+  ProposerGate engine_wide;
+  for (int i = 0; i < 8; ++i) engine_wide.record_use(0.020, 0, 0.005);
+  ProposerGate probe = engine_wide.for_probe_lane();
+  EXPECT_FALSE(probe.is_warming_up());
+  EXPECT_TRUE(probe.should_run(0.005));
+  EXPECT_FALSE(probe.is_closed(0.005)) << "its lane keeps the proposer's context for the probe";
+  probe.record_use(0.020, 0, 0.005);
+  EXPECT_FALSE(probe.should_run(0.005));
+  EXPECT_NEAR(probe.accepted_per_use(), 0.0, 1e-12);
+  // A probe that finds the text predictable opens the gate: 12 accepted tokens pay 60 ms for 20.
+  ProposerGate lucky = engine_wide.for_probe_lane();
+  for (int i = 0; i < 4; ++i) lucky.record_use(0.020, 12, 0.005);
+  EXPECT_TRUE(lucky.should_run(0.005));
+  EXPECT_EQ(lucky.probe_interval(), ProposerGate::kFirstProbeInterval);
 }
 
 // Acceptance by depth of a chain: depth d's draft accepted, once its parent is, with chance q[d-1].

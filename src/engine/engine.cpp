@@ -237,15 +237,7 @@ void Engine::Impl::round() {
   const int64_t n_copied = int64_t(std::count_if(rows.picks.begin(), rows.picks.end(),
                                                  [](const LogitRowPick& p) { return p.wants_logits; }));
   logits.resize(size_t(n_copied * n_vocab));
-  const auto forward_start = EngineClock::now();
   model->forward_and_pick(rows.batch, kv, rows.picks, picked.data(), logits.data());
-  const double forward_seconds = std::chrono::duration<double>(EngineClock::now() - forward_start).count();
-  forward_cost.record_round(int64_t(rows.batch.rows.size()), forward_seconds);
-  const int64_t n_lanes = std::max<int64_t>(1, int64_t(rows.placed.size()));
-  const double plain_share = forward_cost.model().is_known() ? forward_cost.model().seconds(n_lanes) / double(n_lanes)
-                                                             : forward_seconds / double(n_lanes);
-  plain_round_seconds =
-      plain_round_seconds == 0.0 ? plain_share : plain_round_seconds + 0.25 * (plain_share - plain_round_seconds);
   {
     std::lock_guard<std::mutex> lock(mutex);
     stats.rounds += 1;
@@ -260,12 +252,17 @@ void Engine::Impl::round() {
       commit_prefill(*placed.lane, placed);
     }
   }
-  // The whole round (drafting, forward, acceptance) against its rows, for rounds of draft trees
-  // alone: what shaping weighs a verified row against. A prompt row asks for no logits and costs
-  // less than a verified row, so rounds with prompt chunks would bend the line.
-  const double round_seconds = std::chrono::duration<double>(EngineClock::now() - round_start).count();
-  if (std::all_of(rows.placed.begin(), rows.placed.end(), [](const LaneRows& p) { return p.is_decode; }))
-    row_cost.record_round(int64_t(rows.batch.rows.size()), round_seconds);
+  // Prompt rows ask for no logits and cost less than verified rows, so rounds with prompt chunks
+  // would bend the line; they also say nothing of what a decoding lane's round costs.
+  if (!std::all_of(rows.placed.begin(), rows.placed.end(), [](const LaneRows& p) { return p.is_decode; })) return;
+  const double round_seconds =
+      std::chrono::duration<double>(EngineClock::now() - round_start).count() - rows.drafting_seconds;
+  row_cost.record_round(int64_t(rows.batch.rows.size()), round_seconds);
+  const int64_t n_lanes = std::max<int64_t>(1, int64_t(rows.placed.size()));
+  const double plain_share =
+      (row_cost.model().is_known() ? row_cost.model().seconds(n_lanes) : round_seconds) / double(n_lanes);
+  plain_round_seconds =
+      plain_round_seconds == 0.0 ? plain_share : plain_round_seconds + 0.25 * (plain_share - plain_round_seconds);
 }
 
 int32_t Engine::Impl::chosen(int64_t logit_row, const float** row_logits) const {

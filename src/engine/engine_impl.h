@@ -63,6 +63,7 @@ struct RoundRows {
   std::vector<int32_t> penalty_paths;    // the draft paths penalties see (LogitRowPick::penalties)
   std::vector<uint32_t> masks;           // [constrained logit rows][vocab words] (LogitConstraint::allowed)
   int64_t n_scratch = 0;                 // scratch slots given to draft rows off the main chain
+  double drafting_seconds = 0.0;         // the proposers' own time this round (paid before shaping)
 };
 
 struct Engine::Impl {
@@ -101,12 +102,15 @@ struct Engine::Impl {
   std::vector<int32_t> picked;               // [logit rows] the model's choice
   std::vector<float> logits;                 // [logit rows that want them][vocab]
   std::vector<float> committed_taps;         // [n_tokens][tap width] gathered for one lane
-  // Running average of one lane's share of a round's forward without drafts (one row a lane, from
-  // forward_cost): what an accepted draft token saves. The round's own forward would overstate it
-  // by the drafts' rows (with many lanes the round happens anyway; the lane saves its share of it).
+  // Running average of one lane's share of a round without drafts (one row a lane, from row_cost):
+  // what an accepted draft token saves. The round's own time would overstate it by the drafts' rows
+  // and the proposers' time (with many lanes the round happens anyway; the lane saves its share).
   double plain_round_seconds = 0.0;
-  RowCost row_cost;      // a whole round's seconds (drafting, forward, acceptance) against its rows
-  RowCost forward_cost;  // the forward's seconds alone against its rows
+  // Rounds of draft trees alone: their seconds less the proposers' own time (forward, acceptance,
+  // bookkeeping) against their rows. The slope is what one more verified row costs; drafting time
+  // is left out because it does not grow with the rows it yields, and rounds that draft more also
+  // verify more, so it would read as a dearer row.
+  RowCost row_cost;
   std::thread thread;
 
   Impl(const EngineOptions& options, std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,

@@ -17,6 +17,7 @@ void Engine::Impl::pack_rows(RoundRows& rows) {
   // budget; measured windows then keep the rows that pay.
   int64_t budget = options.max_rows_per_round;
   std::vector<Lane*> decoding;
+  const auto drafting_start = EngineClock::now();
   for (auto& lane : lanes) {
     if (lane->is_finished || lane->is_prefilling() || budget == 0) continue;
     lane->window = std::min(budget, window_for(*lane, n_decoding));
@@ -24,6 +25,7 @@ void Engine::Impl::pack_rows(RoundRows& rows) {
     budget -= 1 + lane->tree.size();
     decoding.push_back(lane.get());
   }
+  rows.drafting_seconds = std::chrono::duration<double>(EngineClock::now() - drafting_start).count();
   if (options.window_policy == WindowPolicy::measured) shape_trees(decoding);
   auto place = [&](Lane& lane, bool is_decode) {
     const int64_t first = int64_t(rows.batch.rows.size());
@@ -50,7 +52,7 @@ void Engine::Impl::draft_tree(Lane& lane, int64_t max_rows) {
 
 // Measured windows: of every node every lane drafted, the likeliest to be accepted, as many as
 // maximise the round's expected tokens per second (best_node_count) under the round cost (assumed,
-// or the fit of the rounds seen). A node is never likelier than its parent, and among equals the
+// or the fit of the rounds seen plus this round's drafting, already spent but part of the round). A node is never likelier than its parent, and among equals the
 // parent comes first, so the kept nodes of each lane form a tree. A lane due a probe
 // (LaneSpeculation::is_probe_due) keeps its whole tree, and so does a replay: it forces an
 // acceptance length, which is what it measures.
@@ -78,7 +80,9 @@ void Engine::Impl::shape_trees(const std::vector<Lane*>& decoding) {
                    [](const Candidate& a, const Candidate& b) { return a.chance > b.chance; });
   std::vector<double> chances(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) chances[i] = candidates[i].chance;
-  const RoundCostModel& cost = options.assumed_round_cost.is_known() ? options.assumed_round_cost : row_cost.model();
+  RoundCostModel cost = row_cost.model();
+  cost.fixed_seconds += round_rows.drafting_seconds;
+  if (options.assumed_round_cost.is_known()) cost = options.assumed_round_cost;
   const size_t n_kept = size_t(best_node_count(cost, chances, int64_t(decoding.size()), n_whole_rows));
   if (n_kept == candidates.size()) return;
   std::vector<std::vector<uint8_t>> keep(decoding.size());

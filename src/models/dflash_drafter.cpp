@@ -149,13 +149,26 @@ void DFlashDrafter::check_block(const DrafterContext& context, int32_t last_toke
 
 std::vector<int32_t> top_k_tokens(const float* logits, int64_t n_vocab, int64_t k) {
   k = std::max<int64_t>(0, std::min(k, n_vocab));
-  std::vector<int32_t> ids(static_cast<size_t>(n_vocab));
-  for (int64_t i = 0; i < n_vocab; ++i) ids[size_t(i)] = int32_t(i);
   auto better = [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), better);
-  ids.resize(size_t(k));
+  std::vector<int32_t> ids;
+  if (k > 16) {  // a sort of every id; the few a proposer asks for take one pass below
+    ids.resize(size_t(n_vocab));
+    for (int64_t i = 0; i < n_vocab; ++i) ids[size_t(i)] = int32_t(i);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), better);
+    ids.resize(size_t(k));
+    return ids;
+  }
+  // The best k so far, best first. Ids come in ascending order, so a logit equal to one kept ranks
+  // after it, as the sort's tie rule says.
+  ids.reserve(size_t(k));
+  for (int64_t i = 0; i < n_vocab && k > 0; ++i) {
+    if (int64_t(ids.size()) == k && !(logits[i] > logits[ids.back()])) continue;
+    if (int64_t(ids.size()) == k) ids.pop_back();
+    auto at = std::upper_bound(ids.begin(), ids.end(), int32_t(i), better);
+    ids.insert(at, int32_t(i));
+  }
   return ids;
 }
 

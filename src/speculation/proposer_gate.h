@@ -4,8 +4,9 @@
 // costs the lane. So a gate keeps two running averages, the tokens accepted per use and the
 // seconds a use costs, and lets the proposer draft while accepted x a plain round's seconds >= a use's seconds. Skipped, it still
 // drafts now and then (a probe), so a lane whose text turns predictable finds out; each probe that
-// does not pay doubles the wait for the next one. Only speed depends on it: which proposals are
-// made never changes a token.
+// does not pay doubles the wait for the next one, and the wait is never shorter than what keeps
+// probes within kProbeShare of the lane's time (a use that costs ten plain rounds waits 333
+// rounds). Only speed depends on it: which proposals are made never changes a token.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -18,14 +19,16 @@ class ProposerGate {
   static constexpr int64_t kFirstProbeInterval = 16;  // skipped rounds before a probe...
   static constexpr int64_t kMaxProbeInterval = 256;   // ...doubling up to this while probes fail
   static constexpr double kSmoothing = 0.25;          // weight of the newest sample in each average
+  static constexpr double kProbeShare = 0.03;         // most of a lane's time that failed probes take
+  static constexpr int64_t kMostProbeInterval = 4096; // the cost floor's own cap
 
   bool should_run(double round_seconds) const {
     return n_uses_ < kWarmupUses || n_skipped_ >= probe_interval_ || pays(round_seconds);
   }
   void record_skip() { ++n_skipped_; }
   bool is_warming_up() const { return n_uses_ < kWarmupUses; }
-  // Past its warm-up, and its uses do not pay: drafting now would be a probe.
-  bool is_closed(double round_seconds) const { return !is_warming_up() && !pays(round_seconds); }
+  // Past its warm-up, its uses do not pay, and no probe is due: it would not draft now.
+  bool is_closed(double round_seconds) const { return !should_run(round_seconds); }
   // After a round in which the proposer drafted: what the use cost in seconds, how many of its
   // nodes the target accepted, and what a plain round costs the lane now.
   void record_use(double seconds, int64_t n_accepted, double round_seconds) {
@@ -36,8 +39,9 @@ class ProposerGate {
     n_skipped_ = 0;
     if (pays(round_seconds)) {
       probe_interval_ = kFirstProbeInterval;
-    } else if (n_uses_ > kWarmupUses) {
-      probe_interval_ = std::min(2 * probe_interval_, kMaxProbeInterval);
+    } else {
+      if (n_uses_ > kWarmupUses) probe_interval_ = std::min(2 * probe_interval_, kMaxProbeInterval);
+      probe_interval_ = std::max(probe_interval_, rounds_per_probe(round_seconds));
     }
   }
   // A new lane starts from what the engine's other lanes have seen, not from a fresh warm-up: their
@@ -48,12 +52,26 @@ class ProposerGate {
     gate.n_skipped_ = 0;
     return gate;
   }
+  // A lane that measures again what the engine found not to pay (Speculation::kProbeLaneEvery):
+  // the engine's averages, and a probe at once. A whole warm-up of its own would cost several uses
+  // where one tells whether the text pays now (each use moves the averages by kSmoothing).
+  ProposerGate for_probe_lane() const {
+    ProposerGate gate = *this;
+    gate.n_skipped_ = gate.probe_interval_;
+    return gate;
+  }
   double accepted_per_use() const { return accepted_per_use_; }
   double seconds_per_use() const { return seconds_per_use_; }
   int64_t probe_interval() const { return probe_interval_; }
 
  private:
   bool pays(double round_seconds) const { return accepted_per_use_ * round_seconds >= seconds_per_use_; }
+  // Skipped rounds between probes so that a probe's cost is kProbeShare of the rounds around it.
+  int64_t rounds_per_probe(double round_seconds) const {
+    if (round_seconds <= 0.0) return kFirstProbeInterval;
+    const double rounds = seconds_per_use_ / (kProbeShare * round_seconds);
+    return rounds >= double(kMostProbeInterval) ? kMostProbeInterval : int64_t(rounds);
+  }
 
   double accepted_per_use_ = 0.0;
   double seconds_per_use_ = 0.0;

@@ -46,9 +46,9 @@ std::unique_ptr<LaneSpeculation> Speculation::for_lane(const DraftRequest& reque
 
 LaneSpeculation::LaneSpeculation(Speculation& owner, std::vector<std::unique_ptr<Proposer>> proposers)
     : owner_(owner), proposers_(std::move(proposers)), acceptance_(owner.acceptance_) {
-  is_probe_lane_ = ++owner_.n_lanes_ % Speculation::kProbeLaneEvery == 0;
+  const bool is_probe_lane = ++owner_.n_lanes_ % Speculation::kProbeLaneEvery == 0;
   for (size_t kind = 0; kind < gates_.size(); ++kind)
-    gates_[kind] = is_probe_lane_ ? ProposerGate() : owner_.gates_[kind].for_new_lane();
+    gates_[kind] = is_probe_lane ? owner_.gates_[kind].for_probe_lane() : owner_.gates_[kind].for_new_lane();
 }
 
 void LaneSpeculation::draft(const LaneHistory& history, int64_t max_nodes, const RoundCosts& costs,
@@ -63,7 +63,7 @@ void LaneSpeculation::draft(const LaneHistory& history, int64_t max_nodes, const
     const size_t kind = size_t(proposer->kind());
     // Lanes that started together warm up together: once the engine's uses are enough to trust,
     // a lane still in its own warm-up takes the engine's averages, as a lane starting now would.
-    if (!is_probe_lane_ && gates_[kind].is_warming_up() && !owner_.gates_[kind].is_warming_up())
+    if (gates_[kind].is_warming_up() && !owner_.gates_[kind].is_warming_up())
       gates_[kind] = owner_.gates_[kind].for_new_lane();
     if (!owner_.options_.settings.gate_proposers || !proposer->is_gated()) {
       proposer->propose(history, max_nodes, tree);

@@ -67,8 +67,9 @@ class Speculation {
   std::vector<int> tap_layers() const;
   // The lane's proposers, asked in order (earlier ones fill the window first).
   std::unique_ptr<LaneSpeculation> for_lane(const DraftRequest& request, int64_t window);
-  // Every kProbeLaneEvery-th lane warms its gates up afresh instead of taking the engine's, so a
-  // proposer the engine found not to pay (and which then retires early from lanes) is measured again.
+  // Every kProbeLaneEvery-th lane probes its closed gates at once (ProposerGate::for_probe_lane)
+  // instead of waiting out the engine's interval, so a proposer the engine found not to pay (and
+  // which then retires early from lanes) is measured again.
   static constexpr int64_t kProbeLaneEvery = 8;
 
  private:
@@ -111,7 +112,6 @@ class LaneSpeculation {
   std::array<ProposerGate, kProposerKinds> gates_;  // by ProposerKind; used for the gated kinds
   std::array<double, kProposerKinds> use_seconds_{};  // this round's cost of each gated use; -1: no use
   AcceptanceByDepth acceptance_;
-  bool is_probe_lane_ = false;   // warms its gates up afresh (Speculation::kProbeLaneEvery)
   bool after_full_ = false;      // the last round accepted its tree's whole depth
   int64_t rounds_to_probe_ = 0;  // decoding rounds until the next probe
 };

@@ -13,6 +13,7 @@
 #include "backends/cpu/scratch.h"
 #include "core/error.h"
 #include "models/rope_frequencies.h"
+#include "models/token_guess.h"
 
 namespace tf {
 
@@ -74,13 +75,36 @@ void CpuDFlashDrafter::append_context(DrafterContext& context, const float* taps
 }
 
 void CpuDFlashDrafter::block_logits(int64_t row, float* logits) {
+  const float* row_logits = head_row(row);
+  std::copy_n(row_logits, config_.vocab_size, logits);
+}
+
+std::vector<DFlashDrafter::Guess> CpuDFlashDrafter::block_top(int64_t row, int64_t k) {
+  return likeliest_tokens(head_row(row), config_.vocab_size, k, cpu::sum_of_exps);
+}
+
+// The LM head reads its whole matrix for one row as for a few (memory-bound), so a row that is
+// needed brings the next ones with it: four, then as many again as are computed, while the
+// proposer's chain goes on. The rows are independent, so how they are batched changes no bit.
+const float* CpuDFlashDrafter::head_row(int64_t row) {
   if (row < 0 || row >= n_block_logits() || block_normed_.empty())
     fail_internal("drafter block row " + std::to_string(row) + " requested without a block");
-  cpu::linear(block_normed_.data() + row * config_.hidden_size, 1, weights_.lm_head, logits, pool_);
+  const int64_t vocab = config_.vocab_size;
+  if (row >= n_head_rows_) {
+    constexpr int64_t kFirstRows = 4;
+    const int64_t wanted = n_head_rows_ + std::max(kFirstRows, n_head_rows_);
+    const int64_t end = std::min(n_block_logits(), std::max(row + 1, wanted));
+    head_logits_.resize(size_t(n_block_logits() * vocab));
+    cpu::linear(block_normed_.data() + n_head_rows_ * config_.hidden_size, end - n_head_rows_, weights_.lm_head,
+                head_logits_.data() + n_head_rows_ * vocab, pool_);
+    n_head_rows_ = end;
+  }
+  return head_logits_.data() + row * vocab;
 }
 
 void CpuDFlashDrafter::run_block(DrafterContext& context, int32_t last_token, int64_t position) {
   check_block(context, last_token, position);
+  n_head_rows_ = 0;
   const int64_t n_rows = config_.block_size;
   const int64_t hidden = config_.hidden_size, inter = config_.intermediate_size;
   const int64_t q_dim = config_.q_dim();

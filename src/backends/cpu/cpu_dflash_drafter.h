@@ -24,6 +24,7 @@ class CpuDFlashDrafter final : public DFlashDrafter {
   void append_context(DrafterContext& context, const float* taps, int64_t n_tokens) override;
   void run_block(DrafterContext& context, int32_t last_token, int64_t position) override;
   void block_logits(int64_t row, float* logits) override;
+  std::vector<Guess> block_top(int64_t row, int64_t k) override;
 
  private:
   struct ContextStorage : DrafterContext::Storage {
@@ -31,6 +32,8 @@ class CpuDFlashDrafter final : public DFlashDrafter {
     std::vector<std::vector<float>> values;  // [n_layers][entries + scratch][kv_dim]
   };
   ContextStorage& ensure_room(DrafterContext& context, int64_t n_slots) const;
+  // Row `row` of the block's logits, computing it (and the rows after it, in one pass) if needed.
+  const float* head_row(int64_t row);
   // Rotated, normed K and V of `rows` inputs of layer `layer`, written to slots first_slot...
   void write_kv(ContextStorage& storage, int64_t layer, const float* inputs, int64_t n_rows,
                 int64_t first_slot, const int32_t* positions);
@@ -51,6 +54,8 @@ class CpuDFlashDrafter final : public DFlashDrafter {
   std::vector<float> up_;        // [n_rows][intermediate]
   std::vector<int32_t> key_slots_;
   std::vector<float> block_normed_;  // [B-1][hidden] the last run_block's predicting rows
+  std::vector<float> head_logits_;   // [B-1][vocab] those rows' logits, the first n_head_rows_ computed
+  int64_t n_head_rows_ = 0;
 };
 
 }  // namespace tf

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "backends/cpu/kernels/activation.h"
 #include "backends/cpu/kernels/linear.h"
 #include "backends/cpu/kernels/norm.h"
 #include "core/error.h"
@@ -104,7 +105,7 @@ std::vector<TokenGuess> CpuMtpHead::chain_top(MtpContext& context, int64_t k) {
   if (storage.chain_output.empty()) fail_internal("MTP chain read before begin_chain");
   logits_.resize(size_t(config_.vocab_size));
   cpu::linear(storage.chain_output.data(), 1, lm_head_, logits_.data(), pool_);
-  return likeliest_tokens(logits_.data(), config_.vocab_size, k);
+  return likeliest_tokens(logits_.data(), config_.vocab_size, k, cpu::sum_of_exps);
 }
 
 void CpuMtpHead::chain_step(MtpContext& context, int32_t token) {

@@ -22,4 +22,19 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   });
 }
 
+double sum_of_exps(const float* x, int64_t n, float shift) {
+  double sum = 0.0;
+  run_with_simd_level([&]<int W>() __attribute__((always_inline)) {
+    constexpr int64_t kBlock = 256;
+    float e[kBlock];
+    for (int64_t begin = 0; begin < n; begin += kBlock) {
+      const int64_t m = std::min(kBlock, n - begin);
+      for (int64_t i = 0; i < m; ++i) e[i] = x[begin + i] - shift;
+      exp_in_place<W>(e, m);
+      for (int64_t i = 0; i < m; ++i) sum += double(e[i]);
+    }
+  });
+  return sum;
+}
+
 }  // namespace tf::cpu
