@@ -384,7 +384,7 @@ struct TileShape {
   int cols;
 };
 constexpr TileShape tile_shape(int native_width) {
-  return native_width == 16 ? TileShape{4, 4} : native_width == 8 ? TileShape{2, 2} : TileShape{1, 2};
+  return native_width == 16 ? TileShape{4, 4} : native_width == 8 ? TileShape{1, 4} : TileShape{1, 2};
 }
 constexpr int single_row_cols(int native_width) { return native_width == 16 ? 8 : native_width == 8 ? 4 : 2; }
 // Chunks of up to this many rows stream their columns as one row does (a verify round of a few

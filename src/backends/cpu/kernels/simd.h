@@ -113,10 +113,13 @@ TF_INLINE Lanes<W> madd(const Lanes<W>& acc, const Lanes<W>& a, const Lanes<W>& 
     return acc + a * b;
   } else {
     static_assert(W == 8 || W == 16, "fused multiply-add needs AVX2 or AVX-512 registers");
-    Lanes<W> result = acc;
+    Lanes<W> result;
 #pragma GCC unroll 4
-    for (int p = 0; p < Lanes<W>::kParts; ++p)
-      asm("vfmadd231ps %2, %1, %0" : "+v"(result.part[p]) : "v"(a.part[p]), "v"(b.part[p]));
+    for (int p = 0; p < Lanes<W>::kParts; ++p) {
+      typename Native<W>::f32 sum = acc.part[p];  // a plain vector, so no part is read through memory
+      asm("vfmadd231ps %2, %1, %0" : "+v"(sum) : "v"(a.part[p]), "v"(b.part[p]));
+      result.part[p] = sum;
+    }
     return result;
   }
 }
