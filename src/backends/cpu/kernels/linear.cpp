@@ -40,15 +40,6 @@ constexpr int64_t kColumnBlock = 8;
 // Columns whose weights several rows share while they sit in L2 (64 rows of 1-3 KB).
 constexpr int64_t kPanelColumns = 64;
 
-template <class Vector, size_t... J>
-TF_INLINE Vector even_elements(const Vector& a, const Vector& b, std::index_sequence<J...>) {
-  return __builtin_shufflevector(a, b, int(2 * J)...);
-}
-template <class Vector, size_t... J>
-TF_INLINE Vector odd_elements(const Vector& a, const Vector& b, std::index_sequence<J...>) {
-  return __builtin_shufflevector(a, b, int(2 * J + 1)...);
-}
-
 // Decoders of one weight layout. group(col, k) prepares column col from input k on (a quantized
 // group, or the whole row when dense); block<W>(group, k, even, odd) decodes inputs k..k+31 of a
 // block into the lanes' first (even) and second (odd) inputs.
@@ -326,14 +317,6 @@ TF_INLINE void linear_tile(const LinearArgs& a, const Weights& weights, int64_t 
   store_tile<W, kRows, kCols>(a, acc, row0, col0);
 }
 
-// acc + the products of 16 pairs of bf16 (odd input first): the instruction written out for the
-// reason madd() gives, and by value as madd() is, so the accumulators stay in registers.
-TF_INLINE Lanes<16> bf16_dot_add(const Lanes<16>& acc, const Native<16>::u32& x_pairs, const Native<16>::u32& w_pairs) {
-  Lanes<16> result = acc;
-  asm("vdpbf16ps %2, %1, %0" : "+v"(result.part[0]) : "v"(x_pairs), "v"(w_pairs));
-  return result;
-}
-
 // The bf16 dot-product tile: rows of x in bf16, weights as stored, no decoding; its target function
 // is bf16_dot_column_blocks.
 template <int kRows, int kCols>
@@ -371,7 +354,7 @@ TF_INLINE void bf16_dot_tile(const LinearArgs& a, const Bf16Weights& weights, in
     for (int c = 0; c < kCols; ++c) {
       const Words w_words = load_vector<Words>(is_tail ? tails[c] : w_rows[c] + k);
 #pragma GCC unroll 8
-      for (int r = 0; r < kRows; ++r) acc[r][c] = bf16_dot_add(acc[r][c], x_words[r], w_words);
+      for (int r = 0; r < kRows; ++r) acc[r][c].part[0] = bf16_dot_add(acc[r][c].part[0], x_words[r], w_words);
     }
   }
   store_tile<16, kRows, kCols>(a, acc, row0, col0);
@@ -562,13 +545,6 @@ void order_rows(const float* x, int64_t n_rows, int64_t k, int64_t k_padded, flo
   }
 }
 
-// One f32 word per lane rounded to bf16 in its high half (to nearest even; a NaN stays a NaN), as
-// f32_to_bf16 rounds.
-TF_INLINE Native<16>::u32 round_to_bf16_high(const Native<16>::u32& u) {
-  const auto is_nan = (u & 0x7fffffffu) > 0x7f800000u;
-  return is_nan ? (u | 0x00400000u) : u + 0x7fffu + ((u >> 16) & 1u);
-}
-
 // x [n_rows][k] rounded to bf16 into [n_rows][k_padded] in input order, zero past k: what the bf16
 // dot-product tiles read.
 __attribute__((target("avx512f"))) void round_rows_to_bf16(const float* x, int64_t begin, int64_t end, int64_t k,
@@ -579,11 +555,7 @@ __attribute__((target("avx512f"))) void round_rows_to_bf16(const float* x, int64
     uint16_t* row = out + r * k_padded;
     int64_t i = 0;
     for (; i + kBlock <= k; i += kBlock) {
-      const Words first = round_to_bf16_high(load_vector<Words>(in + i));
-      const Words second = round_to_bf16_high(load_vector<Words>(in + i + kLanes));
-      const Words even = even_elements(first, second, std::make_index_sequence<16>());
-      const Words odd = odd_elements(first, second, std::make_index_sequence<16>());
-      const Words pairs = (even >> 16) | (odd & 0xffff0000u);
+      const Words pairs = bf16_pairs(in + i);
       std::memcpy(row + i, &pairs, sizeof pairs);
     }
     for (; i < k; ++i) row[i] = f32_to_bf16(in[i]);

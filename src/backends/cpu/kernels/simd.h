@@ -327,6 +327,40 @@ void run_simd_generic(const Body& body) {
   body.template operator()<kGenericWidth>();
 }
 
+template <class Vector, size_t... J>
+TF_INLINE Vector even_elements(const Vector& a, const Vector& b, std::index_sequence<J...>) {
+  return __builtin_shufflevector(a, b, int(2 * J)...);
+}
+template <class Vector, size_t... J>
+TF_INLINE Vector odd_elements(const Vector& a, const Vector& b, std::index_sequence<J...>) {
+  return __builtin_shufflevector(a, b, int(2 * J + 1)...);
+}
+
+// One f32 word per lane rounded to bf16 in its high half (to nearest even; a NaN stays a NaN), as
+// f32_to_bf16 rounds.
+TF_INLINE Native<16>::u32 round_to_bf16_high(const Native<16>::u32& u) {
+  const auto is_nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return is_nan ? (u | 0x00400000u) : u + 0x7fffu + ((u >> 16) & 1u);
+}
+
+// 32 consecutive floats as 16 words of bf16 pairs, element 2i in word i's low half and 2i + 1 in
+// its high half: the operand layout of the AVX-512 BF16 dot product.
+TF_INLINE Native<16>::u32 bf16_pairs(const float* p) {
+  using Words = Native<16>::u32;
+  const Words first = round_to_bf16_high(load_vector<Words>(p));
+  const Words second = round_to_bf16_high(load_vector<Words>(p + kLanes));
+  const Words even = even_elements(first, second, std::make_index_sequence<16>());
+  const Words odd = odd_elements(first, second, std::make_index_sequence<16>());
+  return (even >> 16) | (odd & 0xffff0000u);
+}
+
+// acc + the products of 16 pairs of bf16, lane by lane (the pair's two exact products added in
+// turn): the instruction written out for the reason madd() gives. Only avx512_bf16 code calls it.
+TF_INLINE Native<16>::f32 bf16_dot_add(Native<16>::f32 acc, const Native<16>::u32& a, const Native<16>::u32& b) {
+  asm("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+}
+
 // Calls body.template operator()<W>() compiled for simd_level().
 template <class Body>
 void run_with_simd_level(const Body& body) {
