@@ -87,6 +87,9 @@ void Qwen35CudaModel::upload_pass(const std::vector<DeltaNetLane>& lanes, const 
     drop_graphs();
     prepared_ = DeviceBuffer<float>(size_t(prepared_floats + prepared_floats / 2));
   }
+  // The staging buffer may still feed the copy of the last pass enqueued without a host sync (a
+  // fold for a kept state between rounds): the host must not overwrite it before that copy lands.
+  stream_.synchronize();
   std::memcpy(pass_staging_.data(), lanes.data(), lanes.size() * sizeof(DeltaNetLane));
   std::memcpy(pass_staging_.data() + lane_bytes, ints.data(), ints.size() * sizeof(int32_t));
   TF_CUDA_CHECK(cudaMemcpyAsync(pass_data_.data(), pass_staging_.data(), n_bytes, cudaMemcpyHostToDevice,
