@@ -133,7 +133,7 @@ struct Engine::Impl {
   // round_rows.cpp
   void pack_rows(RoundRows& rows);
   void draft_tree(Lane& lane, int64_t max_rows);
-  void shape_trees(const std::vector<Lane*>& decoding);
+  void shape_trees(const std::vector<Lane*>& decoding, double drafting_seconds);  // this round's proposers' time
   void add_decode_rows(Lane& lane, RoundRows& rows);
   void add_prefill_rows(Lane& lane, int64_t max_rows, RoundRows& rows);
   void draw_blocks(Lane& lane, int64_t n_positions);

@@ -26,7 +26,7 @@ void Engine::Impl::pack_rows(RoundRows& rows) {
     decoding.push_back(lane.get());
   }
   rows.drafting_seconds = std::chrono::duration<double>(EngineClock::now() - drafting_start).count();
-  if (options.window_policy == WindowPolicy::measured) shape_trees(decoding);
+  if (options.window_policy == WindowPolicy::measured) shape_trees(decoding, rows.drafting_seconds);
   auto place = [&](Lane& lane, bool is_decode) {
     const int64_t first = int64_t(rows.batch.rows.size());
     if (is_decode) {
@@ -56,7 +56,7 @@ void Engine::Impl::draft_tree(Lane& lane, int64_t max_rows) {
 // parent comes first, so the kept nodes of each lane form a tree. A lane due a probe
 // (LaneSpeculation::is_probe_due) keeps its whole tree, and so does a replay: it forces an
 // acceptance length, which is what it measures.
-void Engine::Impl::shape_trees(const std::vector<Lane*>& decoding) {
+void Engine::Impl::shape_trees(const std::vector<Lane*>& decoding, double drafting_seconds) {
   auto keeps_whole_tree = [](const Lane& lane) {
     return lane.speculation->is_probe_due() || !lane.request.draft.replay.empty();
   };
@@ -81,7 +81,7 @@ void Engine::Impl::shape_trees(const std::vector<Lane*>& decoding) {
   std::vector<double> chances(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) chances[i] = candidates[i].chance;
   RoundCostModel cost = row_cost.model();
-  cost.fixed_seconds += round_rows.drafting_seconds;
+  cost.fixed_seconds += drafting_seconds;
   if (options.assumed_round_cost.is_known()) cost = options.assumed_round_cost;
   const size_t n_kept = size_t(best_node_count(cost, chances, int64_t(decoding.size()), n_whole_rows));
   if (n_kept == candidates.size()) return;
