@@ -60,6 +60,9 @@ int main(int argc, char** argv) {
       {"T=1 top_p=0.9", {1.0f, 0, 0.9f, 0.0f, 0, 0}},
       {"T=0.7 top_k=40 top_p=0.9 min_p=0.05", {0.7f, 40, 0.9f, 0.05f, 0, 0}},
       {"T=1.5 top_p=0.95", {1.5f, 0, 0.95f, 0.0f, 0, 0}},
+      {"T=0.6 top_k=20 top_p=0.95 (Qwen's advice)", {0.6f, 20, 0.95f, 0.0f, 0, 0}},
+      {"T=1 top_k=256", {1.0f, 256, 1.0f, 0.0f, 0, 0}},
+      {"T=1 top_k=1000 top_p=0.9", {1.0f, 1000, 0.9f, 0.0f, 0, 0}},
   };
   cudaEvent_t start, stop;
   TF_CUDA_CHECK(cudaEventCreate(&start));

@@ -75,11 +75,12 @@ std::vector<float> lm_like_logits(int64_t n_vocab, std::mt19937& rng) {
   return logits;
 }
 
-// Temperature 0.7/1/1.5 x top_k 0/1/40/5000 x top_p 1/0.9/0.5 x min_p 0/0.05, seeds and positions random.
+// Temperature 0.7/1/1.5 x top_k 0/1/20/40/256/257/5000 (up to 256 the row gathers into one block)
+// x top_p 1/0.9/0.5 x min_p 0/0.05, seeds and positions random.
 std::vector<GpuSamplingRow> parameter_grid(std::mt19937_64& rng) {
   std::vector<GpuSamplingRow> grid;
   for (float temperature : {0.7f, 1.0f, 1.5f})
-    for (int32_t top_k : {0, 1, 40, 5000})
+    for (int32_t top_k : {0, 1, 20, 40, 256, 257, 5000})
       for (float top_p : {1.0f, 0.9f, 0.5f})
         for (float min_p : {0.0f, 0.05f}) grid.push_back({temperature, top_k, top_p, min_p, rng(), rng() % 100000});
   return grid;
