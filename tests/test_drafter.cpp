@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -327,6 +328,57 @@ TEST(DrafterProposer, GreedyChainAndRootSiblings) {
   EXPECT_EQ(again.tokens, tree.tokens);
 }
 
+// A long run of held taps (a long prompt, in prefill-sized chunks) is caught up on as a window:
+// the newest kMostHeldTaps, at positions counted from the window's start, and the block the
+// proposer drafts is bit for bit the one a context of just those taps gives. Taps re-sent from
+// before the window start it again there.
+TEST(DrafterProposer, CatchesUpOnAWindowOfTheNewestTaps) {
+  TempDir dir;
+  auto model = load_model(test::fixture_model(kTarget), {});
+  const ModelConfig& c = model->config();
+  write_random_drafter(dir.path, c, 29);
+  auto drafter = std::make_shared<CpuDFlashDrafter>(dir.path, c, target_weights(*model).embed_tokens, target_weights(*model).lm_head, 2);
+  const int64_t width = drafter->config().tap_width();
+  const std::vector<int32_t> ids = random_ids(size_t(3 * kMostHeldTaps), c.vocab_size, 30);
+  const auto n_taps = int64_t(ids.size()) - 1;  // the root has none yet
+  std::vector<float> taps(size_t(n_taps * width));
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& tap : taps) tap = normal(rng);
+
+  DrafterProposer proposer(drafter);
+  for (int64_t first = 0; first < n_taps; first += 259) {
+    proposer.observe_taps(first, taps.data() + first * width, std::min<int64_t>(259, n_taps - first));
+    EXPECT_LE(proposer.n_taps_held(), 2 * kMostHeldTaps) << "held after position " << first;
+  }
+  EXPECT_EQ(proposer.n_context(), n_taps);
+  LaneHistory history{ids, int64_t(ids.size())};
+  DraftTree tree;
+  proposer.propose(history, 16, &tree);
+  ASSERT_GT(tree.size(), 0);
+  EXPECT_EQ(proposer.first_position(), n_taps - kMostHeldTaps);
+  EXPECT_EQ(proposer.n_taps_held(), 0);
+  const int64_t n_vocab = c.vocab_size;
+  std::vector<float> windowed(size_t(2 * n_vocab)), alone(size_t(2 * n_vocab));
+  for (int64_t j = 0; j < 2; ++j) drafter->block_logits(j, windowed.data() + j * n_vocab);
+
+  DrafterContext context;
+  drafter->append_context(context, taps.data() + (n_taps - kMostHeldTaps) * width, kMostHeldTaps);
+  drafter->run_block(context, ids.back(), kMostHeldTaps);
+  for (int64_t j = 0; j < 2; ++j) drafter->block_logits(j, alone.data() + j * n_vocab);
+  EXPECT_EQ(0, std::memcmp(windowed.data(), alone.data(), windowed.size() * sizeof(float)));
+
+  // Taps re-sent from before the window start it again there; drafting, it keeps the newest window.
+  const int64_t restart = n_taps - kMostHeldTaps - 10;
+  proposer.observe_taps(restart, taps.data() + restart * width, n_taps - restart);
+  EXPECT_EQ(proposer.first_position(), restart);
+  EXPECT_EQ(proposer.n_context(), n_taps);
+  DraftTree again;
+  proposer.propose(history, 16, &again);
+  EXPECT_EQ(proposer.first_position(), n_taps - kMostHeldTaps);
+  EXPECT_EQ(again.tokens, tree.tokens);
+}
+
 // An engine's speculation with gates on and a random drafter as its only proposer.
 struct GatedDrafter {
   std::shared_ptr<Model> model = load_model(test::fixture_model(kTarget), {});
@@ -409,6 +461,40 @@ TEST(DrafterProposer, LanesStartedTogetherShareOneWarmUp) {
   DraftTree tree;
   waiting->draft(history, 16, costs, &tree);
   EXPECT_EQ(tree.size(), 0) << "the engine's warm-up is over and the drafter does not pay";
+}
+
+// One lane at a time warms the engine's gate up: while the first lane that drafted is in its
+// warm-up, lanes that started beside it draft nothing; once its uses pay, they draft at once, and
+// a warm-up whose lane ends is taken over by the next lane that drafts.
+TEST(DrafterProposer, OneLaneWarmsTheGateUpForItsNeighbours) {
+  GatedDrafter engine(27);
+  const std::vector<int32_t> ids = random_ids(30, engine.model->config().vocab_size, 28);
+  const std::vector<float> taps(size_t(int64_t(ids.size()) * engine.drafter->config().tap_width()), 0.25f);
+  const RoundCosts costs{1.0, 0.0001};  // a plain round dearer than any use: an accepted token pays
+  LaneHistory history{ids, int64_t(ids.size())};
+  auto lane = [&] {
+    auto made = engine.speculation->for_lane(engine.request, 16);
+    made->observe_taps(0, taps.data(), int64_t(ids.size()) - 1, costs);
+    return made;
+  };
+  auto draft = [&](LaneSpeculation& speculation) {
+    DraftTree tree;
+    speculation.draft(history, 16, costs, &tree);
+    if (tree.size() > 0) speculation.record_accepted(tree, {0}, costs);  // the chain's head accepted
+    return tree.size();
+  };
+
+  auto first = lane();
+  auto second = lane();
+  ASSERT_GT(draft(*first), 0) << "the first lane to draft warms the gate up";
+  EXPECT_EQ(draft(*second), 0) << "its neighbour waits for the verdict";
+  first.reset();  // the warming lane ends one use into the warm-up
+  auto third = lane();
+  for (int64_t use = 1; use < ProposerGate::kWarmupUses; ++use) {
+    ASSERT_GT(draft(*second), 0) << "the next lane that drafts takes the warm-up over, use " << use;
+    if (use + 1 < ProposerGate::kWarmupUses) EXPECT_EQ(draft(*third), 0) << "still warming up, use " << use;
+  }
+  EXPECT_GT(draft(*third), 0) << "the warm-up is over and the drafter pays";
 }
 
 // The PyTorch reference (tools/train/make_drafter_fixture.py, dflash.py): the target's taps and

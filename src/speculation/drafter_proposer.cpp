@@ -11,15 +11,34 @@ DrafterProposer::DrafterProposer(std::shared_ptr<DFlashDrafter> drafter, Drafter
 
 void DrafterProposer::observe(const LaneHistory&) {}
 
+void DrafterProposer::LaneContext::truncate(int64_t n) {
+  if (n > proposer.first_position_) {
+    proposer.context_.truncate(n - proposer.first_position_);
+    return;
+  }
+  proposer.context_.truncate(0);  // the window starts again at n
+  proposer.first_position_ = n;
+}
+
 void DrafterProposer::observe_taps(int64_t first_position, const float* taps, int64_t n_tokens) {
-  pending_.observe(context_, first_position, taps, n_tokens);
-  if (pending_.n_tokens_held() >= kMostHeldTaps) append_held();
+  LaneContext lane_context{*this};
+  pending_.observe(lane_context, first_position, taps, n_tokens);
+  if (pending_.n_tokens_held() > 2 * kMostHeldTaps) keep_newest(kMostHeldTaps);
 }
 
 void DrafterProposer::retire() {
   is_retired_ = true;
   context_ = DrafterContext();
+  first_position_ = 0;
   pending_.clear();
+}
+
+void DrafterProposer::keep_newest(int64_t n_kept) {
+  const int64_t n_dropped = pending_.n_tokens_held() - n_kept;
+  if (n_dropped <= 0) return;
+  first_position_ += context_.size() + n_dropped;
+  context_.truncate(0);
+  pending_.drop_first(n_dropped);
 }
 
 void DrafterProposer::append_held() {
@@ -31,10 +50,11 @@ void DrafterProposer::append_held() {
 void DrafterProposer::propose(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) {
   const int64_t position = int64_t(history.tokens.size()) - 1;
   if (is_retired_ || position < 0 || tree->size() >= max_nodes || n_context() < position) return;
+  if (pending_.n_tokens_held() > kMostHeldTaps) keep_newest(kMostHeldTaps);
   append_held();
   const int64_t n_chain = std::min(options_.max_chain, drafter_->n_block_logits());
   if (n_chain <= 0) return;
-  drafter_->run_block(context_, history.tokens.back(), position);
+  drafter_->run_block(context_, history.tokens.back(), position - first_position_);
 
   // Rows past the confident prefix are never read (on the CPU their LM head is never computed).
   std::vector<DFlashDrafter::Guess> first = drafter_->block_top(0, options_.n_root_candidates);

@@ -6,9 +6,14 @@
 //      (Speculation::tap_layers, Model::set_tap_layers).
 //   2. After each round's commit the engine hands every proposer that wants_taps() the taps of the
 //      rows whose K/V became the lane's history this round (Proposer::observe_taps). They are held
-//      (PendingTaps) and appended in one batch when the proposer next drafts, or once
-//      kMostHeldTaps are held (each entry depends on its own row alone, so the batching changes
-//      no entry); with gates on and its gate closed, it retires from the lane there instead.
+//      (PendingTaps) and appended in one batch when the proposer next drafts (each entry depends on
+//      its own row alone, so the batching changes no entry); with gates on and its gate closed, it
+//      retires from the lane once it would hold more than kMostHeldTaps.
+//   A window bounds what catching up costs: when more than kMostHeldTaps taps are held as it
+//   drafts (a long prompt, or a long run another proposer's drafts filled), the context restarts
+//   with the newest kMostHeldTaps of them, and it never holds more than twice that. Positions
+//   are counted from the window's start: attention with rotary positions depends only on the
+//   distance between positions, so the window drafts as a context of just those tokens would.
 //   3. The lane's last token (the target's own next token) has no taps yet: it is the block's
 //      first token, and its taps arrive next round, when it has been forwarded as the root.
 // When the context does not cover every position before the root (a prefix restored from a cache
@@ -50,15 +55,26 @@ class DrafterProposer final : public Proposer {
   void propose(const LaneHistory& history, int64_t max_nodes, DraftTree* tree) override;
   int64_t n_taps_held() const override { return pending_.n_tokens_held(); }
   void retire() override;
-  // Positions with taps: appended to the drafter's context, or held for it.
-  int64_t n_context() const { return context_.size() + pending_.n_tokens_held(); }
+  // Positions with taps (up to the last one): appended to the drafter's context, or held for it.
+  int64_t n_context() const { return first_position_ + context_.size() + pending_.n_tokens_held(); }
+  // The first lane position the drafter's context (or, while it is empty, the held taps) covers.
+  int64_t first_position() const { return first_position_; }
 
  private:
+  // The drafter's context seen in lane positions, for PendingTaps.
+  struct LaneContext {
+    DrafterProposer& proposer;
+    int64_t size() const { return proposer.first_position_ + proposer.context_.size(); }
+    void truncate(int64_t n);
+  };
+  // Restarts the context with the newest `n_kept` held taps.
+  void keep_newest(int64_t n_kept);
   void append_held();
 
   std::shared_ptr<DFlashDrafter> drafter_;
   DrafterProposerOptions options_;
-  DrafterContext context_;
+  DrafterContext context_;  // entry i is lane position first_position_ + i
+  int64_t first_position_ = 0;
   PendingTaps pending_;
   bool is_retired_ = false;
 };

@@ -51,6 +51,16 @@ LaneSpeculation::LaneSpeculation(Speculation& owner, std::vector<std::unique_ptr
     gates_[kind] = is_probe_lane ? owner_.gates_[kind].for_probe_lane() : owner_.gates_[kind].for_new_lane();
 }
 
+LaneSpeculation::~LaneSpeculation() {
+  for (const LaneSpeculation*& lane : owner_.warming_lanes_)
+    if (lane == this) lane = nullptr;
+}
+
+bool LaneSpeculation::waits_for_warm_up(size_t kind) const {
+  const LaneSpeculation* warming = owner_.warming_lanes_[kind];
+  return warming != nullptr && warming != this && owner_.gates_[kind].is_warming_up();
+}
+
 void LaneSpeculation::draft(const LaneHistory& history, int64_t max_nodes, const RoundCosts& costs,
                             DraftTree* tree) {
   using Clock = std::chrono::steady_clock;
@@ -67,14 +77,20 @@ void LaneSpeculation::draft(const LaneHistory& history, int64_t max_nodes, const
       gates_[kind] = owner_.gates_[kind].for_new_lane();
     if (!owner_.options_.settings.gate_proposers || !proposer->is_gated()) {
       proposer->propose(history, max_nodes, tree);
+    } else if (waits_for_warm_up(kind)) {
+      continue;
     } else if (!gates_[kind].should_run(costs.plain_round_seconds)) {
       gates_[kind].record_skip();
     } else {
       // A use costs the proposer's own time, and a verified row for every node of it the round
       // verifies (added in record_accepted: shaping or a grammar may cut some).
       const auto start = Clock::now();
+      const int64_t n_before = tree->size();
       proposer->propose(history, max_nodes, tree);
       use_seconds_[kind] = std::chrono::duration<double>(Clock::now() - start).count();
+      // The first lane whose proposer drafts in the engine's warm-up warms it up alone.
+      if (tree->size() > n_before && owner_.gates_[kind].is_warming_up() && owner_.warming_lanes_[kind] == nullptr)
+        owner_.warming_lanes_[kind] = this;
     }
   }
 }

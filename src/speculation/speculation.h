@@ -76,6 +76,9 @@ class Speculation {
   friend class LaneSpeculation;
   SpeculationOptions options_;
   std::array<ProposerGate, kProposerKinds> gates_;  // every lane's uses, by ProposerKind
+  // The lane whose uses warm each gate up; null: none yet. Lanes that start together would
+  // otherwise each pay a warm-up (and its context's catch-up) for one verdict.
+  std::array<const LaneSpeculation*, kProposerKinds> warming_lanes_{};
   AcceptanceByDepth acceptance_;                    // every lane's rounds: where a new lane starts
   int64_t n_lanes_ = 0;
 };
@@ -84,6 +87,9 @@ class Speculation {
 class LaneSpeculation {
  public:
   LaneSpeculation(Speculation& owner, std::vector<std::unique_ptr<Proposer>> proposers);
+  ~LaneSpeculation();
+  LaneSpeculation(const LaneSpeculation&) = delete;
+  LaneSpeculation& operator=(const LaneSpeculation&) = delete;
 
   bool is_off() const { return proposers_.empty(); }
   // Clears the tree and fills it with at most max_nodes nodes continuing history.tokens.back().
@@ -107,6 +113,10 @@ class LaneSpeculation {
   void record_accepted(const DraftTree& tree, const std::vector<int32_t>& accepted_nodes, const RoundCosts& costs);
 
  private:
+  // While the engine's gate for `kind` warms up, one lane drafts for it and the others wait for
+  // its verdict (then take the engine's averages).
+  bool waits_for_warm_up(size_t kind) const;
+
   Speculation& owner_;
   std::vector<std::unique_ptr<Proposer>> proposers_;
   std::array<ProposerGate, kProposerKinds> gates_;  // by ProposerKind; used for the gated kinds
