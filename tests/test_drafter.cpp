@@ -243,12 +243,24 @@ TEST(TokenGuess, TopTokensAndTheirProbabilities) {
   }
 }
 
-TEST(DrafterProposer, GreedyChainAndRootSiblings) {
+// The test target and a random drafter for it.
+struct RandomDrafter {
+  std::shared_ptr<Model> model = load_model(test::fixture_model(kTarget), {});
   TempDir dir;
-  auto model = load_model(test::fixture_model(kTarget), {});
+  std::shared_ptr<CpuDFlashDrafter> drafter;
+
+  explicit RandomDrafter(uint32_t seed) {
+    write_random_drafter(dir.path, model->config(), seed);
+    drafter = std::make_shared<CpuDFlashDrafter>(dir.path, model->config(), target_weights(*model).embed_tokens,
+                                                 target_weights(*model).lm_head, 2);
+  }
+};
+
+TEST(DrafterProposer, GreedyChainAndRootSiblings) {
+  RandomDrafter random(21);
+  const std::shared_ptr<Model>& model = random.model;
+  const std::shared_ptr<CpuDFlashDrafter>& drafter = random.drafter;
   const ModelConfig& c = model->config();
-  write_random_drafter(dir.path, c, 21);
-  auto drafter = std::make_shared<CpuDFlashDrafter>(dir.path, c, target_weights(*model).embed_tokens, target_weights(*model).lm_head, 2);
   const auto& layer_ids = drafter->config().target_layer_ids;
   model->set_tap_layers({layer_ids.begin(), layer_ids.end()});
   std::vector<int32_t> ids = random_ids(30, c.vocab_size, 22);
@@ -333,11 +345,9 @@ TEST(DrafterProposer, GreedyChainAndRootSiblings) {
 // proposer drafts is bit for bit the one a context of just those taps gives. Taps re-sent from
 // before the window start it again there.
 TEST(DrafterProposer, CatchesUpOnAWindowOfTheNewestTaps) {
-  TempDir dir;
-  auto model = load_model(test::fixture_model(kTarget), {});
-  const ModelConfig& c = model->config();
-  write_random_drafter(dir.path, c, 29);
-  auto drafter = std::make_shared<CpuDFlashDrafter>(dir.path, c, target_weights(*model).embed_tokens, target_weights(*model).lm_head, 2);
+  RandomDrafter random(29);
+  const std::shared_ptr<CpuDFlashDrafter>& drafter = random.drafter;
+  const ModelConfig& c = random.model->config();
   const int64_t width = drafter->config().tap_width();
   const std::vector<int32_t> ids = random_ids(size_t(3 * kMostHeldTaps), c.vocab_size, 30);
   const auto n_taps = int64_t(ids.size()) - 1;  // the root has none yet
@@ -380,17 +390,11 @@ TEST(DrafterProposer, CatchesUpOnAWindowOfTheNewestTaps) {
 }
 
 // An engine's speculation with gates on and a random drafter as its only proposer.
-struct GatedDrafter {
-  std::shared_ptr<Model> model = load_model(test::fixture_model(kTarget), {});
-  TempDir dir;
-  std::shared_ptr<CpuDFlashDrafter> drafter;
+struct GatedDrafter : RandomDrafter {
   std::unique_ptr<Speculation> speculation;
   DraftRequest request;
 
-  explicit GatedDrafter(uint32_t seed) {
-    write_random_drafter(dir.path, model->config(), seed);
-    drafter = std::make_shared<CpuDFlashDrafter>(dir.path, model->config(), target_weights(*model).embed_tokens,
-                                                 target_weights(*model).lm_head, 2);
+  explicit GatedDrafter(uint32_t seed) : RandomDrafter(seed) {
     SpeculationOptions options;
     options.drafter = drafter;
     options.settings.gate_proposers = true;

@@ -42,7 +42,11 @@ TEST(EngineFlags, DefaultsAreTheEngineAndLoadDefaults) {
   const EngineOptions defaults;
   ASSERT_TRUE(options.engine.has_value());
   EXPECT_EQ(options.engine->lane_policy, LanePolicy::automatic);
-  EXPECT_EQ(options.engine->window_policy, WindowPolicy::fixed);
+  // Windows by device: measured on the CPU (the default device), fixed on a GPU.
+  EXPECT_EQ(options.engine->window_policy, WindowPolicy::measured);
+  EXPECT_EQ(parse_window_policy("auto", "cuda"), WindowPolicy::fixed);
+  EXPECT_EQ(parse_window_policy("measured", "cuda"), WindowPolicy::measured);
+  EXPECT_EQ(parse_window_policy("fixed", "cpu"), WindowPolicy::fixed);
   EXPECT_EQ(options.engine->prefill_chunk, defaults.prefill_chunk);
   EXPECT_EQ(options.engine->max_rows_per_round, defaults.max_rows_per_round);
   EXPECT_EQ(options.engine->lane_window, defaults.lane_window);
@@ -140,7 +144,7 @@ TEST(EngineFlags, BadValuesSayWhatToChange) {
   };
   expect_message({"--lanes", "2"}, "--lanes (TF_LANES) must be auto, 0");
   expect_message({"--lanes", "yes"}, "got 'yes'");
-  expect_message({"--windows", "wide"}, "--windows (TF_WINDOWS) must be measured");
+  expect_message({"--windows", "wide"}, "--windows (TF_WINDOWS) must be auto");
   expect_message({"--cuda-graphs", "maybe"}, "--cuda-graphs (TF_CUDA_GRAPHS) must be on or off (1 or 0); got 'maybe'");
   expect_message({"--cuda-pdl", "true"}, "--cuda-pdl (TF_CUDA_PDL) must be on or off");
   expect_message({"--bf16-dot", "auto"}, "--bf16-dot (TF_BF16_DOT) must be on or off (1 or 0); got 'auto'");

@@ -109,7 +109,8 @@ void run_spec_bench(const SpecBenchFlags& flags) {
          << "\n\n"
          << "- command: `tensorfold spec-bench --device " << device << " --model " << flags.engine.model_dir
          << " --drafter " << (stack->facts().uses_mtp ? "mtp" : drafter_dir.empty() ? "none" : drafter_dir) << " --waves " << flags.waves
-         << " --max-tokens " << flags.max_tokens << " --lanes " << flags.engine.lanes << " --windows " << flags.engine.windows << "`\n"
+         << " --max-tokens " << flags.max_tokens << " --lanes " << flags.engine.lanes << " --windows "
+         << window_policy_flag(parse_window_policy(flags.engine.windows, device)) << "`\n"
          << "- commit: " << receipt_commit() << "\n- machine: " << receipt_machine() << "\n"
          << "- decode tok/s per wave = completion tokens of all streams / the slowest stream's decode time;"
             " medians and ranges over " << flags.waves << " waves (plus one warm-up wave, discarded)\n"

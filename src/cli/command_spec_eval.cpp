@@ -151,7 +151,7 @@ void run_spec_eval(const SpecEvalFlags& flags) {
          << flags.drafter_tree.min_path_probability << " --drafter-root-candidates "
          << flags.drafter_tree.n_root_candidates << " --lone-window " << engine_options.lone_window
          << " --most-lone-window " << engine_options.most_lone_window << " --min-confident-match " << knobs.min_confident_match
-         << " --lanes " << knobs.lanes << " --windows " << knobs.windows << "`\n"
+         << " --lanes " << knobs.lanes << " --windows " << window_policy_flag(engine_options.window_policy) << "`\n"
          << "- cases: " << flags.cases_file << "\n- commit: " << receipt_commit() << "\n- machine: " << receipt_machine()
          << "\n- greedy; all cases of a kind submitted at once to an engine of N lanes; tok/s = completion tokens"
             " / wall time from the first submit to the last reply (prefill included)\n"

@@ -30,11 +30,17 @@ LanePolicy parse_lane_policy(const std::string& text) {
        "shared lanes); got '" + text + "'.");
 }
 
-WindowPolicy parse_window_policy(const std::string& text) {
-  if (text == "fixed" || text.empty()) return WindowPolicy::fixed;
+WindowPolicy parse_window_policy(const std::string& text, const std::string& device) {
+  if (text == "auto" || text.empty()) return device == "cpu" ? WindowPolicy::measured : WindowPolicy::fixed;
+  if (text == "fixed") return WindowPolicy::fixed;
   if (text == "measured") return WindowPolicy::measured;
-  fail("--windows (TF_WINDOWS) must be measured (each round verifies the rows whose expected tokens pay "
-       "for their cost) or fixed (the whole window, doubled by full acceptance); got '" + text + "'.");
+  fail("--windows (TF_WINDOWS) must be auto (measured on the CPU, fixed on a GPU), measured (each round "
+       "verifies the rows whose expected tokens pay for their cost) or fixed (the whole window, doubled by "
+       "full acceptance); got '" + text + "'.");
+}
+
+const char* window_policy_flag(WindowPolicy policy) {
+  return policy == WindowPolicy::measured ? "measured" : "fixed";
 }
 
 void CudaLaunchFlags::apply_to(ModelLoadOptions& options) const {
@@ -68,8 +74,9 @@ void add_engine_flags(CLI::App& command, EngineFlags& flags) {
       ->envname("TF_LANES")->capture_default_str();
   command.add_option("--windows", flags.windows,
                      "Rows verified within that window: measured (each round, those whose expected accepted tokens "
-                     "per second pay for them, from the measured round cost and acceptance by depth) or fixed "
-                     "(the whole window, doubled after each round whose window was accepted)")
+                     "per second pay for them, from the measured round cost and acceptance by depth), fixed "
+                     "(the whole window, doubled after each round whose window was accepted) or auto (measured "
+                     "on the CPU, fixed on a GPU)")
       ->envname("TF_WINDOWS")->capture_default_str();
   add_cuda_launch_flags(command, flags.cuda);
   command.add_option("--prefill-chunk", flags.prefill_chunk, "Most prompt rows of one request per round")
@@ -157,7 +164,7 @@ ServingOptions serving_options(const EngineFlags& flags, EngineOptions engine) {
   engine.kv_pool_fraction = flags.kv_pool_fraction;
   engine.prompt_cache = !flags.no_prompt_cache;
   engine.lane_policy = parse_lane_policy(flags.lanes);
-  engine.window_policy = parse_window_policy(flags.windows);
+  engine.window_policy = parse_window_policy(flags.windows, flags.device);
   engine.prefill_chunk = flags.prefill_chunk;
   engine.max_rows_per_round = flags.max_rows_per_round;
   engine.lane_window = flags.lane_window;

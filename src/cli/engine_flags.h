@@ -38,7 +38,7 @@ struct EngineFlags {
   std::string bf16_dot = "on";  // --bf16-dot: on | off
   int n_threads = 0;
   std::string lanes = "auto";       // auto | 0 (the lone driver) | 1 (lanes)
-  std::string windows = "fixed";  // fixed | measured
+  std::string windows = "auto";     // auto (by device) | fixed | measured
   CudaLaunchFlags cuda;
   int64_t prefill_chunk = EngineOptions{}.prefill_chunk;
   int64_t max_rows_per_round = EngineOptions{}.max_rows_per_round;
@@ -65,7 +65,12 @@ ServingOptions serving_options(const EngineFlags& flags, EngineOptions engine);
 
 // "auto" / "0" / "1" (--lanes, TF_LANES); throws tf::Error on anything else.
 LanePolicy parse_lane_policy(const std::string& text);
-// "measured" / "fixed" (--windows, TF_WINDOWS); throws tf::Error on anything else.
-WindowPolicy parse_window_policy(const std::string& text);
+// "auto" / "measured" / "fixed" (--windows, TF_WINDOWS) on `device`; throws tf::Error on anything
+// else. auto: measured on the CPU, where a verified row costs a good share of a round, and fixed on
+// a GPU, where rows are nearly free and shaping measured slower on held-out prose at four streams
+// (bench/receipts/cpu-windows-measured-default.md).
+WindowPolicy parse_window_policy(const std::string& text, const std::string& device);
+// The --windows value that gives `policy`, for receipts.
+const char* window_policy_flag(WindowPolicy policy);
 
 }  // namespace tf::cli
