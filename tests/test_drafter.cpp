@@ -468,8 +468,8 @@ TEST(DrafterProposer, LanesStartedTogetherShareOneWarmUp) {
 }
 
 // One lane at a time warms the engine's gate up: while the first lane that drafted is in its
-// warm-up, lanes that started beside it draft nothing; once its uses pay, they draft at once, and
-// a warm-up whose lane ends is taken over by the next lane that drafts.
+// warm-up, lanes that started beside it draft nothing; once its uses pay, they draft at once. A
+// warm-up whose lane stops drafting for a round, or ends, is taken over by the next lane that drafts.
 TEST(DrafterProposer, OneLaneWarmsTheGateUpForItsNeighbours) {
   GatedDrafter engine(27);
   const std::vector<int32_t> ids = random_ids(30, engine.model->config().vocab_size, 28);
@@ -492,13 +492,19 @@ TEST(DrafterProposer, OneLaneWarmsTheGateUpForItsNeighbours) {
   auto second = lane();
   ASSERT_GT(draft(*first), 0) << "the first lane to draft warms the gate up";
   EXPECT_EQ(draft(*second), 0) << "its neighbour waits for the verdict";
-  first.reset();  // the warming lane ends one use into the warm-up
+  DraftTree none;
+  first->draft(history, 0, costs, &none);  // a round in which the warming lane drafts nothing...
+  ASSERT_GT(draft(*second), 0) << "...hands the warm-up to the next lane that drafts";
+  EXPECT_EQ(draft(*first), 0) << "which keeps it while it drafts every round";
+  second.reset();  // the warming lane ends two uses into the warm-up
+  first.reset();
   auto third = lane();
-  for (int64_t use = 1; use < ProposerGate::kWarmupUses; ++use) {
-    ASSERT_GT(draft(*second), 0) << "the next lane that drafts takes the warm-up over, use " << use;
-    if (use + 1 < ProposerGate::kWarmupUses) EXPECT_EQ(draft(*third), 0) << "still warming up, use " << use;
+  auto fourth = lane();
+  for (int64_t use = 2; use < ProposerGate::kWarmupUses; ++use) {
+    ASSERT_GT(draft(*third), 0) << "the next lane that drafts takes the warm-up over, use " << use;
+    if (use + 1 < ProposerGate::kWarmupUses) EXPECT_EQ(draft(*fourth), 0) << "still warming up, use " << use;
   }
-  EXPECT_GT(draft(*third), 0) << "the warm-up is over and the drafter pays";
+  EXPECT_GT(draft(*fourth), 0) << "the warm-up is over and the drafter pays";
 }
 
 // The PyTorch reference (tools/train/make_drafter_fixture.py, dflash.py): the target's taps and

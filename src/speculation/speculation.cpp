@@ -66,8 +66,9 @@ void LaneSpeculation::draft(const LaneHistory& history, int64_t max_nodes, const
   using Clock = std::chrono::steady_clock;
   tree->clear();
   use_seconds_.fill(-1.0);
-  if (max_nodes <= 0) return;
+  std::array<bool, kProposerKinds> drafted{};  // gated kinds that added nodes this round
   for (auto& proposer : proposers_) {
+    if (max_nodes <= 0) break;
     proposer->observe(history);
     if (tree->size() >= max_nodes) continue;
     const size_t kind = size_t(proposer->kind());
@@ -88,11 +89,16 @@ void LaneSpeculation::draft(const LaneHistory& history, int64_t max_nodes, const
       const int64_t n_before = tree->size();
       proposer->propose(history, max_nodes, tree);
       use_seconds_[kind] = std::chrono::duration<double>(Clock::now() - start).count();
+      drafted[kind] = tree->size() > n_before;
       // The first lane whose proposer drafts in the engine's warm-up warms it up alone.
-      if (tree->size() > n_before && owner_.gates_[kind].is_warming_up() && owner_.warming_lanes_[kind] == nullptr)
+      if (drafted[kind] && owner_.gates_[kind].is_warming_up() && owner_.warming_lanes_[kind] == nullptr)
         owner_.warming_lanes_[kind] = this;
     }
   }
+  // A lane keeps the warm-up only while it drafts every round: one whose drafts stop (another
+  // proposer filled its window, or its context lacks taps) lets the next lane that drafts take it.
+  for (size_t kind = 0; kind < drafted.size(); ++kind)
+    if (owner_.warming_lanes_[kind] == this && !drafted[kind]) owner_.warming_lanes_[kind] = nullptr;
 }
 
 bool LaneSpeculation::wants_taps() const {
