@@ -67,8 +67,9 @@ void LaneSpeculation::draft(const LaneHistory& history, int64_t max_nodes, const
   tree->clear();
   use_seconds_.fill(-1.0);
   std::array<bool, kProposerKinds> drafted{};  // gated kinds that added nodes this round
-  for (auto& proposer : proposers_) {
-    if (max_nodes <= 0) break;
+  const size_t n_asked = max_nodes > 0 ? proposers_.size() : 0;  // a round with no room asks none
+  for (size_t p = 0; p < n_asked; ++p) {
+    Proposer* proposer = proposers_[p].get();
     proposer->observe(history);
     if (tree->size() >= max_nodes) continue;
     const size_t kind = size_t(proposer->kind());
