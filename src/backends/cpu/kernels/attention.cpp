@@ -81,19 +81,26 @@ struct ValueAccumulator<W, 0> {
   TF_INLINE void save(int64_t) const {}
 };
 
-// The largest of n scores, lane by lane first: a serial max cost a tenth of attention. The order
-// only decides between equal values (+0 and -0, whose exp is the same 1) and NaNs (whose rows
-// come out NaN either way).
-TF_INLINE float chunk_max(const float* scores, int64_t n) {
+// Scales a chunk's scores in place and returns the largest, lane by lane first (a serial max cost
+// a tenth of attention): the scores fill n_vectors whole vectors, those past the row's keys -inf.
+// The order only decides between equal values (+0 and -0, whose exp is the same 1) and NaNs (whose
+// rows come out NaN either way).
+template <int W>
+TF_INLINE float scale_and_max(float* scores, int64_t n_vectors, float scale) {
+  const Lanes<W> factor = broadcast<W>(scale);
+  Lanes<W> largest = broadcast<W>(-std::numeric_limits<float>::infinity());
+  for (int64_t v = 0; v < n_vectors; ++v) {
+    const Lanes<W> scaled = load_f32<W>(scores + v * kLanes) * factor;
+    store_f32<W>(scores + v * kLanes, scaled);
+#pragma GCC unroll 4
+    for (int p = 0; p < Lanes<W>::kParts; ++p)  // std::max(largest, scaled), lane by lane
+      largest.part[p] = largest.part[p] < scaled.part[p] ? scaled.part[p] : largest.part[p];
+  }
   float lanes[kLanes];
-  std::fill(lanes, lanes + kLanes, -std::numeric_limits<float>::infinity());
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int64_t i = 0; i < kLanes; ++i) lanes[i] = std::max(lanes[i], scores[j + i]);
-  for (; j < n; ++j) lanes[j % kLanes] = std::max(lanes[j % kLanes], scores[j]);
-  float largest = lanes[0];
-  for (int64_t i = 1; i < kLanes; ++i) largest = std::max(largest, lanes[i]);
-  return largest;
+  store_f32<W>(lanes, largest);
+  float result = lanes[0];
+  for (int64_t i = 1; i < kLanes; ++i) result = std::max(result, lanes[i]);
+  return result;
 }
 
 // Four keys' score sums for kHeads heads: the keys' addresses, zeroed per-lane sums, and their
@@ -112,13 +119,15 @@ struct FourKeys {
   }
 };
 
-// One chunk of keys (logical positions chunk .. chunk + kAttentionChunk - 1, as far as the row has
-// them) for kHeads query heads of one row that share a key-value head (a GQA group), head0 first:
-// they read the same keys and values, so each key is loaded once for all of them, and their
-// independent accumulators overlap. Every operation on a head depends only on this row's query
-// for it, its keys in logical order and head_dim, exactly as for a head alone.
+// A chunk's weights for one row: the softmax numerators exp(score - max) of the keys at logical
+// positions chunk .. chunk + n - 1 (n, returned, as far as the row has them) into p, for kHeads
+// query heads of one row that share a key-value head (a GQA group), head0 first: they read the same
+// keys, so each is loaded once for all of them. The row's running max moves to the chunk's, and
+// its sum and value accumulator are rescaled to it. Every operation on a head depends only on this
+// row's query for it, its keys in logical order and head_dim, exactly as for a head alone.
 template <int W, int kHeads, class Accumulator>
-TF_INLINE void attend_chunk(const AttentionArgs& a, int64_t row, int64_t head0, int64_t chunk, HeadState* state) {
+TF_INLINE int64_t chunk_weights(const AttentionArgs& a, int64_t row, int64_t head0, int64_t chunk, HeadState* state,
+                                float (*p)[kAttentionChunk]) {
   const int64_t head_dim = a.shape.head_dim;
   const int64_t group = a.shape.n_heads / a.shape.n_kv_heads;
   const int64_t kv_offset = (head0 / group) * a.layout.head_stride;
@@ -128,7 +137,7 @@ TF_INLINE void attend_chunk(const AttentionArgs& a, int64_t row, int64_t head0, 
   const int32_t* slots = a.key_slots[row];
   const int64_t n_in_chunk = std::min(kAttentionChunk, a.n_keys[row] - chunk);
 
-  float scores[kHeads][kAttentionChunk];
+  float (*scores)[kAttentionChunk] = p;  // scores first, then their weights in place
   int64_t j = 0;
   if constexpr (Accumulator::kVectors > 0) {
     // head_dim known at compile time: the queries stay in registers and each key is loaded once
@@ -137,6 +146,27 @@ TF_INLINE void attend_chunk(const AttentionArgs& a, int64_t row, int64_t head0, 
     Lanes<W> q[kHeads][kVectors];
     for (int h = 0; h < kHeads; ++h)
       for (int i = 0; i < kVectors; ++i) q[h][i] = load_f32<W>(query[h] + i * kLanes);
+    if constexpr (W == 16 && kHeads * kVectors <= 8) {
+      // 16 / kHeads keys at a time, where their sums and the queries fit the register file: one
+      // horizontal_sum16 (the same tree for each sum) takes half the shuffles of four sums of four.
+      constexpr int kKeys = 16 / kHeads;
+      for (; j + kKeys <= n_in_chunk; j += kKeys) {
+        Lanes<W> dots[kHeads * kKeys];
+#pragma GCC unroll 16
+        for (int t = 0; t < kKeys; ++t) {
+          const float* key = a.k_cache + int64_t(slots[chunk + j + t]) * kv_stride + kv_offset;
+          for (int h = 0; h < kHeads; ++h) dots[h * kKeys + t] = zero_lanes<W>();
+#pragma GCC unroll 8
+          for (int i = 0; i < kVectors; ++i) {
+            const Lanes<W> key_lanes = load_f32<W>(key + i * kLanes);
+            for (int h = 0; h < kHeads; ++h) dots[h * kKeys + t] = dots[h * kKeys + t] + q[h][i] * key_lanes;
+          }
+        }
+        float sums[kHeads * kKeys];
+        horizontal_sum16(dots, sums);
+        for (int h = 0; h < kHeads; ++h) std::memcpy(scores[h] + j, sums + h * kKeys, sizeof(float) * kKeys);
+      }
+    }
     for (; j + 4 <= n_in_chunk; j += 4) {
       FourKeys<W, kHeads> four(a, slots + chunk + j, kv_offset);
 #pragma GCC unroll 8
@@ -166,33 +196,66 @@ TF_INLINE void attend_chunk(const AttentionArgs& a, int64_t row, int64_t head0, 
     const float* key = a.k_cache + int64_t(slots[chunk + j]) * kv_stride + kv_offset;
     for (int h = 0; h < kHeads; ++h) scores[h][j] = dot_fixed_order<W>(query[h], key, head_dim);
   }
-  Accumulator acc[kHeads];
+  // The softmax steps run on whole vectors; the lanes past the row's keys start at -inf, stay out
+  // of the max and are never read after it.
+  const int64_t n_vectors = (n_in_chunk + kLanes - 1) / kLanes;
   for (int h = 0; h < kHeads; ++h) {
     HeadState& head = state[h];
-    for (j = 0; j < n_in_chunk; ++j) scores[h][j] = scores[h][j] * a.shape.scale;
-    const float new_max = std::max(head.running_max, chunk_max(scores[h], n_in_chunk));
+    std::fill(scores[h] + n_in_chunk, scores[h] + n_vectors * kLanes, -std::numeric_limits<float>::infinity());
+    const float new_max = std::max(head.running_max, scale_and_max<W>(scores[h], n_vectors, a.shape.scale));
     const float rescale = std::exp(head.running_max - new_max);  // 0 for the first chunk
     head.sum = head.sum * rescale;
-    acc[h].load(head.acc, head_dim);
-    acc[h].scale(rescale, head_dim);
-    for (j = 0; j < n_in_chunk; ++j) scores[h][j] = scores[h][j] - new_max;
-    exp_in_place<W>(scores[h], n_in_chunk);
+    Accumulator acc;
+    acc.load(head.acc, head_dim);
+    acc.scale(rescale, head_dim);
+    acc.save(head_dim);
+    const Lanes<W> shift = broadcast<W>(new_max);
+    for (int64_t v = 0; v < n_vectors; ++v)
+      store_f32<W>(scores[h] + v * kLanes, load_f32<W>(scores[h] + v * kLanes) - shift);
+    exp_in_place<W>(scores[h], n_vectors * kLanes);
     head.running_max = new_max;
   }
-  float sum[kHeads];
-  for (int h = 0; h < kHeads; ++h) sum[h] = state[h].sum;
-  for (j = 0; j < n_in_chunk; ++j) {
-    const float* value = a.v_cache + int64_t(slots[chunk + j]) * kv_stride + kv_offset;
+  return n_in_chunk;
+}
+
+// Adds keys first .. end - 1 of a chunk's values, weighted, to the sums and accumulators of kRows
+// rows (each its kHeads heads) that read the same values there: each value is loaded once for all
+// of them. Each row's own operations and their order are those of the row alone.
+template <int W, int kHeads, int kRows, class Accumulator>
+TF_INLINE void add_chunk_values(const AttentionArgs& a, const int32_t* slots, int64_t head0, int64_t first,
+                                int64_t end, HeadState* const (&states)[kRows],
+                                float (*const (&p)[kRows])[kAttentionChunk]) {
+  const int64_t head_dim = a.shape.head_dim;
+  const int64_t group = a.shape.n_heads / a.shape.n_kv_heads;
+  const int64_t kv_offset = (head0 / group) * a.layout.head_stride;
+  Accumulator acc[kRows][kHeads];
+  float sum[kRows][kHeads];
+  for (int r = 0; r < kRows; ++r)
     for (int h = 0; h < kHeads; ++h) {
-      const float p = scores[h][j];
-      sum[h] = sum[h] + p;
-      acc[h].add_scaled(p, value, head_dim);
+      acc[r][h].load(states[r][h].acc, head_dim);
+      sum[r][h] = states[r][h].sum;
     }
+  for (int64_t j = first; j < end; ++j) {
+    const float* value = a.v_cache + int64_t(slots[j]) * a.layout.slot_stride + kv_offset;
+    for (int r = 0; r < kRows; ++r)
+      for (int h = 0; h < kHeads; ++h) {
+        const float weight = p[r][h][j];
+        sum[r][h] = sum[r][h] + weight;
+        acc[r][h].add_scaled(weight, value, head_dim);
+      }
   }
-  for (int h = 0; h < kHeads; ++h) {
-    state[h].sum = sum[h];
-    acc[h].save(head_dim);
-  }
+  for (int r = 0; r < kRows; ++r)
+    for (int h = 0; h < kHeads; ++h) {
+      states[r][h].sum = sum[r][h];
+      acc[r][h].save(head_dim);
+    }
+}
+
+// Whether rows r0 and r1 read the same slots at logical positions chunk .. chunk + n - 1.
+TF_INLINE bool same_keys(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t chunk, int64_t n) {
+  const int32_t* s0 = a.key_slots[r0] + chunk;
+  const int32_t* s1 = a.key_slots[r1] + chunk;
+  return s0 == s1 || std::memcmp(s0, s1, size_t(n) * sizeof(int32_t)) == 0;
 }
 
 // Rows first_row .. first_row + n_rows - 1, heads head0 .. head0 + kHeads - 1, chunk by chunk.
@@ -211,9 +274,40 @@ TF_INLINE void attend_rows(const AttentionArgs& a, int64_t first_row, int64_t n_
       state[r][h] = {acc, -std::numeric_limits<float>::infinity(), 0.0f};
     }
   }
-  for (int64_t chunk = 0; chunk < most_keys; chunk += kAttentionChunk)
-    for (int64_t r = 0; r < n_rows; ++r)
-      if (chunk < a.n_keys[first_row + r]) attend_chunk<W, kHeads, Accumulator>(a, first_row + r, head0, chunk, state[r]);
+  alignas(64) float weights[2][kHeads][kAttentionChunk];
+  for (int64_t chunk = 0; chunk < most_keys; chunk += kAttentionChunk) {
+    int64_t r = 0;
+    while (r < n_rows) {
+      const int64_t row = first_row + r;
+      if (chunk >= a.n_keys[row]) {
+        ++r;
+        continue;
+      }
+      const int64_t n = chunk_weights<W, kHeads, Accumulator>(a, row, head0, chunk, state[r], weights[0]);
+      const int32_t* slots = a.key_slots[row] + chunk;
+      // Two rows take the values they share together where the register file holds both.
+      if (kHeads * Accumulator::kVectors <= 8 && Accumulator::kVectors > 0 && r + 1 < n_rows &&
+          chunk < a.n_keys[row + 1]) {
+        const int64_t n_next = chunk_weights<W, kHeads, Accumulator>(a, row + 1, head0, chunk, state[r + 1], weights[1]);
+        const int64_t n_shared = std::min(n, n_next);
+        if (same_keys(a, row, row + 1, chunk, n_shared)) {
+          add_chunk_values<W, kHeads, 2, Accumulator>(a, slots, head0, 0, n_shared, {state[r], state[r + 1]},
+                                                      {weights[0], weights[1]});
+          const int longer = n_next > n ? 1 : 0;
+          add_chunk_values<W, kHeads, 1, Accumulator>(a, a.key_slots[row + longer] + chunk, head0, n_shared,
+                                                      std::max(n, n_next), {state[r + longer]}, {weights[longer]});
+        } else {
+          add_chunk_values<W, kHeads, 1, Accumulator>(a, slots, head0, 0, n, {state[r]}, {weights[0]});
+          add_chunk_values<W, kHeads, 1, Accumulator>(a, a.key_slots[row + 1] + chunk, head0, 0, n_next,
+                                                      {state[r + 1]}, {weights[1]});
+        }
+        r += 2;
+        continue;
+      }
+      add_chunk_values<W, kHeads, 1, Accumulator>(a, slots, head0, 0, n, {state[r]}, {weights[0]});
+      ++r;
+    }
+  }
   for (int64_t r = 0; r < n_rows; ++r) {
     for (int h = 0; h < kHeads; ++h) {
       float* out = a.out + ((first_row + r) * a.shape.n_heads + head0 + h) * head_dim;

@@ -96,6 +96,14 @@ TF_INLINE Lanes<W> operator+(const Lanes<W>& a, const Lanes<W>& b) {
 }
 
 template <int W>
+TF_INLINE Lanes<W> operator-(const Lanes<W>& a, const Lanes<W>& b) {
+  Lanes<W> result;
+#pragma GCC unroll 4
+  for (int p = 0; p < Lanes<W>::kParts; ++p) result.part[p] = a.part[p] - b.part[p];
+  return result;
+}
+
+template <int W>
 TF_INLINE Lanes<W> operator*(const Lanes<W>& a, const Lanes<W>& b) {
   Lanes<W> result;
 #pragma GCC unroll 4
@@ -134,7 +142,9 @@ TF_INLINE Lanes<W> zero_lanes() {
 template <int W>
 TF_INLINE Lanes<W> broadcast(float value) {
   Lanes<W> v;
-  for (int p = 0; p < Lanes<W>::kParts; ++p) v.part[p] = typename Native<W>::f32{} + value;
+  // A splat, which a multiply can take from memory; `f32{} + value` added too (and turned -0 into +0).
+  for (int p = 0; p < Lanes<W>::kParts; ++p)
+    for (int i = 0; i < W; ++i) v.part[p][i] = value;
   return v;
 }
 
