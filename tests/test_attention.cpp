@@ -145,5 +145,55 @@ TEST(Attention, MatchesReferenceAndIsInvariant) {
   }
 }
 
+// Rows of one sequence, as a prefill chunk or a verify chain gives them: row r sees keys
+// 0 .. first_keys + r, all through one slot list (or equal copies of it), so a block of them takes
+// its keys with its (row, head) pairs in the lanes. Each row must give the bits it gives alone (a
+// row at a time), at every level and thread count; rows whose last key differs (tree rows) run a
+// row at a time among them.
+TEST(Attention, RowsOfOneSequenceInLanesEqualEachRowAlone) {
+  ThreadPool pools[3] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
+  std::mt19937 rng(33);
+  for (const ShapeCase& c : {ShapeCase{8, 4, 64}, ShapeCase{4, 4, 64}, ShapeCase{6, 2, 128}, ShapeCase{4, 2, 40}}) {
+    SCOPED_TRACE("heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " dim " +
+                 std::to_string(c.head_dim));
+    const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim))};
+    const int64_t n_slots = 400, row_width = c.n_heads * c.head_dim;
+    const KvLayout layout = KvLayout::head_major(n_slots, c.head_dim);
+    const std::vector<float> k_cache = random_floats(size_t(n_slots * c.n_kv_heads * c.head_dim), rng, 1.0f);
+    const std::vector<float> v_cache = random_floats(k_cache.size(), rng, 1.0f);
+    std::vector<int32_t> sequence(static_cast<size_t>(n_slots));
+    std::iota(sequence.begin(), sequence.end(), 0);
+    std::shuffle(sequence.begin(), sequence.end(), rng);
+    const SimdLevel saved_level = simd_level();
+    for (int trial = 0; trial < 18; ++trial) {
+      const int64_t n_rows = 1 + (trial * 7) % 37, first_keys = (trial * 53) % 250;
+      const std::vector<float> queries = random_floats(size_t(n_rows * row_width), rng, 2.5f);
+      // Half the trials give each row its own copy of the slot list; every third gives the rows
+      // from the middle on a last key of their own.
+      std::vector<std::vector<int32_t>> copies(static_cast<size_t>(n_rows), sequence);
+      std::vector<const int32_t*> slots(static_cast<size_t>(n_rows));
+      std::vector<int32_t> n_keys(static_cast<size_t>(n_rows));
+      for (int64_t r = 0; r < n_rows; ++r) {
+        n_keys[size_t(r)] = int32_t(first_keys + r + 1);
+        if (trial % 3 == 2 && r >= n_rows / 2) copies[size_t(r)][size_t(n_keys[size_t(r)] - 1)] = sequence[size_t(n_slots - 1 - r)];
+        slots[size_t(r)] = trial % 2 == 0 && trial % 3 != 2 ? sequence.data() : copies[size_t(r)].data();
+      }
+      const SimdLevel levels[] = {SimdLevel::generic, SimdLevel::avx2, SimdLevel::avx512};
+      if (simd_level_supported(levels[trial % 3])) set_simd_level_for_testing(levels[trial % 3]);
+      std::vector<float> together(queries.size());
+      attention(queries.data(), n_rows, k_cache.data(), v_cache.data(), layout, slots.data(), n_keys.data(), shape,
+                together.data(), pools[trial % 3]);
+      set_simd_level_for_testing(saved_level);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        std::vector<float> alone(static_cast<size_t>(row_width));
+        attention(queries.data() + r * row_width, 1, k_cache.data(), v_cache.data(), layout, &slots[size_t(r)],
+                  &n_keys[size_t(r)], shape, alone.data(), pools[0]);
+        ASSERT_EQ(std::memcmp(together.data() + r * row_width, alone.data(), size_t(row_width) * 4), 0)
+            << "trial " << trial << " row " << r << " of " << n_rows << " keys " << n_keys[size_t(r)];
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tf::cpu

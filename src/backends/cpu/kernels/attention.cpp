@@ -258,11 +258,176 @@ TF_INLINE bool same_keys(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t
   return s0 == s1 || std::memcmp(s0, s1, size_t(n) * sizeof(int32_t)) == 0;
 }
 
+// ---- A block of rows in the lanes ----
+//
+// Rows of a block that read the same keys (a prefill chunk, a verify chain) can instead put their
+// (row, head) pairs in the 16 lanes, lane r * kHeads + h, and run every operation above lane by
+// lane: a score's 16 lane sums become 16 registers of 16 (row, head) pairs each, added in
+// horizontal_sum's tree, and each element of a key or value is broadcast to all the lanes. The
+// same operations in the same order for each (row, head), so the same bits, without horizontal
+// shuffles, each key and value read once for the block.
+
+// Blocks of fewer rows than this stay a row at a time: most lanes would be empty.
+constexpr int64_t kFewestLaneRows = 3;
+
+template <int W>
+TF_INLINE Lanes<W> lane_max(const Lanes<W>& a, const Lanes<W>& b) {  // std::max(a, b), lane by lane
+  Lanes<W> result;
+#pragma GCC unroll 4
+  for (int p = 0; p < Lanes<W>::kParts; ++p) result.part[p] = a.part[p] < b.part[p] ? b.part[p] : a.part[p];
+  return result;
+}
+
+// where ? a : b, lane by lane.
+template <int W>
+TF_INLINE Lanes<W> lane_select(const Lanes<W>& position, const Lanes<W>& limit, const Lanes<W>& a,
+                               const Lanes<W>& b) {
+  Lanes<W> result;
+#pragma GCC unroll 4
+  for (int p = 0; p < Lanes<W>::kParts; ++p)
+    result.part[p] = position.part[p] < limit.part[p] ? a.part[p] : b.part[p];
+  return result;
+}
+
+// Adds keys first .. end - 1 of a chunk's values, weighted, to the accumulators of elements
+// d0 .. d0 + 15 of every lane, and the weights to *sum where given (its chain of adds then overlaps
+// the values' work). With kMasked, a lane keeps its accumulator for a key it lacks (the key's weight
+// there is exp(-inf) = +0, which leaves the sum as it was, but its value need not be finite).
+template <int W, bool kMasked>
+TF_INLINE void lane_values(const AttentionArgs& a, const int32_t* slots, int64_t kv_offset, int64_t d0, int64_t first,
+                           int64_t end, const float* weights, float* accumulators, const Lanes<W>& limits,
+                           int64_t chunk, Lanes<W>* sum) {
+  Lanes<W> acc[kLanes];
+  for (int i = 0; i < kLanes; ++i) acc[i] = load_f32<W>(accumulators + (d0 + i) * kLanes);
+  for (int64_t j = first; j < end; ++j) {
+    const float* value = a.v_cache + int64_t(slots[j]) * a.layout.slot_stride + kv_offset + d0;
+    const Lanes<W> p = load_f32<W>(weights + j * kLanes);
+    if (sum != nullptr) *sum = *sum + p;
+    const Lanes<W> position = broadcast<W>(float(chunk + j));
+#pragma GCC unroll 16
+    for (int i = 0; i < kLanes; ++i) {
+      const Lanes<W> sum = add_product_broadcast<W>(acc[i], p, value + i);
+      acc[i] = kMasked ? lane_select<W>(position, limits, sum, acc[i]) : sum;
+    }
+  }
+  for (int i = 0; i < kLanes; ++i) store_f32<W>(accumulators + (d0 + i) * kLanes, acc[i]);
+}
+
+// Rows first_row .. first_row + n_rows - 1 (each with keys, each row's keys a prefix of row
+// `longest`'s), heads head0 .. head0 + kHeads - 1, head_dim kVectors * 16. scratch: 2 * 16 *
+// head_dim floats.
+template <int W, int kHeads, int kVectors>
+TF_INLINE void attend_block_in_lanes(const AttentionArgs& a, int64_t first_row, int64_t n_rows, int64_t longest,
+                                     int64_t head0, float* scratch) {
+  constexpr int64_t kHeadDim = kVectors * kLanes;
+  const int64_t group = a.shape.n_heads / a.shape.n_kv_heads;
+  const int64_t kv_offset = (head0 / group) * a.layout.head_stride;
+  float* accumulators = scratch;                 // [head_dim][16]
+  float* queries = scratch + kHeadDim * kLanes;  // [head_dim][16]
+  std::fill(scratch, scratch + 2 * kHeadDim * kLanes, 0.0f);
+  float key_counts[kLanes] = {};
+  int64_t fewest_keys = a.n_keys[longest];
+  for (int64_t r = 0; r < n_rows; ++r) {
+    fewest_keys = std::min<int64_t>(fewest_keys, a.n_keys[first_row + r]);
+    for (int h = 0; h < kHeads; ++h) {
+      const int64_t lane = r * kHeads + h;
+      key_counts[lane] = float(a.n_keys[first_row + r]);  // exact: far below 2^24
+      const float* query = a.q + ((first_row + r) * a.shape.n_heads + head0 + h) * kHeadDim;
+      for (int64_t d = 0; d < kHeadDim; ++d) queries[d * kLanes + lane] = query[d];
+    }
+  }
+  const int32_t* slots = a.key_slots[longest];
+  const int64_t most_keys = a.n_keys[longest];
+  const Lanes<W> limits = load_f32<W>(key_counts), scale = broadcast<W>(a.shape.scale);
+  const Lanes<W> minus_infinity = broadcast<W>(-std::numeric_limits<float>::infinity());
+  Lanes<W> running_max = minus_infinity, sum = zero_lanes<W>();
+  alignas(64) float weights[kAttentionChunk * kLanes];  // [key][lane]: scores, then their weights
+
+  for (int64_t chunk = 0; chunk < most_keys; chunk += kAttentionChunk) {
+    const int64_t n = std::min(kAttentionChunk, most_keys - chunk);
+    const int32_t* chunk_slots = slots + chunk;
+    for (int64_t j = 0; j < n; ++j) {
+      const float* key = a.k_cache + int64_t(chunk_slots[j]) * a.layout.slot_stride + kv_offset;
+      // part[l]: lane l of dot_fixed_order's 16 (element l, then l + 16, ...), for every lane here.
+      Lanes<W> part[kLanes];
+#pragma GCC unroll 16
+      for (int l = 0; l < kLanes; ++l) part[l] = add_product_broadcast<W>(zero_lanes<W>(), load_f32<W>(queries + l * kLanes), key + l);
+#pragma GCC unroll 8
+      for (int i = 1; i < kVectors; ++i)
+#pragma GCC unroll 16
+        for (int l = 0; l < kLanes; ++l)
+          part[l] = add_product_broadcast<W>(part[l], load_f32<W>(queries + (i * kLanes + l) * kLanes), key + i * kLanes + l);
+      // horizontal_sum's tree: l + 8, then + 4, + 2, + 1.
+#pragma GCC unroll 8
+      for (int l = 0; l < 8; ++l) part[l] = part[l] + part[l + 8];
+#pragma GCC unroll 4
+      for (int l = 0; l < 4; ++l) part[l] = part[l] + part[l + 4];
+      for (int l = 0; l < 2; ++l) part[l] = part[l] + part[l + 2];
+      store_f32<W>(weights + j * kLanes, (part[0] + part[1]) * scale);
+    }
+    // Keys some lanes lack (the block's own last positions) score -inf there.
+    const int64_t n_shared = std::clamp<int64_t>(fewest_keys - chunk, 0, n);
+    for (int64_t j = n_shared; j < n; ++j)
+      store_f32<W>(weights + j * kLanes, lane_select<W>(broadcast<W>(float(chunk + j)), limits,
+                                                        load_f32<W>(weights + j * kLanes), minus_infinity));
+    Lanes<W> chunk_max = minus_infinity;
+    for (int64_t j = 0; j < n; ++j) chunk_max = lane_max<W>(chunk_max, load_f32<W>(weights + j * kLanes));
+    const Lanes<W> new_max = lane_max<W>(running_max, chunk_max);
+    alignas(64) float rescale[kLanes];  // exp(running max - new max): 0 for the first chunk
+    store_f32<W>(rescale, running_max - new_max);
+    exp_in_place<W>(rescale, kLanes);
+    const Lanes<W> factor = load_f32<W>(rescale);
+    sum = sum * factor;
+    for (int64_t d = 0; d < kHeadDim; ++d)
+      store_f32<W>(accumulators + d * kLanes, load_f32<W>(accumulators + d * kLanes) * factor);
+    for (int64_t j = 0; j < n; ++j) store_f32<W>(weights + j * kLanes, load_f32<W>(weights + j * kLanes) - new_max);
+    exp_in_place<W>(weights, n * kLanes);
+    running_max = new_max;
+    for (int64_t d0 = 0; d0 < kHeadDim; d0 += kLanes) {
+      Lanes<W>* weight_sum = d0 == 0 ? &sum : nullptr;
+      lane_values<W, false>(a, chunk_slots, kv_offset, d0, 0, n_shared, weights, accumulators, limits, chunk,
+                            weight_sum);
+      lane_values<W, true>(a, chunk_slots, kv_offset, d0, n_shared, n, weights, accumulators, limits, chunk,
+                           weight_sum);
+    }
+  }
+  float sums[kLanes];
+  store_f32<W>(sums, sum);
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (int h = 0; h < kHeads; ++h) {
+      const int64_t lane = r * kHeads + h;
+      float* out = a.out + ((first_row + r) * a.shape.n_heads + head0 + h) * kHeadDim;
+      for (int64_t d = 0; d < kHeadDim; ++d) out[d] = accumulators[d * kLanes + lane] / sums[lane];
+    }
+}
+
+// Whether rows first_row .. first_row + n_rows - 1 all have keys and read the same slot at every
+// position they share; the row with the most keys goes to *longest.
+TF_INLINE bool rows_share_keys(const AttentionArgs& a, int64_t first_row, int64_t n_rows, int64_t* longest) {
+  *longest = first_row;
+  for (int64_t r = first_row; r < first_row + n_rows; ++r) {
+    if (a.n_keys[r] == 0) return false;
+    if (a.n_keys[r] > a.n_keys[*longest]) *longest = r;
+  }
+  const int32_t* slots = a.key_slots[*longest];
+  for (int64_t r = first_row; r < first_row + n_rows; ++r)
+    if (a.key_slots[r] != slots && std::memcmp(a.key_slots[r], slots, size_t(a.n_keys[r]) * sizeof(int32_t)) != 0)
+      return false;
+  return true;
+}
+
 // Rows first_row .. first_row + n_rows - 1, heads head0 .. head0 + kHeads - 1, chunk by chunk.
-// accumulators: [n_rows * kHeads][head_dim] scratch.
+// accumulators: 2 * 16 * head_dim floats of scratch.
 template <int W, int kHeads, class Accumulator>
 TF_INLINE void attend_rows(const AttentionArgs& a, int64_t first_row, int64_t n_rows, int64_t head0,
                            float* accumulators) {
+  if constexpr (Accumulator::kVectors > 0) {
+    int64_t longest = 0;
+    if (n_rows >= kFewestLaneRows && rows_share_keys(a, first_row, n_rows, &longest)) {
+      attend_block_in_lanes<W, kHeads, Accumulator::kVectors>(a, first_row, n_rows, longest, head0, accumulators);
+      return;
+    }
+  }
   const int64_t head_dim = a.shape.head_dim;
   HeadState state[kBlockRows][kHeads];
   int64_t most_keys = 0;
@@ -335,7 +500,7 @@ void attention(const float* q, int64_t n_rows, const float* k_cache, const float
   const int64_t n_blocks = (n_rows + kBlockRows - 1) / kBlockRows;
   pool.parallel_for(n_blocks * units_per_block, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> accumulators;
-    accumulators.resize(size_t(kBlockRows * 2 * shape.head_dim));
+    accumulators.resize(size_t(2 * kLanes * shape.head_dim));
     run_with_simd_level([&]<int W>() __attribute__((always_inline)) {
       const auto attend_all = [&]<class Accumulator>() __attribute__((always_inline)) {
         for (int64_t unit = begin; unit < end; ++unit) {

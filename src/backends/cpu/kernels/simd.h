@@ -148,6 +148,23 @@ TF_INLINE Lanes<W> broadcast(float value) {
   return v;
 }
 
+// acc + a * (*b), *b in every lane: a multiply, then an add (two roundings). AVX-512 takes *b from
+// memory in the multiply, and the pair is one statement: GCC otherwise loads a run of such b as
+// whole vectors and broadcasts each with a permute (a shuffle port's work), or hoists the
+// multiplies of a long run above their adds and spills the products.
+template <int W>
+TF_INLINE Lanes<W> add_product_broadcast(const Lanes<W>& acc, const Lanes<W>& a, const float* b) {
+  if constexpr (W == 16) {
+    Lanes<W> result;
+    typename Native<W>::f32 sum = acc.part[0], product;
+    asm("vmulps %3%{1to16%}, %2, %1\n\tvaddps %1, %0, %0" : "+v"(sum), "=&v"(product) : "v"(a.part[0]), "m"(*b));
+    result.part[0] = sum;
+    return result;
+  } else {
+    return acc + a * broadcast<W>(*b);
+  }
+}
+
 template <class Vector, class Element>
 TF_INLINE Vector load_vector(const Element* p) {
   Vector v;
