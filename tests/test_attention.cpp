@@ -146,10 +146,10 @@ TEST(Attention, MatchesReferenceAndIsInvariant) {
 }
 
 // Rows of one sequence, as a prefill chunk or a verify chain gives them: row r sees keys
-// 0 .. first_keys + r, all through one slot list (or equal copies of it), so a block of them takes
+// 0 .. first_keys + r, all through one slot list (or equal copies of it), so a run of them takes
 // its keys with its (row, head) pairs in the lanes. Each row must give the bits it gives alone (a
 // row at a time), at every level and thread count; rows whose last key differs (tree rows) run a
-// row at a time among them.
+// row at a time among them, and a second sequence's rows after the first's start a run of their own.
 TEST(Attention, RowsOfOneSequenceInLanesEqualEachRowAlone) {
   ThreadPool pools[3] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
   std::mt19937 rng(33);
@@ -164,8 +164,10 @@ TEST(Attention, RowsOfOneSequenceInLanesEqualEachRowAlone) {
     std::vector<int32_t> sequence(static_cast<size_t>(n_slots));
     std::iota(sequence.begin(), sequence.end(), 0);
     std::shuffle(sequence.begin(), sequence.end(), rng);
+    std::vector<int32_t> other_sequence = sequence;
+    std::shuffle(other_sequence.begin(), other_sequence.end(), rng);
     const SimdLevel saved_level = simd_level();
-    for (int trial = 0; trial < 18; ++trial) {
+    for (int trial = 0; trial < 24; ++trial) {
       const int64_t n_rows = 1 + (trial * 7) % 37, first_keys = (trial * 53) % 250;
       const std::vector<float> queries = random_floats(size_t(n_rows * row_width), rng, 2.5f);
       // Half the trials give each row its own copy of the slot list; every third gives the rows
@@ -177,6 +179,10 @@ TEST(Attention, RowsOfOneSequenceInLanesEqualEachRowAlone) {
         n_keys[size_t(r)] = int32_t(first_keys + r + 1);
         if (trial % 3 == 2 && r >= n_rows / 2) copies[size_t(r)][size_t(n_keys[size_t(r)] - 1)] = sequence[size_t(n_slots - 1 - r)];
         slots[size_t(r)] = trial % 2 == 0 && trial % 3 != 2 ? sequence.data() : copies[size_t(r)].data();
+        if (trial % 4 == 3 && r >= n_rows / 3) {  // a second sequence's rows from here on
+          n_keys[size_t(r)] = int32_t(r - n_rows / 3 + 1 + trial);
+          slots[size_t(r)] = other_sequence.data();
+        }
       }
       const SimdLevel levels[] = {SimdLevel::generic, SimdLevel::avx2, SimdLevel::avx512};
       if (simd_level_supported(levels[trial % 3])) set_simd_level_for_testing(levels[trial % 3]);

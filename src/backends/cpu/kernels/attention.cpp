@@ -314,7 +314,7 @@ TF_INLINE void lane_values(const AttentionArgs& a, const int32_t* slots, int64_t
 }
 
 // Rows first_row .. first_row + n_rows - 1 (each with keys, each row's keys a prefix of row
-// `longest`'s), heads head0 .. head0 + kHeads - 1, head_dim kVectors * 16. scratch: 2 * 16 *
+// `longest`'s or the other way round), heads head0 .. head0 + kHeads - 1, head_dim kVectors * 16. scratch: 2 * 16 *
 // head_dim floats.
 template <int W, int kHeads, int kVectors>
 TF_INLINE void attend_block_in_lanes(const AttentionArgs& a, int64_t first_row, int64_t n_rows, int64_t longest,
@@ -401,33 +401,20 @@ TF_INLINE void attend_block_in_lanes(const AttentionArgs& a, int64_t first_row, 
     }
 }
 
-// Whether rows first_row .. first_row + n_rows - 1 all have keys and read the same slot at every
-// position they share; the row with the most keys goes to *longest.
-TF_INLINE bool rows_share_keys(const AttentionArgs& a, int64_t first_row, int64_t n_rows, int64_t* longest) {
-  *longest = first_row;
-  for (int64_t r = first_row; r < first_row + n_rows; ++r) {
-    if (a.n_keys[r] == 0) return false;
-    if (a.n_keys[r] > a.n_keys[*longest]) *longest = r;
-  }
-  const int32_t* slots = a.key_slots[*longest];
-  for (int64_t r = first_row; r < first_row + n_rows; ++r)
-    if (a.key_slots[r] != slots && std::memcmp(a.key_slots[r], slots, size_t(a.n_keys[r]) * sizeof(int32_t)) != 0)
-      return false;
-  return true;
+// Whether row r has keys and reads the slots of row `longest` at every position both have (one
+// key list a prefix of the other: rows of one sequence).
+TF_INLINE bool shares_keys(const AttentionArgs& a, int64_t r, int64_t longest) {
+  const int64_t n = std::min(a.n_keys[r], a.n_keys[longest]);
+  return a.n_keys[r] > 0 &&
+         (a.key_slots[r] == a.key_slots[longest] ||
+          std::memcmp(a.key_slots[r], a.key_slots[longest], size_t(n) * sizeof(int32_t)) == 0);
 }
 
 // Rows first_row .. first_row + n_rows - 1, heads head0 .. head0 + kHeads - 1, chunk by chunk.
 // accumulators: 2 * 16 * head_dim floats of scratch.
 template <int W, int kHeads, class Accumulator>
-TF_INLINE void attend_rows(const AttentionArgs& a, int64_t first_row, int64_t n_rows, int64_t head0,
-                           float* accumulators) {
-  if constexpr (Accumulator::kVectors > 0) {
-    int64_t longest = 0;
-    if (n_rows >= kFewestLaneRows && rows_share_keys(a, first_row, n_rows, &longest)) {
-      attend_block_in_lanes<W, kHeads, Accumulator::kVectors>(a, first_row, n_rows, longest, head0, accumulators);
-      return;
-    }
-  }
+TF_INLINE void attend_rows_one_by_one(const AttentionArgs& a, int64_t first_row, int64_t n_rows, int64_t head0,
+                                      float* accumulators) {
   const int64_t head_dim = a.shape.head_dim;
   HeadState state[kBlockRows][kHeads];
   int64_t most_keys = 0;
@@ -486,6 +473,34 @@ TF_INLINE void attend_rows(const AttentionArgs& a, int64_t first_row, int64_t n_
   }
 }
 
+
+// A block's rows, split into runs of consecutive rows of one sequence: a run of kFewestLaneRows or
+// more takes its keys in the lanes, the other rows go one by one (a block may hold the ends of
+// several lanes' rows, or tree rows whose last keys differ).
+template <int W, int kHeads, class Accumulator>
+TF_INLINE void attend_rows(const AttentionArgs& a, int64_t first_row, int64_t n_rows, int64_t head0,
+                           float* accumulators) {
+  if constexpr (Accumulator::kVectors == 0) {
+    attend_rows_one_by_one<W, kHeads, Accumulator>(a, first_row, n_rows, head0, accumulators);
+  } else {
+    int64_t begin = first_row;
+    const int64_t end = first_row + n_rows;
+    while (begin < end) {
+      int64_t run_end = begin + 1, longest = begin;
+      while (run_end < end && a.n_keys[begin] > 0 && shares_keys(a, run_end, longest)) {
+        if (a.n_keys[run_end] > a.n_keys[longest]) longest = run_end;
+        ++run_end;
+      }
+      if (run_end - begin >= kFewestLaneRows) {
+        attend_block_in_lanes<W, kHeads, Accumulator::kVectors>(a, begin, run_end - begin, longest, head0,
+                                                                accumulators);
+      } else {
+        attend_rows_one_by_one<W, kHeads, Accumulator>(a, begin, run_end - begin, head0, accumulators);
+      }
+      begin = run_end;
+    }
+  }
+}
 }  // namespace
 
 void attention(const float* q, int64_t n_rows, const float* k_cache, const float* v_cache, const KvLayout& layout,
