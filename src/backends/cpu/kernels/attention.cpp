@@ -483,7 +483,8 @@ TF_INLINE void attend_rows(const AttentionArgs& a, int64_t first_row, int64_t n_
   if constexpr (Accumulator::kVectors == 0) {
     attend_rows_one_by_one<W, kHeads, Accumulator>(a, first_row, n_rows, head0, accumulators);
   } else {
-    int64_t begin = first_row;
+    // Rows outside the runs go one by one together, so they still take each chunk in turn.
+    int64_t begin = first_row, alone_begin = first_row;
     const int64_t end = first_row + n_rows;
     while (begin < end) {
       int64_t run_end = begin + 1, longest = begin;
@@ -492,13 +493,16 @@ TF_INLINE void attend_rows(const AttentionArgs& a, int64_t first_row, int64_t n_
         ++run_end;
       }
       if (run_end - begin >= kFewestLaneRows) {
+        if (alone_begin < begin)
+          attend_rows_one_by_one<W, kHeads, Accumulator>(a, alone_begin, begin - alone_begin, head0, accumulators);
         attend_block_in_lanes<W, kHeads, Accumulator::kVectors>(a, begin, run_end - begin, longest, head0,
                                                                 accumulators);
-      } else {
-        attend_rows_one_by_one<W, kHeads, Accumulator>(a, begin, run_end - begin, head0, accumulators);
+        alone_begin = run_end;
       }
       begin = run_end;
     }
+    if (alone_begin < end)
+      attend_rows_one_by_one<W, kHeads, Accumulator>(a, alone_begin, end - alone_begin, head0, accumulators);
   }
 }
 }  // namespace
