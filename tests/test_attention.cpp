@@ -153,7 +153,9 @@ TEST(Attention, MatchesReferenceAndIsInvariant) {
 TEST(Attention, RowsOfOneSequenceInLanesEqualEachRowAlone) {
   ThreadPool pools[3] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
   std::mt19937 rng(33);
-  for (const ShapeCase& c : {ShapeCase{8, 4, 64}, ShapeCase{4, 4, 64}, ShapeCase{6, 2, 128}, ShapeCase{4, 2, 40}}) {
+  // Groups of 2 and 4 heads with head_dim 64 and 128 take the lanes; one head a group, or
+  // head_dim 40, always runs a row at a time.
+  for (const ShapeCase& c : {ShapeCase{8, 4, 64}, ShapeCase{8, 2, 128}, ShapeCase{4, 4, 64}, ShapeCase{4, 2, 40}}) {
     SCOPED_TRACE("heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " dim " +
                  std::to_string(c.head_dim));
     const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim))};

@@ -267,8 +267,10 @@ TF_INLINE bool same_keys(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t
 // same operations in the same order for each (row, head), so the same bits, without horizontal
 // shuffles, each key and value read once for the block.
 
-// Blocks of fewer rows than this stay a row at a time: most lanes would be empty.
-constexpr int64_t kFewestLaneRows = 3;
+// Runs that would fill fewer lanes than this stay a row at a time: a lane key costs the same with
+// any number of lanes filled, and below 12 of 16 the rows alone are faster (at 6 lanes 1.7x slower,
+// at 12 even; bench/receipts/cpu-attention-rows-in-lanes.md).
+constexpr int64_t kFewestLanes = 12;
 
 template <int W>
 TF_INLINE Lanes<W> lane_max(const Lanes<W>& a, const Lanes<W>& b) {  // std::max(a, b), lane by lane
@@ -473,8 +475,7 @@ TF_INLINE void attend_rows_one_by_one(const AttentionArgs& a, int64_t first_row,
   }
 }
 
-
-// A block's rows, split into runs of consecutive rows of one sequence: a run of kFewestLaneRows or
+// A block's rows, split into runs of consecutive rows of one sequence: a run that fills kFewestLanes or
 // more takes its keys in the lanes, the other rows go one by one (a block may hold the ends of
 // several lanes' rows, or tree rows whose last keys differ).
 template <int W, int kHeads, class Accumulator>
@@ -492,7 +493,7 @@ TF_INLINE void attend_rows(const AttentionArgs& a, int64_t first_row, int64_t n_
         if (a.n_keys[run_end] > a.n_keys[longest]) longest = run_end;
         ++run_end;
       }
-      if (run_end - begin >= kFewestLaneRows) {
+      if ((run_end - begin) * kHeads >= kFewestLanes) {
         if (alone_begin < begin)
           attend_rows_one_by_one<W, kHeads, Accumulator>(a, alone_begin, begin - alone_begin, head0, accumulators);
         attend_block_in_lanes<W, kHeads, Accumulator::kVectors>(a, begin, run_end - begin, longest, head0,
