@@ -301,23 +301,25 @@ TF_INLINE void lane_values(const AttentionArgs& a, const int32_t* slots, int64_t
                            int64_t chunk, Lanes<W>* sum) {
   Lanes<W> acc[kLanes];
   for (int i = 0; i < kLanes; ++i) acc[i] = load_f32<W>(accumulators + (d0 + i) * kLanes);
+  Lanes<W> weight_sum = sum != nullptr ? *sum : zero_lanes<W>();  // in a register, not through *sum
   for (int64_t j = first; j < end; ++j) {
     const float* value = a.v_cache + int64_t(slots[j]) * a.layout.slot_stride + kv_offset + d0;
     const Lanes<W> p = load_f32<W>(weights + j * kLanes);
-    if (sum != nullptr) *sum = *sum + p;
+    weight_sum = weight_sum + p;
     const Lanes<W> position = broadcast<W>(float(chunk + j));
 #pragma GCC unroll 16
     for (int i = 0; i < kLanes; ++i) {
-      const Lanes<W> sum = add_product_broadcast<W>(acc[i], p, value + i);
-      acc[i] = kMasked ? lane_select<W>(position, limits, sum, acc[i]) : sum;
+      const Lanes<W> updated = add_product_broadcast<W>(acc[i], p, value + i);
+      acc[i] = kMasked ? lane_select<W>(position, limits, updated, acc[i]) : updated;
     }
   }
   for (int i = 0; i < kLanes; ++i) store_f32<W>(accumulators + (d0 + i) * kLanes, acc[i]);
+  if (sum != nullptr) *sum = weight_sum;
 }
 
-// Rows first_row .. first_row + n_rows - 1 (each with keys, each row's keys a prefix of row
-// `longest`'s or the other way round), heads head0 .. head0 + kHeads - 1, head_dim kVectors * 16. scratch: 2 * 16 *
-// head_dim floats.
+// Rows first_row .. first_row + n_rows - 1 (each with keys, each row's key list a prefix of row
+// `longest`'s), heads head0 .. head0 + kHeads - 1, head_dim kVectors * 16. scratch: 2 * 16 * head_dim
+// floats.
 template <int W, int kHeads, int kVectors>
 TF_INLINE void attend_block_in_lanes(const AttentionArgs& a, int64_t first_row, int64_t n_rows, int64_t longest,
                                      int64_t head0, float* scratch) {
