@@ -179,7 +179,8 @@ TEST(Attention, RowsOfOneSequenceInLanesEqualEachRowAlone) {
       std::vector<int32_t> n_keys(static_cast<size_t>(n_rows));
       for (int64_t r = 0; r < n_rows; ++r) {
         n_keys[size_t(r)] = int32_t(first_keys + r + 1);
-        if (trial % 3 == 2 && r >= n_rows / 2) copies[size_t(r)][size_t(n_keys[size_t(r)] - 1)] = sequence[size_t(n_slots - 1 - r)];
+        if (trial % 3 == 2 && r >= n_rows / 2)
+          copies[size_t(r)][size_t(n_keys[size_t(r)] - 1)] = sequence[size_t(n_slots - 1 - r)];
         slots[size_t(r)] = trial % 2 == 0 && trial % 3 != 2 ? sequence.data() : copies[size_t(r)].data();
         if (trial % 4 == 3 && r >= n_rows / 3) {  // a second sequence's rows from here on
           n_keys[size_t(r)] = int32_t(r - n_rows / 3 + 1 + trial);

@@ -355,12 +355,14 @@ TF_INLINE void attend_block_in_lanes(const AttentionArgs& a, int64_t first_row, 
       // part[l]: lane l of dot_fixed_order's 16 (element l, then l + 16, ...), for every lane here.
       Lanes<W> part[kLanes];
 #pragma GCC unroll 16
-      for (int l = 0; l < kLanes; ++l) part[l] = add_product_broadcast<W>(zero_lanes<W>(), load_f32<W>(queries + l * kLanes), key + l);
+      for (int l = 0; l < kLanes; ++l)
+        part[l] = add_product_broadcast<W>(zero_lanes<W>(), load_f32<W>(queries + l * kLanes), key + l);
 #pragma GCC unroll 8
       for (int i = 1; i < kVectors; ++i)
 #pragma GCC unroll 16
         for (int l = 0; l < kLanes; ++l)
-          part[l] = add_product_broadcast<W>(part[l], load_f32<W>(queries + (i * kLanes + l) * kLanes), key + i * kLanes + l);
+          part[l] = add_product_broadcast<W>(part[l], load_f32<W>(queries + (i * kLanes + l) * kLanes),
+                                             key + i * kLanes + l);
       // horizontal_sum's tree: l + 8, then + 4, + 2, + 1.
 #pragma GCC unroll 8
       for (int l = 0; l < 8; ++l) part[l] = part[l] + part[l + 8];
@@ -444,7 +446,8 @@ TF_INLINE void attend_rows_one_by_one(const AttentionArgs& a, int64_t first_row,
       // Two rows take the values they share together where the register file holds both.
       if (kHeads * Accumulator::kVectors <= 8 && Accumulator::kVectors > 0 && r + 1 < n_rows &&
           chunk < a.n_keys[row + 1]) {
-        const int64_t n_next = chunk_weights<W, kHeads, Accumulator>(a, row + 1, head0, chunk, state[r + 1], weights[1]);
+        const int64_t n_next =
+            chunk_weights<W, kHeads, Accumulator>(a, row + 1, head0, chunk, state[r + 1], weights[1]);
         const int64_t n_shared = std::min(n, n_next);
         if (same_keys(a, row, row + 1, chunk, n_shared)) {
           add_chunk_values<W, kHeads, 2, Accumulator>(a, slots, head0, 0, n_shared, {state[r], state[r + 1]},
