@@ -12,6 +12,7 @@
 #include "backends/cuda/linear_configs.cuh"
 #include "backends/cuda/overlapped_launch.cuh"
 #include "backends/cuda/row_math.cuh"
+#include "backends/cuda/tma.cuh"
 #include "backends/cuda/weight_rows.cuh"
 
 namespace tf::cuda {
@@ -313,6 +314,144 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// The staged kernel, for bf16 weights and many rows: the register kernel's element chains fed from
+// shared memory. TMA copies K blocks into a ring of kStages stages, each holding kBlocksPerStage
+// consecutive blocks of one chain (w, w + 8, ...) for the block's rows and columns; mbarriers, not
+// block barriers, pass the stages. Each of the 8 warps owns kRowTiles x kColTiles mma tiles of the
+// block's output and runs the chains of the register kernel's 8 warps one after another, each from
+// zero, adding its sum into a running total in chain order: the register kernel's warp chains and
+// warp_sum, so the same bits. Thread 0 also issues the copies, kStages - 1 stages ahead.
+constexpr int kStagedBlockBytes = kBlockK * 2;  // one row's K block in shared memory: 64 bytes
+template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage>
+struct StagedShape {
+  static_assert(kWarps % kWarpRows == 0, "linear: the warp grid must hold the 8 warps");
+  static constexpr int kWarpCols = kWarps / kWarpRows;
+  static constexpr int kRows = kWarpRows * kRowTiles * kMmaRows;   // activation rows of a block
+  static constexpr int kCols = kWarpCols * kColTiles * kMmaCols;   // weight rows (output columns)
+  static_assert(kRows <= 256 && kCols <= 256, "linear: a TMA box holds at most 256 rows");
+  static constexpr int kStageBytes = kBlocksPerStage * (kRows + kCols) * kStagedBlockBytes;
+};
+
+// The stages of one call in order: chain w's blocks b = w, w + 8, ..., kBlocksPerStage to a stage,
+// then chain w + 1's; chains with no blocks (K under 8 blocks) have no stage.
+template <int kBlocksPerStage>
+struct StageWalk {
+  int chain = 0, first_block = 0;
+  __device__ __forceinline__ bool at_stage(int n_blocks) {
+    while (chain < kWarps && first_block >= n_blocks) first_block = ++chain;
+    return chain < kWarps;
+  }
+  __device__ __forceinline__ int blocks(int n_blocks) const {
+    return min(kBlocksPerStage, (n_blocks - first_block + kWarps - 1) / kWarps);
+  }
+  __device__ __forceinline__ void next() { first_block += kWarps * kBlocksPerStage; }
+};
+
+template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage, int kStages, LinearOutput kOutput>
+__global__ void __launch_bounds__(kWarps * 32, 1)
+    linear_staged_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
+                         int n_rows, int n_out, int n_in, void* __restrict__ y) {
+  using Shape = StagedShape<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage>;
+  extern __shared__ __align__(128) unsigned char staged_shared[];
+  // Stage s: kBlocksPerStage activation boxes [kRows][32], then as many weight boxes [kCols][32].
+  uint64_t* full = reinterpret_cast<uint64_t*>(staged_shared + kStages * Shape::kStageBytes);
+  uint64_t* empty = full + kStages;
+  const auto x_box = [&](int slot, int s) {
+    return staged_shared + slot * Shape::kStageBytes + s * Shape::kRows * kStagedBlockBytes;
+  };
+  const auto w_box = [&](int slot, int s) {
+    return staged_shared + slot * Shape::kStageBytes +
+           (kBlocksPerStage * Shape::kRows + s * Shape::kCols) * kStagedBlockBytes;
+  };
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+  const int row0 = int(blockIdx.x) * Shape::kRows, col0 = int(blockIdx.y) * Shape::kCols;
+  const int n_blocks_k = (n_in + kBlockK - 1) / kBlockK;
+  const bool is_producer = threadIdx.x == 0;
+  if (is_producer) {
+    for (int slot = 0; slot < kStages; ++slot) {
+      barrier_init(&full[slot], 1);
+      barrier_init(&empty[slot], kWarps);
+    }
+    barrier_init_fence();
+  }
+  __syncthreads();
+  wait_for_prior_kernel();
+  let_next_kernel_start();
+
+  StageWalk<kBlocksPerStage> copies;  // thread 0's: the next stage to copy
+  int issued = 0;
+  const auto issue_next = [&] {
+    if (!copies.at_stage(n_blocks_k)) return;
+    const int slot = issued % kStages;
+    if (issued >= kStages) barrier_wait(&empty[slot], uint32_t(issued / kStages - 1) & 1);  // its last use read
+    const int count = copies.blocks(n_blocks_k);
+    barrier_arrive_expecting(&full[slot], uint32_t(count * (Shape::kRows + Shape::kCols) * kStagedBlockBytes));
+    for (int s = 0; s < count; ++s) {
+      const int k = (copies.first_block + kWarps * s) * kBlockK;
+      copy_box(x_box(slot, s), &x_map, k, row0, &full[slot]);
+      copy_box(w_box(slot, s), &w_map, k, col0, &full[slot]);
+    }
+    copies.next();
+    ++issued;
+  };
+  if (is_producer)
+    for (int i = 0; i < kStages - 1; ++i) issue_next();
+
+  const int warp_row0 = (warp / Shape::kWarpCols) * kRowTiles * kMmaRows;
+  const int warp_col0 = (warp % Shape::kWarpCols) * kColTiles * kMmaCols;
+  float total[kRowTiles][kColTiles][4];
+  int consumed = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    float acc[kRowTiles][kColTiles][4] = {};
+    for (int b = w; b < n_blocks_k; b += kWarps * kBlocksPerStage) {
+      if (is_producer) issue_next();
+      __syncwarp();  // warp 0 whole again before its mma
+      const int count = min(kBlocksPerStage, (n_blocks_k - b + kWarps - 1) / kWarps);
+      const int slot = consumed % kStages;
+      barrier_wait(&full[slot], uint32_t(consumed / kStages) & 1);
+#pragma unroll
+      for (int s = 0; s < kBlocksPerStage; ++s) {
+        if (s >= count) break;
+        uint4 xv[kRowTiles][2], wv[kColTiles];
+        const unsigned char* xs = x_box(slot, s) + (warp_row0 + g) * kStagedBlockBytes + 16 * q;
+        const unsigned char* ws = w_box(slot, s) + (warp_col0 + g) * kStagedBlockBytes + 16 * q;
+#pragma unroll
+        for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            xv[r][h] = *reinterpret_cast<const uint4*>(xs + (r * kMmaRows + 8 * h) * kStagedBlockBytes);
+#pragma unroll
+        for (int c = 0; c < kColTiles; ++c)
+          wv[c] = *reinterpret_cast<const uint4*>(ws + c * kMmaCols * kStagedBlockBytes);
+        multiply_k_block(acc, xv, wv);
+      }
+      __syncwarp();
+      if (lane == 0) barrier_arrive(&empty[slot]);
+      ++consumed;
+    }
+    // warp_sum's order: the first chain's sum as it is, then each next one added.
+#pragma unroll
+    for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+      for (int c = 0; c < kColTiles; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) total[r][c][e] = w == 0 ? acc[r][c][e] : total[r][c][e] + acc[r][c][e];
+  }
+
+  // mma tile layout: entries 0, 1 are row g, columns 2q, 2q + 1; entries 2, 3 the same for row g + 8.
+#pragma unroll
+  for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+    for (int c = 0; c < kColTiles; ++c)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + warp_row0 + r * kMmaRows + g + 8 * h;
+        const int col = col0 + warp_col0 + c * kMmaCols + 2 * q;
+        if (row < n_rows && col < n_out)
+          store_pair<kOutput>(y, row, col, n_out, total[r][c][2 * h], total[r][c][2 * h + 1]);
+      }
+}
+
 using Launcher = void (*)(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in,
                           void* y, LinearOutput output, cudaStream_t stream);
 
@@ -374,6 +513,29 @@ void launch_swapped(const uint16_t* x, int64_t n_rows, const LinearWeights& w, i
   });
 }
 
+template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage, int kStages, int kFormats>
+void launch_staged(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in, void* y,
+                   LinearOutput output, cudaStream_t stream) {
+  static_assert(kFormats == kBf16, "linear: the staged kernel reads bf16 weights only");
+  using Shape = StagedShape<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage>;
+  constexpr size_t shared_bytes = size_t(kStages) * Shape::kStageBytes + 2 * kStages * sizeof(uint64_t);
+  const CUtensorMap x_map = bf16_rows_map(x, n_rows, n_in, Shape::kRows, kBlockK);
+  const CUtensorMap w_map = bf16_rows_map(w.bf16, n_out, n_in, Shape::kCols, kBlockK);
+  const dim3 grid(unsigned((n_rows + Shape::kRows - 1) / Shape::kRows),
+                  unsigned((n_out + Shape::kCols - 1) / Shape::kCols));
+  with_output(output, [&](auto output_constant) {
+    const auto kernel = linear_staged_kernel<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, kStages,
+                                             decltype(output_constant)::value>;
+    static const bool sized = [&] {  // once per kernel: its shared memory is past the 48 KB default
+      TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
+      return true;
+    }();
+    (void)sized;
+    launch_overlapped("linear_staged_kernel", kernel, grid, dim3(kWarps * 32), shared_bytes, stream,
+                      x_map, w_map, int(n_rows), int(n_out), int(n_in), y);
+  });
+}
+
 struct ConfigEntry {
   LinearConfig config;
   int formats;
@@ -385,6 +547,11 @@ struct ConfigEntry {
 // The swapped kernel: `cols` tiles of 16 columns by `rows` tiles of 8 rows (any M).
 #define TF_SWAPPED_CONFIG(name, cols, rows, unroll, formats) \
   ConfigEntry{{name, rows, 2 * cols, 1, unroll, false}, formats, &launch_swapped<cols, rows, unroll, formats>}
+// The staged kernel: a grid of warp_rows x (8 / warp_rows) warps, each row_tiles 16-row by
+// col_tiles 8-column mma tiles; blocks K blocks a stage, `stages` stages (bf16 only).
+#define TF_STAGED_CONFIG(name, warp_rows, row_tiles, col_tiles, blocks, stages)                                \
+  ConfigEntry{{name, warp_rows * row_tiles, (8 / warp_rows) * col_tiles, 1, blocks, false}, kBf16,             \
+              &launch_staged<warp_rows, row_tiles, col_tiles, blocks, stages, kBf16>}
 // Every configuration the bench times and the test checks. The first four are the original ones.
 // Quantized fetches are 4 or 8 bytes, not 16, so deeper unrolls keep as many bytes in flight.
 constexpr ConfigEntry kConfigs[] = {
@@ -426,9 +593,17 @@ constexpr ConfigEntry kConfigs[] = {
     TF_SWAPPED_CONFIG("t1r8u1", 1, 8, 1, kAllFormats),
     TF_SWAPPED_CONFIG("t1r8u2", 1, 8, 2, kAllFormats),
     TF_SWAPPED_CONFIG("t2r8u1", 2, 8, 1, kAllFormats),
+    TF_STAGED_CONFIG("s128x128b2s4", 4, 2, 8, 2, 4),
+    TF_STAGED_CONFIG("s128x128b4s3", 4, 2, 8, 4, 3),
+    TF_STAGED_CONFIG("s64x128b4s4", 2, 2, 4, 4, 4),
+    TF_STAGED_CONFIG("s64x64b4s4", 2, 2, 2, 4, 4),
+    TF_STAGED_CONFIG("s128x64b4s4", 4, 2, 4, 4, 4),
+    TF_STAGED_CONFIG("s256x64b2s4", 4, 4, 4, 2, 4),
+    TF_STAGED_CONFIG("s64x32b4s6", 4, 1, 2, 4, 6),
 };
 #undef TF_LINEAR_CONFIG
 #undef TF_SWAPPED_CONFIG
+#undef TF_STAGED_CONFIG
 constexpr int kConfigCount = int(sizeof kConfigs / sizeof kConfigs[0]);
 
 constexpr int config_id_of(std::string_view name) {
