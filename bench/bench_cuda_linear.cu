@@ -5,6 +5,7 @@
 // Usage: bench_cuda_linear [receipt.md] [--configs-only] [--rows 128,4096 (the configuration table's row counts)]
 //        [--bits 4|8 (the configuration table on MLX-quantized weights, group 64; implies --configs-only)]
 //        [--dispatch-only (the table times linear()'s own choice and cuBLAS only: quick at large M)]
+//        [--configs s,r4c4g2u1 (only the configurations whose names start so, and cuBLAS)]
 // (commit from $TF_COMMIT, command line from $TF_COMMAND; --configs-only: just the configuration table).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -213,10 +214,17 @@ struct ShapeSet {
   std::vector<const Matrix*> matrices;
 };
 
+bool has_any_prefix(const std::string& name, const std::vector<std::string>& prefixes) {
+  if (prefixes.empty()) return true;
+  for (const std::string& prefix : prefixes)
+    if (name.compare(0, prefix.size(), prefix) == 0) return true;
+  return false;
+}
+
 // For each row count, µs per call and GB/s of weights of every configuration on every fused shape,
 // the decode step those give (36 layers + LM head), cuBLAS, and which configuration is fastest.
 std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes, const std::vector<int64_t>& row_counts,
-                         int bits, bool is_dispatch_only) {
+                         int bits, bool is_dispatch_only, const std::vector<std::string>& name_prefixes) {
   const std::string format = bits ? "MLX " + std::to_string(bits) + "-bit (group 64; cuBLAS on bf16 weights of the same shapes)" : "bf16";
   std::string report = "\n## linear tile configurations on " + format +
                        " weights, per fused shape (us per call, GB/s of weights)\n\n"
@@ -238,7 +246,9 @@ std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes, cons
     std::string best_name, current_name;
     double best_ms = INFINITY, current_ms = NAN, cublas_ms = NAN;
     for (int id = -1; id < tf::cuda::linear_config_count(); ++id) {  // -1: cuBLAS
-      if (id >= 0 && (!tf::cuda::linear_config_fits(id, n_rows, bits) || (is_dispatch_only && id != current))) continue;
+      if (id >= 0 && (!tf::cuda::linear_config_fits(id, n_rows, bits) || (is_dispatch_only && id != current) ||
+                      !has_any_prefix(tf::cuda::linear_config(id).name, name_prefixes)))
+        continue;
       const Impl impl = id < 0 ? Impl::cublas : Impl::ours;
       bench.config_id = id;
       const std::string name = id < 0 ? "cuBLAS" : std::string(tf::cuda::linear_config(id).name) + (id == current ? " *" : "");
@@ -277,6 +287,7 @@ std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes, cons
 int main(int argc, char** argv) {
   std::string receipt_path;
   bool is_configs_only = false, is_dispatch_only = false;
+  std::vector<std::string> name_prefixes;  // empty: every configuration
   int bits = 0;
   std::vector<int64_t> config_row_counts = {1, 8, 16, 32, 48, 64, 128, 256, 512};
   for (int i = 1; i < argc; ++i) {
@@ -291,6 +302,12 @@ int main(int argc, char** argv) {
         return 2;
       }
       is_configs_only = true;
+    } else if (std::string(argv[i]) == "--configs" && i + 1 < argc) {  // e.g. --configs s,r4c4g2u1
+      for (std::string list = argv[++i]; !list.empty();) {
+        const size_t comma = list.find(',');
+        name_prefixes.push_back(list.substr(0, comma));
+        list = comma == std::string::npos ? "" : list.substr(comma + 1);
+      }
     } else if (std::string(argv[i]) == "--rows" && i + 1 < argc) {  // e.g. --rows 128,512
       config_row_counts.clear();
       for (std::string list = argv[++i]; !list.empty();) {
@@ -390,7 +407,7 @@ int main(int argc, char** argv) {
   for (const Matrix& m : fused_step)
     for (ShapeSet& shape : shapes)
       if (std::string(m.name) == shape.matrix_name) shape.matrices.push_back(&m);
-  const std::string config_report = time_configs(bench, shapes, config_row_counts, bits, is_dispatch_only);
+  const std::string config_report = time_configs(bench, shapes, config_row_counts, bits, is_dispatch_only, name_prefixes);
   // --configs-only: no row counts for the sections below, which then print empty tables.
   const std::vector<int64_t> row_counts =
       is_configs_only ? std::vector<int64_t>{} : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128};

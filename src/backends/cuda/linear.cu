@@ -3,11 +3,13 @@
 #include "backends/cuda/linear.cuh"
 
 #include <algorithm>
+#include <atomic>
 #include <string_view>
 #include <type_traits>
 
 #include <cuda_bf16.h>
 
+#include "backends/cuda/affine_layout.h"
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/linear_configs.cuh"
 #include "backends/cuda/overlapped_launch.cuh"
@@ -314,22 +316,40 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// The staged kernel, for bf16 weights and many rows: the register kernel's element chains fed from
-// shared memory. TMA copies K blocks into a ring of kStages stages, each holding kBlocksPerStage
-// consecutive blocks of one chain (w, w + 8, ...) for the block's rows and columns; mbarriers, not
-// block barriers, pass the stages. Each of the 8 warps owns kRowTiles x kColTiles mma tiles of the
+// The staged kernel, for many rows: the register kernel's element chains fed from shared memory.
+// TMA copies K blocks into a ring of kStages stages, each holding kBlocksPerStage consecutive
+// blocks of one chain (w, w + 8, ...) for the block's rows and columns; mbarriers, not block
+// barriers, pass the stages. Each of the 8 warps owns kRowTiles x kColTiles mma tiles of the
 // block's output and runs the chains of the register kernel's 8 warps one after another, each from
 // zero, adding its sum into a running total in chain order: the register kernel's warp chains and
 // warp_sum, so the same bits. Thread 0 also issues the copies, kStages - 1 stages ahead.
-constexpr int kStagedBlockBytes = kBlockK * 2;  // one row's K block in shared memory: 64 bytes
-template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage>
+// A stage's weights: bf16 rows as one box [kCols][32] per K block; MLX affine rows
+// (kBlocksPerStage = 4: one quad's slice of a chain, affine_layout.h) as one box of the slice's
+// packed words [kCols][16 * lane words] and one of its scale/bias entries [kCols][4], dequantized
+// by the register kernel's own reader.
+constexpr int kStagedBlockBytes = kBlockK * 2;  // one row's K block of activations: 64 bytes
+template <class Rows>
+struct StagedWeights;
+template <>
+struct StagedWeights<Bf16Rows> {
+  __host__ __device__ static constexpr int box_bytes(int cols, int blocks) { return blocks * cols * kStagedBlockBytes; }
+};
+template <int kBits>
+struct StagedWeights<AffineRows<kBits>> {
+  static constexpr int kWordBytes = 16 * AffineRows<kBits>::kLaneWords;  // a lane's four blocks
+  __host__ __device__ static constexpr int box_bytes(int cols, int) { return cols * (4 * kWordBytes + 16); }
+};
+
+template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage, class Rows>
 struct StagedShape {
   static_assert(kWarps % kWarpRows == 0, "linear: the warp grid must hold the 8 warps");
+  static_assert(std::is_same_v<Rows, Bf16Rows> || kBlocksPerStage == 4, "linear: a quantized stage is one quad");
   static constexpr int kWarpCols = kWarps / kWarpRows;
   static constexpr int kRows = kWarpRows * kRowTiles * kMmaRows;   // activation rows of a block
   static constexpr int kCols = kWarpCols * kColTiles * kMmaCols;   // weight rows (output columns)
   static_assert(kRows <= 256 && kCols <= 256, "linear: a TMA box holds at most 256 rows");
-  static constexpr int kStageBytes = kBlocksPerStage * (kRows + kCols) * kStagedBlockBytes;
+  static constexpr int kInputBytes = kBlocksPerStage * kRows * kStagedBlockBytes;
+  static constexpr int kStageBytes = kInputBytes + StagedWeights<Rows>::box_bytes(kCols, kBlocksPerStage);
 };
 
 // The stages of one call in order: chain w's blocks b = w, w + 8, ..., kBlocksPerStage to a stage,
@@ -347,21 +367,23 @@ struct StageWalk {
   __device__ __forceinline__ void next() { first_block += kWarps * kBlocksPerStage; }
 };
 
-template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage, int kStages, LinearOutput kOutput>
+template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage, int kStages, LinearOutput kOutput,
+          class Rows>
 __global__ void __launch_bounds__(kWarps * 32, 1)
     linear_staged_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
-                         int n_rows, int n_out, int n_in, void* __restrict__ y) {
-  using Shape = StagedShape<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage>;
+                         const __grid_constant__ CUtensorMap scale_map, Rows rows, int n_rows, int n_out, int n_in,
+                         void* __restrict__ y) {
+  using Shape = StagedShape<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, Rows>;
+  constexpr bool kIsBf16 = std::is_same_v<Rows, Bf16Rows>;
   extern __shared__ __align__(128) unsigned char staged_shared[];
-  // Stage s: kBlocksPerStage activation boxes [kRows][32], then as many weight boxes [kCols][32].
+  // Stage s: kBlocksPerStage activation boxes [kRows][32], then the weights (StagedWeights).
   uint64_t* full = reinterpret_cast<uint64_t*>(staged_shared + kStages * Shape::kStageBytes);
   uint64_t* empty = full + kStages;
   const auto x_box = [&](int slot, int s) {
     return staged_shared + slot * Shape::kStageBytes + s * Shape::kRows * kStagedBlockBytes;
   };
-  const auto w_box = [&](int slot, int s) {
-    return staged_shared + slot * Shape::kStageBytes +
-           (kBlocksPerStage * Shape::kRows + s * Shape::kCols) * kStagedBlockBytes;
+  const auto w_box = [&](int slot, int s) {  // bf16: block s's box; quantized: the words' box
+    return staged_shared + slot * Shape::kStageBytes + Shape::kInputBytes + s * Shape::kCols * kStagedBlockBytes;
   };
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
   const int row0 = int(blockIdx.x) * Shape::kRows, col0 = int(blockIdx.y) * Shape::kCols;
@@ -385,11 +407,22 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     const int slot = issued % kStages;
     if (issued >= kStages) barrier_wait(&empty[slot], uint32_t(issued / kStages - 1) & 1);  // its last use read
     const int count = copies.blocks(n_blocks_k);
-    barrier_arrive_expecting(&full[slot], uint32_t(count * (Shape::kRows + Shape::kCols) * kStagedBlockBytes));
+    // A box's bytes count in full, the zeros past the matrix's edges included.
+    const int weight_bytes = StagedWeights<Rows>::box_bytes(Shape::kCols, kIsBf16 ? count : kBlocksPerStage);
+    barrier_arrive_expecting(&full[slot], uint32_t(count * Shape::kRows * kStagedBlockBytes + weight_bytes));
     for (int s = 0; s < count; ++s) {
       const int k = (copies.first_block + kWarps * s) * kBlockK;
       copy_box(x_box(slot, s), &x_map, k, row0, &full[slot]);
-      copy_box(w_box(slot, s), &w_map, k, col0, &full[slot]);
+      if constexpr (kIsBf16) copy_box(w_box(slot, s), &w_map, k, col0, &full[slot]);
+    }
+    if constexpr (!kIsBf16) {
+      // The chain's slice of quad t: lane words at t * 32 * 4 * words + w * 16 * words, entries at
+      // t * (32 >> shift) + (w >> shift) * 4 (the register kernel's cursor and fetch).
+      const int quad = copies.first_block / 32, w = copies.chain;
+      constexpr int kLaneWords = Rows::kLaneWords;
+      copy_box(w_box(slot, 0), &w_map, quad * Rows::kQuadWords + w * 16 * kLaneWords, col0, &full[slot]);
+      copy_box(w_box(slot, 0) + Shape::kCols * 4 * StagedWeights<Rows>::kWordBytes, &scale_map,
+               (quad << (5 - rows.group_shift)) + ((w >> rows.group_shift) << 2), col0, &full[slot]);
     }
     copies.next();
     ++issued;
@@ -409,21 +442,43 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       const int count = min(kBlocksPerStage, (n_blocks_k - b + kWarps - 1) / kWarps);
       const int slot = consumed % kStages;
       barrier_wait(&full[slot], uint32_t(consumed / kStages) & 1);
+      typename Rows::Fetched fetched[kColTiles];  // quantized: the stage's words of each column tile
+      if constexpr (!kIsBf16) {
+        constexpr int kWordBytes = StagedWeights<Rows>::kWordBytes;
+        const unsigned char* words = w_box(slot, 0) + (warp_col0 + g) * 4 * kWordBytes + q * kWordBytes;
+        const unsigned char* entries = w_box(slot, 0) + Shape::kCols * 4 * kWordBytes + (warp_col0 + g) * 16;
 #pragma unroll
-      for (int s = 0; s < kBlocksPerStage; ++s) {
-        if (s >= count) break;
+        for (int c = 0; c < kColTiles; ++c) {
+#pragma unroll
+          for (int h = 0; h < Rows::kLaneWords; ++h)
+            fetched[c].words[h] = *reinterpret_cast<const uint4*>(words + c * kMmaCols * 4 * kWordBytes + 16 * h);
+          fetched[c].scale_bias = *reinterpret_cast<const uint4*>(entries + c * kMmaCols * 16);
+        }
+      }
+      const auto multiply_block = [&](int s) {
         uint4 xv[kRowTiles][2], wv[kColTiles];
         const unsigned char* xs = x_box(slot, s) + (warp_row0 + g) * kStagedBlockBytes + 16 * q;
-        const unsigned char* ws = w_box(slot, s) + (warp_col0 + g) * kStagedBlockBytes + 16 * q;
 #pragma unroll
         for (int r = 0; r < kRowTiles; ++r)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
             xv[r][h] = *reinterpret_cast<const uint4*>(xs + (r * kMmaRows + 8 * h) * kStagedBlockBytes);
 #pragma unroll
-        for (int c = 0; c < kColTiles; ++c)
-          wv[c] = *reinterpret_cast<const uint4*>(ws + c * kMmaCols * kStagedBlockBytes);
+        for (int c = 0; c < kColTiles; ++c) {
+          if constexpr (kIsBf16) {
+            wv[c] = *reinterpret_cast<const uint4*>(w_box(slot, s) + (warp_col0 + c * kMmaCols + g) * kStagedBlockBytes +
+                                                    16 * q);
+          } else {
+            wv[c] = Rows::expand(fetched[c], s);
+          }
+        }
         multiply_k_block(acc, xv, wv);
+      };
+      if (count == kBlocksPerStage) {  // a whole stage: no exit between its blocks, so loads can run ahead
+#pragma unroll
+        for (int s = 0; s < kBlocksPerStage; ++s) multiply_block(s);
+      } else {
+        for (int s = 0; s < count; ++s) multiply_block(s);
       }
       __syncwarp();
       if (lane == 0) barrier_arrive(&empty[slot]);
@@ -516,23 +571,41 @@ void launch_swapped(const uint16_t* x, int64_t n_rows, const LinearWeights& w, i
 template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage, int kStages, int kFormats>
 void launch_staged(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in, void* y,
                    LinearOutput output, cudaStream_t stream) {
-  static_assert(kFormats == kBf16, "linear: the staged kernel reads bf16 weights only");
-  using Shape = StagedShape<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage>;
-  constexpr size_t shared_bytes = size_t(kStages) * Shape::kStageBytes + 2 * kStages * sizeof(uint64_t);
-  const CUtensorMap x_map = bf16_rows_map(x, n_rows, n_in, Shape::kRows, kBlockK);
-  const CUtensorMap w_map = bf16_rows_map(w.bf16, n_out, n_in, Shape::kCols, kBlockK);
-  const dim3 grid(unsigned((n_rows + Shape::kRows - 1) / Shape::kRows),
-                  unsigned((n_out + Shape::kCols - 1) / Shape::kCols));
-  with_output(output, [&](auto output_constant) {
-    const auto kernel = linear_staged_kernel<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, kStages,
-                                             decltype(output_constant)::value>;
-    static const bool sized = [&] {  // once per kernel: its shared memory is past the 48 KB default
-      TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
-      return true;
-    }();
-    (void)sized;
-    launch_overlapped("linear_staged_kernel", kernel, grid, dim3(kWarps * 32), shared_bytes, stream,
-                      x_map, w_map, int(n_rows), int(n_out), int(n_in), y);
+  with_rows(w, int(n_in), [&](const auto& rows) {
+    using Rows = std::decay_t<decltype(rows)>;
+    constexpr bool is_bf16 = std::is_same_v<Rows, Bf16Rows>;
+    if constexpr ((kFormats & (is_bf16 ? kBf16 : kQuantized)) != 0) {
+      using Shape = StagedShape<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, Rows>;
+      constexpr size_t shared_bytes = size_t(kStages) * Shape::kStageBytes + 2 * kStages * sizeof(uint64_t);
+      const CUtensorMap x_map = matrix_map(x, TensorElement::bf16, n_rows, n_in, Shape::kRows, kBlockK);
+      CUtensorMap w_map, scale_map;
+      if constexpr (is_bf16) {
+        w_map = matrix_map(w.bf16, TensorElement::bf16, n_out, n_in, Shape::kCols, kBlockK);
+        scale_map = w_map;  // unused
+      } else {
+        w_map = matrix_map(w.packed, TensorElement::u32, n_out, affine_row_words(n_in, w.bits), Shape::kCols,
+                           4 * StagedWeights<Rows>::kWordBytes / 4);
+        scale_map = matrix_map(w.scale_bias, TensorElement::u32, n_out, affine_row_entries(n_in, w.group_size),
+                               Shape::kCols, 4);
+      }
+      const dim3 grid(unsigned((n_rows + Shape::kRows - 1) / Shape::kRows),
+                      unsigned((n_out + Shape::kCols - 1) / Shape::kCols));
+      with_output(output, [&](auto output_constant) {
+        const auto kernel = linear_staged_kernel<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, kStages,
+                                                 decltype(output_constant)::value, Rows>;
+        // Once per kernel and device: its shared memory is past the 48 KB a launch gets by default.
+        static std::atomic<uint64_t> sized_devices{0};
+        int device = 0;
+        TF_CUDA_CHECK(cudaGetDevice(&device));
+        const uint64_t bit = uint64_t(1) << (device % 64);
+        if ((sized_devices.load(std::memory_order_relaxed) & bit) == 0) {
+          TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
+          sized_devices.fetch_or(bit);
+        }
+        launch_overlapped("linear_staged_kernel", kernel, grid, dim3(kWarps * 32), shared_bytes, stream, x_map, w_map,
+                          scale_map, rows, int(n_rows), int(n_out), int(n_in), y);
+      });
+    }
   });
 }
 
@@ -548,10 +621,10 @@ struct ConfigEntry {
 #define TF_SWAPPED_CONFIG(name, cols, rows, unroll, formats) \
   ConfigEntry{{name, rows, 2 * cols, 1, unroll, false}, formats, &launch_swapped<cols, rows, unroll, formats>}
 // The staged kernel: a grid of warp_rows x (8 / warp_rows) warps, each row_tiles 16-row by
-// col_tiles 8-column mma tiles; blocks K blocks a stage, `stages` stages (bf16 only).
-#define TF_STAGED_CONFIG(name, warp_rows, row_tiles, col_tiles, blocks, stages)                                \
-  ConfigEntry{{name, warp_rows * row_tiles, (8 / warp_rows) * col_tiles, 1, blocks, false}, kBf16,             \
-              &launch_staged<warp_rows, row_tiles, col_tiles, blocks, stages, kBf16>}
+// col_tiles 8-column mma tiles; blocks K blocks a stage (4 for quantized weights), `stages` stages.
+#define TF_STAGED_CONFIG(name, warp_rows, row_tiles, col_tiles, blocks, stages, formats)                       \
+  ConfigEntry{{name, warp_rows * row_tiles, (8 / warp_rows) * col_tiles, 1, blocks, false}, formats,           \
+              &launch_staged<warp_rows, row_tiles, col_tiles, blocks, stages, formats>}
 // Every configuration the bench times and the test checks. The first four are the original ones.
 // Quantized fetches are 4 or 8 bytes, not 16, so deeper unrolls keep as many bytes in flight.
 constexpr ConfigEntry kConfigs[] = {
@@ -593,13 +666,13 @@ constexpr ConfigEntry kConfigs[] = {
     TF_SWAPPED_CONFIG("t1r8u1", 1, 8, 1, kAllFormats),
     TF_SWAPPED_CONFIG("t1r8u2", 1, 8, 2, kAllFormats),
     TF_SWAPPED_CONFIG("t2r8u1", 2, 8, 1, kAllFormats),
-    TF_STAGED_CONFIG("s128x128b2s4", 4, 2, 8, 2, 4),
-    TF_STAGED_CONFIG("s128x128b4s3", 4, 2, 8, 4, 3),
-    TF_STAGED_CONFIG("s64x128b4s4", 2, 2, 4, 4, 4),
-    TF_STAGED_CONFIG("s64x64b4s4", 2, 2, 2, 4, 4),
-    TF_STAGED_CONFIG("s128x64b4s4", 4, 2, 4, 4, 4),
-    TF_STAGED_CONFIG("s256x64b2s4", 4, 4, 4, 2, 4),
-    TF_STAGED_CONFIG("s64x32b4s6", 4, 1, 2, 4, 6),
+    TF_STAGED_CONFIG("s128x128b2s4", 4, 2, 8, 2, 4, kBf16),
+    TF_STAGED_CONFIG("s128x128b4s3", 4, 2, 8, 4, 3, kBf16),
+    TF_STAGED_CONFIG("s64x128b4s4", 2, 2, 4, 4, 4, kAllFormats),
+    TF_STAGED_CONFIG("s64x64b4s4", 2, 2, 2, 4, 4, kAllFormats),
+    TF_STAGED_CONFIG("s128x64b4s4", 4, 2, 4, 4, 4, kAllFormats),
+    TF_STAGED_CONFIG("s256x64b2s4", 4, 4, 4, 2, 4, kBf16),
+    TF_STAGED_CONFIG("s64x32b4s6", 4, 1, 2, 4, 6, kAllFormats),
 };
 #undef TF_LINEAR_CONFIG
 #undef TF_SWAPPED_CONFIG
@@ -625,15 +698,16 @@ constexpr DispatchEntry kBf16Dispatch[] = {
     {8, config_id_of("r1c1u8-lo")},
     {16, config_id_of("r1c2u4")},
     {32, config_id_of("r2c4u2")},
-    {64, config_id_of("r4c4g2u1")},
-    {INT64_MAX, config_id_of("r4c4g2u1")},
+    {128, config_id_of("r4c4g2u1")},
+    {256, config_id_of("s64x128b4s4")},
+    {INT64_MAX, config_id_of("s128x128b4s3")},
 };
 constexpr DispatchEntry kQuantizedDispatch[] = {
     {8, config_id_of("t1r1u4")},
     {16, config_id_of("t2r2u4")},
     {32, config_id_of("r1c4u4")},
     {128, config_id_of("t2r8u1")},
-    {INT64_MAX, config_id_of("r4c4u1")},
+    {INT64_MAX, config_id_of("s64x128b4s4")},
 };
 template <size_t N>
 constexpr bool is_dispatch_valid(const DispatchEntry (&table)[N], int formats) {

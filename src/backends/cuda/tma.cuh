@@ -60,8 +60,11 @@ __device__ __forceinline__ void copy_box(void* destination, const CUtensorMap* m
       : "memory");
 }
 
-// A row-major bf16 matrix [n_rows][n_cols] (row stride n_cols, 16-byte aligned, n_cols % 8 == 0)
-// read in boxes of box_rows rows by box_cols columns, no swizzle, zeros past the edges.
-CUtensorMap bf16_rows_map(const void* data, int64_t n_rows, int64_t n_cols, int box_rows, int box_cols);
+enum class TensorElement { bf16, u32 };
+
+// A row-major matrix [n_rows][n_cols] (16-byte aligned, rows a multiple of 16 bytes) read in boxes of
+// box_rows rows by box_cols columns, no swizzle, zeros past the edges.
+CUtensorMap matrix_map(const void* data, TensorElement element, int64_t n_rows, int64_t n_cols, int box_rows,
+                       int box_cols);
 
 }  // namespace tf::cuda
