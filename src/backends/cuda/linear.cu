@@ -466,8 +466,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 #pragma unroll
         for (int c = 0; c < kColTiles; ++c) {
           if constexpr (kIsBf16) {
-            wv[c] = *reinterpret_cast<const uint4*>(w_box(slot, s) + (warp_col0 + c * kMmaCols + g) * kStagedBlockBytes +
-                                                    16 * q);
+            const unsigned char* ws = w_box(slot, s) + (warp_col0 + c * kMmaCols + g) * kStagedBlockBytes + 16 * q;
+            wv[c] = *reinterpret_cast<const uint4*>(ws);
           } else {
             wv[c] = Rows::expand(fetched[c], s);
           }
@@ -568,6 +568,42 @@ void launch_swapped(const uint16_t* x, int64_t n_rows, const LinearWeights& w, i
   });
 }
 
+template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage, int kStages, class Rows>
+constexpr size_t staged_shared_bytes() {
+  return size_t(kStages) * StagedShape<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, Rows>::kStageBytes +
+         2 * kStages * sizeof(uint64_t);
+}
+
+// Lets the kernel take its shared memory (past the 48 KB a launch gets by default), once per kernel
+// and device. prepare_linear_kernels() does it for every one before a forward is captured.
+template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage, int kStages, LinearOutput kOutput,
+          class Rows>
+void size_staged_kernel() {
+  static std::atomic<uint64_t> sized_devices{0};
+  int device = 0;
+  TF_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t(1) << (device % 64);
+  if ((sized_devices.load(std::memory_order_relaxed) & bit) != 0) return;
+  const auto kernel = linear_staged_kernel<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, kStages, kOutput, Rows>;
+  constexpr size_t bytes = staged_shared_bytes<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, kStages, Rows>();
+  TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  sized_devices.fetch_or(bit);
+}
+
+template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage, int kStages, int kFormats>
+void size_staged_kernels() {
+  const auto for_rows = [&]<class Rows>() {
+    size_staged_kernel<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, kStages, LinearOutput::bf16, Rows>();
+    size_staged_kernel<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, kStages, LinearOutput::f32, Rows>();
+    size_staged_kernel<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, kStages, LinearOutput::swiglu_bf16, Rows>();
+  };
+  if constexpr ((kFormats & kBf16) != 0) for_rows.template operator()<Bf16Rows>();
+  if constexpr ((kFormats & kQuantized) != 0) {
+    for_rows.template operator()<AffineRows<4>>();
+    for_rows.template operator()<AffineRows<8>>();
+  }
+}
+
 template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage, int kStages, int kFormats>
 void launch_staged(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in, void* y,
                    LinearOutput output, cudaStream_t stream) {
@@ -576,7 +612,8 @@ void launch_staged(const uint16_t* x, int64_t n_rows, const LinearWeights& w, in
     constexpr bool is_bf16 = std::is_same_v<Rows, Bf16Rows>;
     if constexpr ((kFormats & (is_bf16 ? kBf16 : kQuantized)) != 0) {
       using Shape = StagedShape<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, Rows>;
-      constexpr size_t shared_bytes = size_t(kStages) * Shape::kStageBytes + 2 * kStages * sizeof(uint64_t);
+      constexpr size_t shared_bytes =
+          staged_shared_bytes<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, kStages, Rows>();
       const CUtensorMap x_map = matrix_map(x, TensorElement::bf16, n_rows, n_in, Shape::kRows, kBlockK);
       CUtensorMap w_map, scale_map;
       if constexpr (is_bf16) {
@@ -593,15 +630,8 @@ void launch_staged(const uint16_t* x, int64_t n_rows, const LinearWeights& w, in
       with_output(output, [&](auto output_constant) {
         const auto kernel = linear_staged_kernel<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, kStages,
                                                  decltype(output_constant)::value, Rows>;
-        // Once per kernel and device: its shared memory is past the 48 KB a launch gets by default.
-        static std::atomic<uint64_t> sized_devices{0};
-        int device = 0;
-        TF_CUDA_CHECK(cudaGetDevice(&device));
-        const uint64_t bit = uint64_t(1) << (device % 64);
-        if ((sized_devices.load(std::memory_order_relaxed) & bit) == 0) {
-          TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
-          sized_devices.fetch_or(bit);
-        }
+        size_staged_kernel<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, kStages, decltype(output_constant)::value,
+                           Rows>();
         launch_overlapped("linear_staged_kernel", kernel, grid, dim3(kWarps * 32), shared_bytes, stream, x_map, w_map,
                           scale_map, rows, int(n_rows), int(n_out), int(n_in), y);
       });
@@ -613,6 +643,7 @@ struct ConfigEntry {
   LinearConfig config;
   int formats;
   Launcher launcher;
+  void (*prepare)() = nullptr;  // what its kernels need set up before a capture, if anything
 };
 
 #define TF_LINEAR_CONFIG(name, rows, cols, groups, unroll, is_lower_only, formats) \
@@ -624,7 +655,8 @@ struct ConfigEntry {
 // col_tiles 8-column mma tiles; blocks K blocks a stage (4 for quantized weights), `stages` stages.
 #define TF_STAGED_CONFIG(name, warp_rows, row_tiles, col_tiles, blocks, stages, formats)                       \
   ConfigEntry{{name, warp_rows * row_tiles, (8 / warp_rows) * col_tiles, 1, blocks, false}, formats,           \
-              &launch_staged<warp_rows, row_tiles, col_tiles, blocks, stages, formats>}
+              &launch_staged<warp_rows, row_tiles, col_tiles, blocks, stages, formats>,                        \
+              &size_staged_kernels<warp_rows, row_tiles, col_tiles, blocks, stages, formats>}
 // Every configuration the bench times and the test checks. The first four are the original ones.
 // Quantized fetches are 4 or 8 bytes, not 16, so deeper unrolls keep as many bytes in flight.
 constexpr ConfigEntry kConfigs[] = {
@@ -746,6 +778,11 @@ void check_weights(const LinearWeights& w, int64_t n_cols_in) {
 }  // namespace
 
 int linear_config_count() { return kConfigCount; }
+
+void prepare_linear_kernels() {
+  for (const ConfigEntry& entry : kConfigs)
+    if (entry.prepare != nullptr) entry.prepare();
+}
 
 const LinearConfig& linear_config(int config_id) {
   TF_CUDA_REQUIRE(config_id >= 0 && config_id < kConfigCount, "linear: no such configuration");

@@ -26,4 +26,9 @@ enum class LinearOutput { bf16, f32, swiglu_bf16 };
 void linear(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_cols_out, int64_t n_cols_in, void* y,
             LinearOutput output, cudaStream_t stream = nullptr);
 
+// Sets up, on the current device, what linear()'s kernels need before their first launch (shared
+// memory past the default); a model calls it before it captures forwards, where that setup must not
+// run. linear() does it itself otherwise.
+void prepare_linear_kernels();
+
 }  // namespace tf::cuda

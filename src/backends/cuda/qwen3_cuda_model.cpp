@@ -43,6 +43,7 @@ Qwen3CudaModel::Qwen3CudaModel(ModelConfig config, Qwen3CudaWeights weights, Cud
   const int64_t rotary_dim = config_.is_hybrid() ? config_.hybrid.rotary_dim : config_.head_dim;
   inverse_frequencies_ = DeviceBuffer<float>(size_t(rotary_dim / 2));
   inverse_frequencies_.copy_from_host(rope_inverse_frequencies(rotary_dim, config_.rope_theta));
+  prepare_linear_kernels();  // before any forward is captured
 }
 
 std::shared_ptr<DFlashDrafter> Qwen3CudaModel::load_drafter(const std::string& drafter_dir, int) const {
