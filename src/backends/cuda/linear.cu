@@ -332,7 +332,9 @@ template <class Rows>
 struct StagedWeights;
 template <>
 struct StagedWeights<Bf16Rows> {
-  __host__ __device__ static constexpr int box_bytes(int cols, int blocks) { return blocks * cols * kStagedBlockBytes; }
+  __host__ __device__ static constexpr int box_bytes(int cols, int blocks) {
+    return blocks * cols * kStagedBlockBytes;
+  }
 };
 template <int kBits>
 struct StagedWeights<AffineRows<kBits>> {
