@@ -732,15 +732,15 @@ constexpr DispatchEntry kBf16Dispatch[] = {
     {8, config_id_of("r1c1u8-lo")},
     {16, config_id_of("r1c2u4")},
     {32, config_id_of("r2c4u2")},
-    {256, config_id_of("r4c4g2u1")},  // s64x128b4s4 measured faster at 192-256 rows, not yet run in a graph
+    {192, config_id_of("r4c4g2u1")},
+    {256, config_id_of("s64x128b4s4")},
     {INT64_MAX, config_id_of("s128x128b4s3")},
 };
 constexpr DispatchEntry kQuantizedDispatch[] = {
     {8, config_id_of("t1r1u4")},
     {16, config_id_of("t2r2u4")},
     {32, config_id_of("r1c4u4")},
-    {128, config_id_of("t2r8u1")},
-    {256, config_id_of("r4c4u1")},  // s64x128b4s4 measured faster at 256 rows, not yet run in a graph
+    {192, config_id_of("t2r8u1")},
     {INT64_MAX, config_id_of("s64x128b4s4")},
 };
 template <size_t N>
