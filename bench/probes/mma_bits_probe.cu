@@ -1,0 +1,261 @@
+// Probe: does Hopper's wgmma add a k16 step with the same bits as mma.sync m16n8k16, and does the
+// order of the 16 products inside one instruction change its bits? The staged linear kernel keeps
+// mma.sync's K grouping so prefill matches decode bit for bit; a wgmma kernel could only do the same
+// if both answers are "same bits". Prints mismatch counts for each comparison; exits 0 either way.
+// Built as probe_mma_bits with the CUDA build; run it on the GPU machine (bench/receipts/h100-mma-bits-probe.md).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace {
+
+constexpr int kM = 64, kN = 8, kK = 16;  // one wgmma m64n8k16; four mma.sync m16n8k16 (one a warp)
+
+__device__ __forceinline__ uint32_t pair(const uint16_t* p) { return uint32_t(p[0]) | (uint32_t(p[1]) << 16); }
+
+// One trial a block of 128 threads: A [64][16], B as [8][16] (n rows, K contiguous), C [64][8].
+// mma.sync: warp w computes rows 16w..16w+15.
+__global__ void mma_sync_kernel(const uint16_t* a_all, const uint16_t* b_all, const float* c_all, float* d_all) {
+  const uint16_t* a = a_all + size_t(blockIdx.x) * kM * kK;
+  const uint16_t* b = b_all + size_t(blockIdx.x) * kN * kK;
+  const float* c = c_all + size_t(blockIdx.x) * kM * kN;
+  float* d = d_all + size_t(blockIdx.x) * kM * kN;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int r0 = 16 * warp + g, r1 = r0 + 8;
+  const uint32_t a0 = pair(a + r0 * kK + 2 * t), a1 = pair(a + r1 * kK + 2 * t);
+  const uint32_t a2 = pair(a + r0 * kK + 2 * t + 8), a3 = pair(a + r1 * kK + 2 * t + 8);
+  const uint32_t b0 = pair(b + g * kK + 2 * t), b1 = pair(b + g * kK + 2 * t + 8);
+  float acc[4] = {c[r0 * kN + 2 * t], c[r0 * kN + 2 * t + 1], c[r1 * kN + 2 * t], c[r1 * kN + 2 * t + 1]};
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  d[r0 * kN + 2 * t] = acc[0];
+  d[r0 * kN + 2 * t + 1] = acc[1];
+  d[r1 * kN + 2 * t] = acc[2];
+  d[r1 * kN + 2 * t + 1] = acc[3];
+}
+
+// A shared-memory matrix descriptor (no swizzle): start, leading and stride byte offsets.
+__device__ __forceinline__ uint64_t descriptor(const void* smem, uint32_t leading, uint32_t stride) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  return uint64_t((address >> 4) & 0x3FFF) | (uint64_t((leading >> 4) & 0x3FFF) << 16) |
+         (uint64_t((stride >> 4) & 0x3FFF) << 32);
+}
+
+// wgmma m64n8k16 with B (and, if kAShared, A) in shared memory as 8x8 core matrices (8 rows of 16
+// bytes). Core matrix (row block i, k block j) sits at i * row_step + j * k_step bytes; the
+// descriptor gets (leading, stride) as given, so a run can tell which offset the hardware reads as
+// the K direction.
+template <bool kAShared>
+__global__ void wgmma_kernel(const uint16_t* a_all, const uint16_t* b_all, const float* c_all, float* d_all,
+                             uint32_t row_step, uint32_t k_step, uint32_t leading, uint32_t stride) {
+  __shared__ __align__(1024) uint16_t a_s[8192];
+  __shared__ __align__(1024) uint16_t b_s[8192];
+  const uint16_t* a = a_all + size_t(blockIdx.x) * kM * kK;
+  const uint16_t* b = b_all + size_t(blockIdx.x) * kN * kK;
+  const float* c = c_all + size_t(blockIdx.x) * kM * kN;
+  float* d = d_all + size_t(blockIdx.x) * kM * kN;
+  for (int i = threadIdx.x; i < kM * kK; i += blockDim.x) {
+    const int row = i / kK, k = i % kK;
+    a_s[((row / 8) * row_step + (k / 8) * k_step) / 2 + (row % 8) * 8 + k % 8] = a[i];
+  }
+  for (int i = threadIdx.x; i < kN * kK; i += blockDim.x) {
+    const int row = i / kK, k = i % kK;
+    b_s[((row / 8) * row_step + (k / 8) * k_step) / 2 + (row % 8) * 8 + k % 8] = b[i];
+  }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int r0 = 16 * warp + g, r1 = r0 + 8;
+  float acc[4] = {c[r0 * kN + 2 * t], c[r0 * kN + 2 * t + 1], c[r1 * kN + 2 * t], c[r1 * kN + 2 * t + 1]};
+  const uint64_t b_desc = descriptor(b_s, leading, stride);
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+  if constexpr (kAShared) {
+    const uint64_t a_desc = descriptor(a_s, leading, stride);
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "l"(a_desc), "l"(b_desc), "r"(1));
+  } else {
+    const uint32_t a0 = pair(a + r0 * kK + 2 * t), a1 = pair(a + r1 * kK + 2 * t);
+    const uint32_t a2 = pair(a + r0 * kK + 2 * t + 8), a3 = pair(a + r1 * kK + 2 * t + 8);
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b_desc), "r"(1));
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  d[r0 * kN + 2 * t] = acc[0];
+  d[r0 * kN + 2 * t + 1] = acc[1];
+  d[r1 * kN + 2 * t] = acc[2];
+  d[r1 * kN + 2 * t + 1] = acc[3];
+}
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return uint16_t((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+float from_bf16(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+#define CHECK(call)                                                                         \
+  do {                                                                                      \
+    cudaError_t e = (call);                                                                 \
+    if (e != cudaSuccess) {                                                                 \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
+      return 1;                                                                             \
+    }                                                                                       \
+  } while (0)
+
+struct Data {
+  std::vector<uint16_t> a, b;
+  std::vector<float> c;
+};
+
+// Same products, k slot j takes input perm[j].
+Data permuted(const Data& in, const int (&perm)[kK], int trials) {
+  Data out = in;
+  for (int s = 0; s < trials; ++s) {
+    for (int r = 0; r < kM; ++r)
+      for (int j = 0; j < kK; ++j) out.a[(size_t(s) * kM + r) * kK + j] = in.a[(size_t(s) * kM + r) * kK + perm[j]];
+    for (int r = 0; r < kN; ++r)
+      for (int j = 0; j < kK; ++j) out.b[(size_t(s) * kN + r) * kK + j] = in.b[(size_t(s) * kN + r) * kK + perm[j]];
+  }
+  return out;
+}
+
+}  // namespace
+
+int main() {
+  const int trials = 4096;
+  const size_t n_a = size_t(trials) * kM * kK, n_b = size_t(trials) * kN * kK, n_c = size_t(trials) * kM * kN;
+  Data data{std::vector<uint16_t>(n_a), std::vector<uint16_t>(n_b), std::vector<float>(n_c)};
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+  std::uniform_int_distribution<int> exponent(-12, 12), sign(0, 1);
+  auto value = [&](int spread) {  // trials alternate narrow and wide exponent ranges
+    const int e = spread ? exponent(rng) : exponent(rng) / 6;
+    return (sign(rng) ? -1.0f : 1.0f) * std::ldexp(mantissa(rng), e);
+  };
+  for (int s = 0; s < trials; ++s) {
+    const int spread = s % 2;
+    for (size_t i = 0; i < size_t(kM) * kK; ++i) data.a[size_t(s) * kM * kK + i] = to_bf16(value(spread));
+    for (size_t i = 0; i < size_t(kN) * kK; ++i) data.b[size_t(s) * kN * kK + i] = to_bf16(value(spread));
+    for (size_t i = 0; i < size_t(kM) * kN; ++i)
+      data.c[size_t(s) * kM * kN + i] = (s % 4 < 2) ? 0.0f : value(spread) * value(0);
+  }
+
+  uint16_t *a_d, *b_d;
+  float *c_d, *d_d;
+  CHECK(cudaMalloc(&a_d, n_a * 2));
+  CHECK(cudaMalloc(&b_d, n_b * 2));
+  CHECK(cudaMalloc(&c_d, n_c * 4));
+  CHECK(cudaMalloc(&d_d, n_c * 4));
+  auto upload = [&](const Data& d) {
+    cudaMemcpy(a_d, d.a.data(), n_a * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(b_d, d.b.data(), n_b * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(c_d, d.c.data(), n_c * 4, cudaMemcpyHostToDevice);
+  };
+  auto download = [&]() {
+    std::vector<float> out(n_c);
+    cudaMemcpy(out.data(), d_d, n_c * 4, cudaMemcpyDeviceToHost);
+    return out;
+  };
+  // The reference: each element's exact sum (long double holds every partial sum of these ranges closely).
+  std::vector<double> exact(n_c);
+  for (int s = 0; s < trials; ++s)
+    for (int r = 0; r < kM; ++r)
+      for (int n = 0; n < kN; ++n) {
+        long double sum = data.c[(size_t(s) * kM + r) * kN + n];
+        for (int k = 0; k < kK; ++k)
+          sum += (long double)from_bf16(data.a[(size_t(s) * kM + r) * kK + k]) *
+                 from_bf16(data.b[(size_t(s) * kN + n) * kK + k]);
+        exact[(size_t(s) * kM + r) * kN + n] = double(sum);
+      }
+  auto compare = [&](const char* name, const std::vector<float>& x, const std::vector<float>& y) {
+    size_t differ = 0;
+    double worst = 0;
+    for (size_t i = 0; i < n_c; ++i) {
+      if (std::memcmp(&x[i], &y[i], 4) != 0) ++differ;
+      const double scale = std::fabs(exact[i]) + 1e-30;
+      worst = std::max(worst, std::fabs(double(x[i]) - double(y[i])) / scale);
+    }
+    std::printf("%-58s %8zu of %zu elements differ in bits, largest difference %.3g of |exact|\n", name, differ,
+                n_c, worst);
+  };
+  auto against_exact = [&](const char* name, const std::vector<float>& x) {
+    double worst = 0;
+    for (size_t i = 0; i < n_c; ++i)
+      worst = std::max(worst, std::fabs(double(x[i]) - exact[i]) / (std::fabs(exact[i]) + 1e-30));
+    std::printf("%-58s largest error %.3g of |exact|\n", name, worst);
+  };
+
+  upload(data);
+  mma_sync_kernel<<<trials, 128>>>(a_d, b_d, c_d, d_d);
+  CHECK(cudaDeviceSynchronize());
+  const std::vector<float> mma = download();
+  against_exact("mma.sync m16n8k16 against the exact sum", mma);
+  {
+    mma_sync_kernel<<<trials, 128>>>(a_d, b_d, c_d, d_d);
+    CHECK(cudaDeviceSynchronize());
+    compare("mma.sync run twice", mma, download());
+  }
+
+  const int swap_halves[kK] = {8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7};
+  const int reverse[kK] = {15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
+  const int swap_pairs[kK] = {1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14};
+  const int quads[kK] = {4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11};
+  const int mixed[kK] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
+  const int staged_order[kK] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
+  const struct {
+    const char* name;
+    const int* perm;
+  } perms[] = {{"mma.sync, k slots: halves swapped", swap_halves},
+               {"mma.sync, k slots: reversed", reverse},
+               {"mma.sync, k slots: neighbours swapped", swap_pairs},
+               {"mma.sync, k slots: quads swapped within halves", quads},
+               {"mma.sync, k slots: halves interleaved", mixed},
+               {"mma.sync, k slots: middle quads swapped", staged_order}};
+  for (const auto& p : perms) {
+    int perm[kK];
+    std::memcpy(perm, p.perm, sizeof perm);
+    upload(permuted(data, perm, trials));
+    mma_sync_kernel<<<trials, 128>>>(a_d, b_d, c_d, d_d);
+    CHECK(cudaDeviceSynchronize());
+    compare(p.name, mma, download());
+  }
+
+  upload(data);
+  // Core matrices 128 bytes apart along rows, 1024 along K: descriptors with either reading.
+  const struct {
+    const char* name;
+    uint32_t row_step, k_step, leading, stride;
+  } layouts[] = {{"leading = K step", 128, 1024, 1024, 128}, {"leading = row step", 128, 1024, 128, 1024},
+                 {"K step 128, leading = K step", 256, 128, 128, 256}};
+  for (const auto& l : layouts) {
+    char name[128];
+    wgmma_kernel<false><<<trials, 128>>>(a_d, b_d, c_d, d_d, l.row_step, l.k_step, l.leading, l.stride);
+    CHECK(cudaDeviceSynchronize());
+    std::snprintf(name, sizeof name, "wgmma (A registers, %s) against mma.sync", l.name);
+    compare(name, mma, download());
+    wgmma_kernel<true><<<trials, 128>>>(a_d, b_d, c_d, d_d, l.row_step, l.k_step, l.leading, l.stride);
+    CHECK(cudaDeviceSynchronize());
+    std::snprintf(name, sizeof name, "wgmma (A shared, %s) against mma.sync", l.name);
+    compare(name, mma, download());
+  }
+  return 0;
+}
