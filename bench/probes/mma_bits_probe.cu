@@ -100,6 +100,109 @@ __global__ void wgmma_kernel(const uint16_t* a_all, const uint16_t* b_all, const
   d[r1 * kN + 2 * t + 1] = acc[3];
 }
 
+// ---- Part two: wider N and chains of k16 steps ----
+// One trial: A [64][64], B as [N][64], C [64][N]; D = C plus four k16 steps, accumulated in the
+// accumulator registers (wgmma, A from registers) or through mma.sync's C operand. If an element's
+// bits depend on neither N nor the instruction, the two agree everywhere.
+constexpr int kChainK = 64;
+
+// m64nNk16, accumulating (scale-d 1), A from registers, B from a descriptor: d holds N / 2 floats.
+__device__ __forceinline__ void wgmma_step(float (&d)[4], const uint32_t (&a)[4], uint64_t b_desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
+}
+__device__ __forceinline__ void wgmma_step(float (&d)[8], const uint32_t (&a)[4], uint64_t b_desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
+}
+__device__ __forceinline__ void wgmma_step(float (&d)[16], const uint32_t (&a)[4], uint64_t b_desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
+}
+__device__ __forceinline__ void wgmma_step(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
+}
+
+template <int N>
+__global__ void wgmma_chain_kernel(const uint16_t* a_all, const uint16_t* b_all, const float* c_all, float* d_all) {
+  __shared__ __align__(1024) uint16_t b_s[N * kChainK];
+  const uint16_t* a = a_all + size_t(blockIdx.x) * kM * kChainK;
+  const uint16_t* b = b_all + size_t(blockIdx.x) * N * kChainK;
+  const float* c = c_all + size_t(blockIdx.x) * kM * N;
+  float* d = d_all + size_t(blockIdx.x) * kM * N;
+  // Core matrix (n / 8, k / 8) at (n / 8) * 128 + (k / 8) * N * 16 bytes.
+  for (int i = threadIdx.x; i < N * kChainK; i += blockDim.x) {
+    const int n = i / kChainK, k = i % kChainK;
+    b_s[((n / 8) * 128 + (k / 8) * N * 16) / 2 + (n % 8) * 8 + k % 8] = b[i];
+  }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int r0 = 16 * warp + g, r1 = r0 + 8;
+  float acc[N / 2];
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+    acc[4 * j] = c[r0 * N + 8 * j + 2 * t];
+    acc[4 * j + 1] = c[r0 * N + 8 * j + 2 * t + 1];
+    acc[4 * j + 2] = c[r1 * N + 8 * j + 2 * t];
+    acc[4 * j + 3] = c[r1 * N + 8 * j + 2 * t + 1];
+  }
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+  for (int step = 0; step < kChainK / 16; ++step) {
+    const int k0 = 16 * step;
+    const uint32_t regs[4] = {pair(a + r0 * kChainK + k0 + 2 * t), pair(a + r1 * kChainK + k0 + 2 * t),
+                              pair(a + r0 * kChainK + k0 + 2 * t + 8), pair(a + r1 * kChainK + k0 + 2 * t + 8)};
+    wgmma_step(acc, regs, descriptor(b_s + 2 * step * N * 8, N * 16, 128));
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+    d[r0 * N + 8 * j + 2 * t] = acc[4 * j];
+    d[r0 * N + 8 * j + 2 * t + 1] = acc[4 * j + 1];
+    d[r1 * N + 8 * j + 2 * t] = acc[4 * j + 2];
+    d[r1 * N + 8 * j + 2 * t + 1] = acc[4 * j + 3];
+  }
+}
+
+template <int N>
+__global__ void mma_chain_kernel(const uint16_t* a_all, const uint16_t* b_all, const float* c_all, float* d_all) {
+  const uint16_t* a = a_all + size_t(blockIdx.x) * kM * kChainK;
+  const uint16_t* b = b_all + size_t(blockIdx.x) * N * kChainK;
+  const float* c = c_all + size_t(blockIdx.x) * kM * N;
+  float* d = d_all + size_t(blockIdx.x) * kM * N;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int r0 = 16 * warp + g, r1 = r0 + 8;
+  for (int j = 0; j < N / 8; ++j) {
+    float acc[4] = {c[r0 * N + 8 * j + 2 * t], c[r0 * N + 8 * j + 2 * t + 1], c[r1 * N + 8 * j + 2 * t],
+                    c[r1 * N + 8 * j + 2 * t + 1]};
+    const uint16_t* column = b + (8 * j + g) * kChainK;
+    for (int step = 0; step < kChainK / 16; ++step) {
+      const int k0 = 16 * step;
+      asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+          "{%0, %1, %2, %3};"
+          : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+          : "r"(pair(a + r0 * kChainK + k0 + 2 * t)), "r"(pair(a + r1 * kChainK + k0 + 2 * t)),
+            "r"(pair(a + r0 * kChainK + k0 + 2 * t + 8)), "r"(pair(a + r1 * kChainK + k0 + 2 * t + 8)),
+            "r"(pair(column + k0 + 2 * t)), "r"(pair(column + k0 + 2 * t + 8)));
+    }
+    d[r0 * N + 8 * j + 2 * t] = acc[0];
+    d[r0 * N + 8 * j + 2 * t + 1] = acc[1];
+    d[r1 * N + 8 * j + 2 * t] = acc[2];
+    d[r1 * N + 8 * j + 2 * t + 1] = acc[3];
+  }
+}
+
 uint16_t to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -257,5 +360,45 @@ int main() {
     std::snprintf(name, sizeof name, "wgmma (A shared, %s) against mma.sync", l.name);
     compare(name, mma, download());
   }
+
+  // Part two: four k16 steps into C, for N = 8 ... 64.
+  const int chain_trials = 512;
+  const auto chain = [&]<int N>() -> int {
+    const size_t n_a2 = size_t(chain_trials) * kM * kChainK, n_b2 = size_t(chain_trials) * N * kChainK,
+                 n_c2 = size_t(chain_trials) * kM * N;
+    std::vector<uint16_t> a2(n_a2), b2(n_b2);
+    std::vector<float> c2(n_c2);
+    for (size_t i = 0; i < n_a2; ++i) a2[i] = to_bf16(value(int(i / (kM * kChainK)) % 2));
+    for (size_t i = 0; i < n_b2; ++i) b2[i] = to_bf16(value(int(i / (N * kChainK)) % 2));
+    for (size_t i = 0; i < n_c2; ++i) c2[i] = value(1) * value(0);
+    uint16_t *a2_d, *b2_d;
+    float *c2_d, *d2_d;
+    CHECK(cudaMalloc(&a2_d, n_a2 * 2));
+    CHECK(cudaMalloc(&b2_d, n_b2 * 2));
+    CHECK(cudaMalloc(&c2_d, n_c2 * 4));
+    CHECK(cudaMalloc(&d2_d, n_c2 * 4));
+    cudaMemcpy(a2_d, a2.data(), n_a2 * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(b2_d, b2.data(), n_b2 * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(c2_d, c2.data(), n_c2 * 4, cudaMemcpyHostToDevice);
+    std::vector<float> with_mma(n_c2), with_wgmma(n_c2);
+    mma_chain_kernel<N><<<chain_trials, 128>>>(a2_d, b2_d, c2_d, d2_d);
+    CHECK(cudaDeviceSynchronize());
+    cudaMemcpy(with_mma.data(), d2_d, n_c2 * 4, cudaMemcpyDeviceToHost);
+    wgmma_chain_kernel<N><<<chain_trials, 128>>>(a2_d, b2_d, c2_d, d2_d);
+    CHECK(cudaDeviceSynchronize());
+    cudaMemcpy(with_wgmma.data(), d2_d, n_c2 * 4, cudaMemcpyDeviceToHost);
+    size_t differ = 0;
+    for (size_t i = 0; i < n_c2; ++i) differ += std::memcmp(&with_mma[i], &with_wgmma[i], 4) != 0;
+    std::printf("wgmma m64n%dk16, four steps accumulated, against mma.sync's chain  %8zu of %zu elements differ in bits\n",
+                N, differ, n_c2);
+    cudaFree(a2_d);
+    cudaFree(b2_d);
+    cudaFree(c2_d);
+    cudaFree(d2_d);
+    return 0;
+  };
+  if (chain.template operator()<8>() || chain.template operator()<16>() || chain.template operator()<32>() ||
+      chain.template operator()<64>())
+    return 1;
   return 0;
 }
