@@ -1,7 +1,8 @@
 // Probe: does Hopper's wgmma add a k16 step with the same bits as mma.sync m16n8k16, and does the
 // order of the 16 products inside one instruction change its bits? The staged linear kernel keeps
 // mma.sync's K grouping so prefill matches decode bit for bit; a wgmma kernel could only do the same
-// if both answers are "same bits". Prints mismatch counts for each comparison; exits 0 either way.
+// if both answers are "same bits". Part two runs chains of k16 steps at N = 8 ... 64 through both
+// instructions. Prints mismatch counts for each comparison; exits 0 either way (1 on a CUDA error).
 // Built as probe_mma_bits with the CUDA build; run it on the GPU machine (bench/receipts/h100-mma-bits-probe.md).
 #include <cuda_runtime.h>
 
