@@ -16,6 +16,7 @@
 #include "backends/cuda/row_math.cuh"
 #include "backends/cuda/tma.cuh"
 #include "backends/cuda/weight_rows.cuh"
+#include "backends/cuda/wgmma.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -509,6 +510,153 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       }
 }
 
+// The wgmma kernel, for many rows of bf16 weights: the staged kernel's stages and chains with each
+// k16 step one warpgroup mma (bench/receipts/h100-mma-bits-probe.md: the same bits for the same
+// steps). Three warpgroups: the first copies (thread 0 the activations by TMA, every thread weight
+// pieces by 8-byte async copies), the other two each multiply 64 rows by the block's 128 weight rows.
+// A step must take the register kernels' inputs (step s of a K block: 8q + 4s + i for q, i < 4), but
+// wgmma reads B's K as two core matrices of 8 consecutive inputs, so the weights' 4-input pieces are
+// written to shared memory grouped by step (TMA moves nothing under 16 bytes), and the activations
+// are the A operand, from registers: each register a pair of neighbouring inputs read from the stage.
+constexpr int kWgmmaRows = 128, kWgmmaCols = 128;                 // activation rows, weight rows of a block
+constexpr int kWgmmaBlockBytes = kWgmmaCols * kStagedBlockBytes;  // a K block of the weights: 8 KB
+constexpr int kWgmmaStepBytes = kWgmmaBlockBytes / 2;             // one k16 step's B
+constexpr int kWgmmaHalfBytes = kWgmmaStepBytes / 2;              // its 8-input core matrices (K step)
+
+template <int kBlocksPerStage, int kStages>
+struct WgmmaShape {
+  static constexpr int kInputBytes = kBlocksPerStage * kWgmmaRows * kStagedBlockBytes;
+  static constexpr int kStageBytes = kInputBytes + kBlocksPerStage * kWgmmaBlockBytes;
+  static constexpr size_t kSharedBytes = size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t);
+};
+
+template <int kBlocksPerStage, int kStages, LinearOutput kOutput>
+__global__ void __launch_bounds__(3 * 128, 1)
+    linear_wgmma_kernel(const __grid_constant__ CUtensorMap x_map, const uint16_t* __restrict__ w, int n_rows,
+                        int n_out, int n_in, void* __restrict__ y) {
+  // The multiplying warps free a stage only once the next one's wgmma has started, and the copying
+  // threads mark a stage full only once the next one's copies have started: two stages are held.
+  static_assert(kStages >= 3, "linear: the wgmma kernel needs a third stage to make progress");
+  using Shape = WgmmaShape<kBlocksPerStage, kStages>;
+  extern __shared__ __align__(128) unsigned char wgmma_shared[];
+  uint64_t* full = reinterpret_cast<uint64_t*>(wgmma_shared + kStages * Shape::kStageBytes);
+  uint64_t* empty = full + kStages;
+  const auto x_box = [&](int slot, int s) {
+    return wgmma_shared + slot * Shape::kStageBytes + s * kWgmmaRows * kStagedBlockBytes;
+  };
+  const auto w_box = [&](int slot, int s) {
+    return wgmma_shared + slot * Shape::kStageBytes + Shape::kInputBytes + s * kWgmmaBlockBytes;
+  };
+  // Read through a shuffle so the compiler knows it is the same in every thread of a warp: wgmma in
+  // a path it took for divergent would be serialized.
+  const int warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0), thread = int(threadIdx.x) % 128;
+  const int row0 = int(blockIdx.x) * kWgmmaRows, col0 = int(blockIdx.y) * kWgmmaCols;
+  const int n_blocks_k = (n_in + kBlockK - 1) / kBlockK;
+  if (threadIdx.x == 0) {
+    for (int slot = 0; slot < kStages; ++slot) {
+      barrier_init(&full[slot], 128 + 1);  // every copying thread, and thread 0's expected bytes
+      barrier_init(&empty[slot], 8);       // every multiplying warp
+    }
+    barrier_init_fence();
+  }
+  __syncthreads();
+  wait_for_prior_kernel();
+  let_next_kernel_start();
+
+  if (warpgroup == 0) {
+    // Piece p of a weight row's K block (inputs 4p..4p+3) belongs to step p % 2, core matrix p / 4,
+    // 8-byte place (p / 2) % 2: a stage block is [step][core matrix][row / 8][row % 8][16 bytes].
+    const int piece = thread % 8, first_row = thread / 8;  // 16 rows a pass, 8 pieces each
+    const int piece_offset = (piece % 2) * kWgmmaStepBytes + (piece / 4) * kWgmmaHalfBytes + ((piece / 2) % 2) * 8;
+    StageWalk<kBlocksPerStage> copies;
+    int issued = 0;
+    for (; copies.at_stage(n_blocks_k); copies.next(), ++issued) {
+      const int slot = issued % kStages;
+      if (issued >= kStages) barrier_wait(&empty[slot], uint32_t(issued / kStages - 1) & 1);
+      const int count = copies.blocks(n_blocks_k);
+      if (thread == 0) {
+        barrier_arrive_expecting(&full[slot], uint32_t(count * kWgmmaRows * kStagedBlockBytes));
+        for (int s = 0; s < count; ++s)
+          copy_box(x_box(slot, s), &x_map, (copies.first_block + kWarps * s) * kBlockK, row0, &full[slot]);
+      }
+      for (int s = 0; s < count; ++s) {
+        const int k = (copies.first_block + kWarps * s) * kBlockK + 4 * piece;  // n_in % 8 == 0: all 4 or none
+        for (int r = first_row; r < kWgmmaCols; r += 16) {
+          const bool valid = col0 + r < n_out && k < n_in;
+          copy_async_8(w_box(slot, s) + piece_offset + (r / 8) * 128 + (r % 8) * 16,
+                       w + (valid ? int64_t(col0 + r) * n_in + k : 0), valid);
+        }
+      }
+      copy_async_commit();
+      if (issued > 0) {  // the stage before this one has landed
+        copy_async_wait<1>();
+        fence_async_shared();
+        barrier_arrive(&full[(issued - 1) % kStages]);
+      }
+    }
+    if (issued > 0) {
+      copy_async_wait<0>();
+      fence_async_shared();
+      barrier_arrive(&full[(issued - 1) % kStages]);
+    }
+  } else {
+    const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
+    const int tile_row = (warpgroup - 1) * 64 + warp * 16 + g;  // and tile_row + 8
+    // Step s's A registers: the input pairs at 8 (q / 2) + 4 s + 2 (q % 2) and 16 inputs further.
+    const int a_offset = tile_row * kStagedBlockBytes + 2 * (8 * (q / 2) + 2 * (q % 2));
+    float total[64];
+    int consumed = 0, running_slot = -1;  // the stage whose wgmma may still be running
+    const auto release = [&](int slot) {
+      __syncwarp();
+      if (lane == 0) barrier_arrive(&empty[slot]);
+    };
+    for (int chain = 0; chain < kWarps; ++chain) {
+      float acc[64];
+#pragma unroll
+      for (int e = 0; e < 64; ++e) acc[e] = 0.0f;
+      for (int b = chain; b < n_blocks_k; b += kWarps * kBlocksPerStage) {
+        const int count = min(kBlocksPerStage, (n_blocks_k - b + kWarps - 1) / kWarps);
+        const int slot = consumed % kStages;
+        barrier_wait(&full[slot], uint32_t(consumed / kStages) & 1);
+        fence_async_shared();  // the copied weights, as the async proxy wgmma reads through sees them
+        wgmma_fence();
+        for (int s = 0; s < count; ++s) {
+#pragma unroll
+          for (int step = 0; step < 2; ++step) {
+            const unsigned char* a = x_box(slot, s) + a_offset + 8 * step;
+            const auto pair_at = [&](int bytes) { return *reinterpret_cast<const uint32_t*>(a + bytes); };
+            wgmma_m64n128k16(acc, pair_at(0), pair_at(8 * kStagedBlockBytes), pair_at(32),
+                             pair_at(8 * kStagedBlockBytes + 32),
+                             wgmma_descriptor(w_box(slot, s) + step * kWgmmaStepBytes, kWgmmaHalfBytes, 128));
+          }
+        }
+        wgmma_commit();
+        if (running_slot >= 0) {  // the stage before has been read: its slot can be refilled
+          wgmma_wait<1>();
+          release(running_slot);
+        }
+        running_slot = slot;
+        ++consumed;
+      }
+      wgmma_wait<0>();  // the chain's sum is complete
+      if (running_slot >= 0) release(running_slot);
+      running_slot = -1;
+      // warp_sum's order: the first chain's sum as it is, then each next one added.
+#pragma unroll
+      for (int e = 0; e < 64; ++e) total[e] = chain == 0 ? acc[e] : total[e] + acc[e];
+    }
+    // Tile j (8 weight rows): entries 4j, 4j + 1 are row tile_row, columns 8j + 2q, +1; 4j + 2, 4j + 3 row + 8.
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + tile_row + 8 * h, col = col0 + 8 * j + 2 * q;
+        if (row < n_rows && col < n_out)
+          store_pair<kOutput>(y, row, col, n_out, total[4 * j + 2 * h], total[4 * j + 2 * h + 1]);
+      }
+  }
+}
+
 using Launcher = void (*)(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in,
                           void* y, LinearOutput output, cudaStream_t stream);
 
@@ -576,20 +724,24 @@ constexpr size_t staged_shared_bytes() {
          2 * kStages * sizeof(uint64_t);
 }
 
-// Lets the kernel take its shared memory (past the 48 KB a launch gets by default), once per kernel
-// and device. prepare_linear_kernels() does it for every one before a forward is captured.
-template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage, int kStages, LinearOutput kOutput,
-          class Rows>
-void size_staged_kernel() {
+// Lets kKernel take `bytes` of shared memory (past the 48 KB a launch gets by default), once per
+// kernel and device. prepare_linear_kernels() does it for every one before a forward is captured.
+template <auto kKernel>
+void allow_shared_bytes(size_t bytes) {
   static std::atomic<uint64_t> sized_devices{0};
   int device = 0;
   TF_CUDA_CHECK(cudaGetDevice(&device));
   const uint64_t bit = uint64_t(1) << (device % 64);
   if ((sized_devices.load(std::memory_order_relaxed) & bit) != 0) return;
-  const auto kernel = linear_staged_kernel<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, kStages, kOutput, Rows>;
-  constexpr size_t bytes = staged_shared_bytes<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, kStages, Rows>();
-  TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  TF_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   sized_devices.fetch_or(bit);
+}
+
+template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage, int kStages, LinearOutput kOutput,
+          class Rows>
+void size_staged_kernel() {
+  allow_shared_bytes<linear_staged_kernel<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, kStages, kOutput, Rows>>(
+      staged_shared_bytes<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, kStages, Rows>());
 }
 
 template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage, int kStages, int kFormats>
@@ -641,6 +793,29 @@ void launch_staged(const uint16_t* x, int64_t n_rows, const LinearWeights& w, in
   });
 }
 
+template <int kBlocksPerStage, int kStages>
+void size_wgmma_kernels() {
+  constexpr size_t bytes = WgmmaShape<kBlocksPerStage, kStages>::kSharedBytes;
+  allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, LinearOutput::bf16>>(bytes);
+  allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, LinearOutput::f32>>(bytes);
+  allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, LinearOutput::swiglu_bf16>>(bytes);
+}
+
+template <int kBlocksPerStage, int kStages>
+void launch_wgmma(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in, void* y,
+                  LinearOutput output, cudaStream_t stream) {
+  if (w.bits != 0) return;  // bf16 weights only (the configuration's formats)
+  const CUtensorMap x_map = matrix_map(x, TensorElement::bf16, n_rows, n_in, kWgmmaRows, kBlockK);
+  const dim3 grid(unsigned((n_rows + kWgmmaRows - 1) / kWgmmaRows), unsigned((n_out + kWgmmaCols - 1) / kWgmmaCols));
+  size_wgmma_kernels<kBlocksPerStage, kStages>();
+  with_output(output, [&](auto output_constant) {
+    launch_overlapped("linear_wgmma_kernel",
+                      linear_wgmma_kernel<kBlocksPerStage, kStages, decltype(output_constant)::value>, grid,
+                      dim3(3 * 128), WgmmaShape<kBlocksPerStage, kStages>::kSharedBytes, stream, x_map, w.bf16,
+                      int(n_rows), int(n_out), int(n_in), y);
+  });
+}
+
 struct ConfigEntry {
   LinearConfig config;
   int formats;
@@ -653,6 +828,9 @@ struct ConfigEntry {
 // The swapped kernel: `cols` tiles of 16 columns by `rows` tiles of 8 rows (any M).
 #define TF_SWAPPED_CONFIG(name, cols, rows, unroll, formats) \
   ConfigEntry{{name, rows, 2 * cols, 1, unroll, false}, formats, &launch_swapped<cols, rows, unroll, formats>}
+// The wgmma kernel (bf16): 128 rows by 128 weight rows a block, `blocks` K blocks a stage, `stages` stages.
+#define TF_WGMMA_CONFIG(name, blocks, stages) \
+  ConfigEntry{{name, 8, 16, 1, blocks, false}, kBf16, &launch_wgmma<blocks, stages>, &size_wgmma_kernels<blocks, stages>}
 // The staged kernel: a grid of warp_rows x (8 / warp_rows) warps, each row_tiles 16-row by
 // col_tiles 8-column mma tiles; blocks K blocks a stage (4 for quantized weights), `stages` stages.
 #define TF_STAGED_CONFIG(name, warp_rows, row_tiles, col_tiles, blocks, stages, formats)                       \
@@ -707,10 +885,12 @@ constexpr ConfigEntry kConfigs[] = {
     TF_STAGED_CONFIG("s128x64b4s4", 4, 2, 4, 4, 4, kAllFormats),
     TF_STAGED_CONFIG("s256x64b2s4", 4, 4, 4, 2, 4, kBf16),
     TF_STAGED_CONFIG("s64x32b4s6", 4, 1, 2, 4, 6, kAllFormats),
+    TF_WGMMA_CONFIG("g128x128b2s5", 2, 5),
 };
 #undef TF_LINEAR_CONFIG
 #undef TF_SWAPPED_CONFIG
 #undef TF_STAGED_CONFIG
+#undef TF_WGMMA_CONFIG
 constexpr int kConfigCount = int(sizeof kConfigs / sizeof kConfigs[0]);
 
 constexpr int config_id_of(std::string_view name) {
@@ -734,7 +914,7 @@ constexpr DispatchEntry kBf16Dispatch[] = {
     {32, config_id_of("r2c4u2")},
     {192, config_id_of("r4c4g2u1")},
     {256, config_id_of("s64x128b4s4")},
-    {INT64_MAX, config_id_of("s128x128b4s3")},
+    {INT64_MAX, config_id_of("s128x128b4s3")},  // g128x128b2s5 gives the same bits, 1.09x the time (h100-wgmma-linear.md)
 };
 constexpr DispatchEntry kQuantizedDispatch[] = {
     {8, config_id_of("t1r1u4")},
