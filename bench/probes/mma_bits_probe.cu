@@ -19,27 +19,29 @@ constexpr int kM = 64, kN = 8, kK = 16;  // one wgmma m64n8k16; four mma.sync m1
 
 __device__ __forceinline__ uint32_t pair(const uint16_t* p) { return uint32_t(p[0]) | (uint32_t(p[1]) << 16); }
 
-// One trial a block of 128 threads: A [64][16], B as [8][16] (n rows, K contiguous), C [64][8].
-// mma.sync: warp w computes rows 16w..16w+15.
-__global__ void mma_sync_kernel(const uint16_t* a_all, const uint16_t* b_all, const float* c_all, float* d_all) {
-  const uint16_t* a = a_all + size_t(blockIdx.x) * kM * kK;
-  const uint16_t* b = b_all + size_t(blockIdx.x) * kN * kK;
-  const float* c = c_all + size_t(blockIdx.x) * kM * kN;
-  float* d = d_all + size_t(blockIdx.x) * kM * kN;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int r0 = 16 * warp + g, r1 = r0 + 8;
-  const uint32_t a0 = pair(a + r0 * kK + 2 * t), a1 = pair(a + r1 * kK + 2 * t);
-  const uint32_t a2 = pair(a + r0 * kK + 2 * t + 8), a3 = pair(a + r1 * kK + 2 * t + 8);
-  const uint32_t b0 = pair(b + g * kK + 2 * t), b1 = pair(b + g * kK + 2 * t + 8);
-  float acc[4] = {c[r0 * kN + 2 * t], c[r0 * kN + 2 * t + 1], c[r1 * kN + 2 * t], c[r1 * kN + 2 * t + 1]};
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  d[r0 * kN + 2 * t] = acc[0];
-  d[r0 * kN + 2 * t + 1] = acc[1];
-  d[r1 * kN + 2 * t] = acc[2];
-  d[r1 * kN + 2 * t + 1] = acc[3];
+// One trial's operands (each block of 128 threads runs one): A [64][K], B as [N][K] (n rows, K
+// contiguous), C and D [64][N].
+struct Trial {
+  const uint16_t* a;
+  const uint16_t* b;
+  const float* c;
+  float* d;
+};
+template <int N, int K>
+__device__ Trial trial(const uint16_t* a_all, const uint16_t* b_all, const float* c_all, float* d_all) {
+  const size_t t = blockIdx.x;
+  return {a_all + t * kM * K, b_all + t * N * K, c_all + t * kM * N, d_all + t * kM * N};
+}
+
+// Copies src [rows][K] into shared memory as 8 x 8 core matrices, core matrix (row / 8, k / 8) at
+// (row / 8) * row_step + (k / 8) * k_step bytes, and makes the writes visible to wgmma.
+__device__ void to_core_matrices(uint16_t* shared, const uint16_t* src, int rows, int K, uint32_t row_step,
+                                 uint32_t k_step) {
+  for (int i = threadIdx.x; i < rows * K; i += blockDim.x) {
+    const int row = i / K, k = i % K;
+    shared[((row / 8) * row_step + (k / 8) * k_step) / 2 + (row % 8) * 8 + k % 8] = src[i];
+  }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 // A shared-memory matrix descriptor (no swizzle): start, leading and stride byte offsets.
@@ -58,19 +60,9 @@ __global__ void wgmma_kernel(const uint16_t* a_all, const uint16_t* b_all, const
                              uint32_t row_step, uint32_t k_step, uint32_t leading, uint32_t stride) {
   __shared__ __align__(1024) uint16_t a_s[8192];
   __shared__ __align__(1024) uint16_t b_s[8192];
-  const uint16_t* a = a_all + size_t(blockIdx.x) * kM * kK;
-  const uint16_t* b = b_all + size_t(blockIdx.x) * kN * kK;
-  const float* c = c_all + size_t(blockIdx.x) * kM * kN;
-  float* d = d_all + size_t(blockIdx.x) * kM * kN;
-  for (int i = threadIdx.x; i < kM * kK; i += blockDim.x) {
-    const int row = i / kK, k = i % kK;
-    a_s[((row / 8) * row_step + (k / 8) * k_step) / 2 + (row % 8) * 8 + k % 8] = a[i];
-  }
-  for (int i = threadIdx.x; i < kN * kK; i += blockDim.x) {
-    const int row = i / kK, k = i % kK;
-    b_s[((row / 8) * row_step + (k / 8) * k_step) / 2 + (row % 8) * 8 + k % 8] = b[i];
-  }
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  const auto [a, b, c, d] = trial<kN, kK>(a_all, b_all, c_all, d_all);
+  to_core_matrices(a_s, a, kM, kK, row_step, k_step);
+  to_core_matrices(b_s, b, kN, kK, row_step, k_step);
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int r0 = 16 * warp + g, r1 = r0 + 8;
@@ -136,16 +128,8 @@ __device__ __forceinline__ void wgmma_step(float (&d)[32], const uint32_t (&a)[4
 template <int N>
 __global__ void wgmma_chain_kernel(const uint16_t* a_all, const uint16_t* b_all, const float* c_all, float* d_all) {
   __shared__ __align__(1024) uint16_t b_s[N * kChainK];
-  const uint16_t* a = a_all + size_t(blockIdx.x) * kM * kChainK;
-  const uint16_t* b = b_all + size_t(blockIdx.x) * N * kChainK;
-  const float* c = c_all + size_t(blockIdx.x) * kM * N;
-  float* d = d_all + size_t(blockIdx.x) * kM * N;
-  // Core matrix (n / 8, k / 8) at (n / 8) * 128 + (k / 8) * N * 16 bytes.
-  for (int i = threadIdx.x; i < N * kChainK; i += blockDim.x) {
-    const int n = i / kChainK, k = i % kChainK;
-    b_s[((n / 8) * 128 + (k / 8) * N * 16) / 2 + (n % 8) * 8 + k % 8] = b[i];
-  }
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  const auto [a, b, c, d] = trial<N, kChainK>(a_all, b_all, c_all, d_all);
+  to_core_matrices(b_s, b, N, kChainK, 128, N * 16);
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int r0 = 16 * warp + g, r1 = r0 + 8;
@@ -176,25 +160,24 @@ __global__ void wgmma_chain_kernel(const uint16_t* a_all, const uint16_t* b_all,
   }
 }
 
-template <int N>
+// One trial a block of 128 threads: A [64][K], B as [N][K] (n rows, K contiguous), C [64][N]; warp w
+// computes rows 16w..16w+15 with mma.sync, the running sum through C, K / 16 steps.
+template <int N, int K = kChainK>
 __global__ void mma_chain_kernel(const uint16_t* a_all, const uint16_t* b_all, const float* c_all, float* d_all) {
-  const uint16_t* a = a_all + size_t(blockIdx.x) * kM * kChainK;
-  const uint16_t* b = b_all + size_t(blockIdx.x) * N * kChainK;
-  const float* c = c_all + size_t(blockIdx.x) * kM * N;
-  float* d = d_all + size_t(blockIdx.x) * kM * N;
+  const auto [a, b, c, d] = trial<N, K>(a_all, b_all, c_all, d_all);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int r0 = 16 * warp + g, r1 = r0 + 8;
   for (int j = 0; j < N / 8; ++j) {
     float acc[4] = {c[r0 * N + 8 * j + 2 * t], c[r0 * N + 8 * j + 2 * t + 1], c[r1 * N + 8 * j + 2 * t],
                     c[r1 * N + 8 * j + 2 * t + 1]};
-    const uint16_t* column = b + (8 * j + g) * kChainK;
-    for (int step = 0; step < kChainK / 16; ++step) {
+    const uint16_t* column = b + (8 * j + g) * K;
+    for (int step = 0; step < K / 16; ++step) {
       const int k0 = 16 * step;
       asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
           "{%0, %1, %2, %3};"
           : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-          : "r"(pair(a + r0 * kChainK + k0 + 2 * t)), "r"(pair(a + r1 * kChainK + k0 + 2 * t)),
-            "r"(pair(a + r0 * kChainK + k0 + 2 * t + 8)), "r"(pair(a + r1 * kChainK + k0 + 2 * t + 8)),
+          : "r"(pair(a + r0 * K + k0 + 2 * t)), "r"(pair(a + r1 * K + k0 + 2 * t)),
+            "r"(pair(a + r0 * K + k0 + 2 * t + 8)), "r"(pair(a + r1 * K + k0 + 2 * t + 8)),
             "r"(pair(column + k0 + 2 * t)), "r"(pair(column + k0 + 2 * t + 8)));
     }
     d[r0 * N + 8 * j + 2 * t] = acc[0];
@@ -309,12 +292,12 @@ int main() {
   };
 
   upload(data);
-  mma_sync_kernel<<<trials, 128>>>(a_d, b_d, c_d, d_d);
+  mma_chain_kernel<kN, kK><<<trials, 128>>>(a_d, b_d, c_d, d_d);
   CHECK(cudaDeviceSynchronize());
   const std::vector<float> mma = download();
   against_exact("mma.sync m16n8k16 against the exact sum", mma);
   {
-    mma_sync_kernel<<<trials, 128>>>(a_d, b_d, c_d, d_d);
+    mma_chain_kernel<kN, kK><<<trials, 128>>>(a_d, b_d, c_d, d_d);
     CHECK(cudaDeviceSynchronize());
     compare("mma.sync run twice", mma, download());
   }
@@ -338,7 +321,7 @@ int main() {
     int perm[kK];
     std::memcpy(perm, p.perm, sizeof perm);
     upload(permuted(data, perm, trials));
-    mma_sync_kernel<<<trials, 128>>>(a_d, b_d, c_d, d_d);
+    mma_chain_kernel<kN, kK><<<trials, 128>>>(a_d, b_d, c_d, d_d);
     CHECK(cudaDeviceSynchronize());
     compare(p.name, mma, download());
   }
