@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Gathers what the GPU machine needs to run this machine's CMake CUDA build into one folder:
-# `tensorfold`, the gpu_test_* programs and bench_cuda_linear (stripped) and every shared library
+# `tensorfold`, the gpu_test_* programs, bench_cuda_linear and probe_mma_bits (stripped) and every shared library
 # they link that a base Ubuntu 24.04 + CUDA image may lack (utf8proc, pcre2, ...).
 # The CUDA runtime is linked statically and the driver (libcuda) is the machine's own, so neither is
 # bundled; nor is cuBLAS (bench_cuda_linear only, 600 MB): gpu_run.sh takes the machine's CUDA one.
@@ -13,7 +13,7 @@ BUILD=${1:-build-cuda}
 BUNDLE=$BUILD/bundle
 MAX_MIB=48
 
-binaries=("$BUILD/tensorfold" "$BUILD"/gpu_test_* "$BUILD/bench_cuda_linear")
+binaries=("$BUILD/tensorfold" "$BUILD"/gpu_test_* "$BUILD/bench_cuda_linear" "$BUILD/probe_mma_bits")
 for binary in "${binaries[@]}"; do
   [ -x "$binary" ] || { echo "missing $binary: build first (cmake --build $BUILD)"; exit 1; }
 done

@@ -43,6 +43,9 @@ run_step() {  # name, seconds, command...
 }
 
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
+  # What the linear kernels' bits rest on: an mma's k slots added as one set, wgmma's bits equal to
+  # mma.sync's (bench/receipts/h100-mma-bits-probe.md); it fails where those bits differ.
+  run_step probe_mma_bits 60 "$BUNDLE/probe_mma_bits"
   for test_binary in "$BUNDLE"/gpu_test_*; do
     run_step "$(basename "$test_binary")" "${TF_GPU_TEST_SECONDS:-300}" "$test_binary"
   done

@@ -2,7 +2,8 @@
 // order of the 16 products inside one instruction change its bits? The staged linear kernel keeps
 // mma.sync's K grouping so prefill matches decode bit for bit; a wgmma kernel could only do the same
 // if both answers are "same bits". Part two runs chains of k16 steps at N = 8 ... 64 through both
-// instructions. Prints mismatch counts for each comparison; exits 0 either way (1 on a CUDA error).
+// instructions. Prints mismatch counts for each comparison; exits 2 where bits that should agree
+// differ (the linear kernels rely on them), 1 on a CUDA error.
 // Built as probe_mma_bits with the CUDA build; run it on the GPU machine (bench/receipts/h100-mma-bits-probe.md).
 #include <cuda_runtime.h>
 
@@ -273,7 +274,11 @@ int main() {
                  from_bf16(data.b[(size_t(s) * kN + n) * kK + k]);
         exact[(size_t(s) * kM + r) * kN + n] = double(sum);
       }
-  auto compare = [&](const char* name, const std::vector<float>& x, const std::vector<float>& y) {
+  // Prints how many elements differ in bits and adds them to `unexpected` unless a difference is the
+  // point (a wrong layout).
+  size_t unexpected = 0;
+  auto compare = [&](const char* name, const std::vector<float>& x, const std::vector<float>& y,
+                     bool should_agree = true) {
     size_t differ = 0;
     double worst = 0;
     for (size_t i = 0; i < n_c; ++i) {
@@ -283,6 +288,7 @@ int main() {
     }
     std::printf("%-58s %8zu of %zu elements differ in bits, largest difference %.3g of |exact|\n", name, differ,
                 n_c, worst);
+    if (should_agree) unexpected += differ;
   };
   auto against_exact = [&](const char* name, const std::vector<float>& x) {
     double worst = 0;
@@ -331,18 +337,20 @@ int main() {
   const struct {
     const char* name;
     uint32_t row_step, k_step, leading, stride;
-  } layouts[] = {{"leading = K step", 128, 1024, 1024, 128}, {"leading = row step", 128, 1024, 128, 1024},
-                 {"K step 128, leading = K step", 256, 128, 128, 256}};
+    bool is_right;  // whether the descriptor reads the offsets as the copy laid them out
+  } layouts[] = {{"leading = K step", 128, 1024, 1024, 128, true},
+                 {"leading = row step", 128, 1024, 128, 1024, false},
+                 {"K step 128, leading = K step", 256, 128, 128, 256, true}};
   for (const auto& l : layouts) {
     char name[128];
     wgmma_kernel<false><<<trials, 128>>>(a_d, b_d, c_d, d_d, l.row_step, l.k_step, l.leading, l.stride);
     CHECK(cudaDeviceSynchronize());
     std::snprintf(name, sizeof name, "wgmma (A registers, %s) against mma.sync", l.name);
-    compare(name, mma, download());
+    compare(name, mma, download(), l.is_right);
     wgmma_kernel<true><<<trials, 128>>>(a_d, b_d, c_d, d_d, l.row_step, l.k_step, l.leading, l.stride);
     CHECK(cudaDeviceSynchronize());
     std::snprintf(name, sizeof name, "wgmma (A shared, %s) against mma.sync", l.name);
-    compare(name, mma, download());
+    compare(name, mma, download(), l.is_right);
   }
 
   // Part two: four k16 steps into C, for N = 8 ... 64.
@@ -375,6 +383,7 @@ int main() {
     for (size_t i = 0; i < n_c2; ++i) differ += std::memcmp(&with_mma[i], &with_wgmma[i], 4) != 0;
     std::printf("wgmma m64n%dk16, four steps accumulated, against mma.sync's chain  %8zu of %zu elements differ in bits\n",
                 N, differ, n_c2);
+    unexpected += differ;
     cudaFree(a2_d);
     cudaFree(b2_d);
     cudaFree(c2_d);
@@ -384,5 +393,7 @@ int main() {
   if (chain.template operator()<8>() || chain.template operator()<16>() || chain.template operator()<32>() ||
       chain.template operator()<64>())
     return 1;
-  return 0;
+  // The linear kernels rely on these equalities (and gpu_test_linear checks the kernels themselves).
+  if (unexpected > 0) std::printf("FAIL: %zu elements differ where the bits should agree\n", unexpected);
+  return unexpected > 0 ? 2 : 0;
 }
