@@ -804,7 +804,7 @@ void size_wgmma_kernels() {
 template <int kBlocksPerStage, int kStages>
 void launch_wgmma(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in, void* y,
                   LinearOutput output, cudaStream_t stream) {
-  if (w.bits != 0) return;  // bf16 weights only (the configuration's formats)
+  TF_CUDA_REQUIRE(w.bits == 0, "linear: the wgmma kernel takes bf16 weights only");  // linear_config_fits has checked
   const CUtensorMap x_map = matrix_map(x, TensorElement::bf16, n_rows, n_in, kWgmmaRows, kBlockK);
   const dim3 grid(unsigned((n_rows + kWgmmaRows - 1) / kWgmmaRows), unsigned((n_out + kWgmmaCols - 1) / kWgmmaCols));
   size_wgmma_kernels<kBlocksPerStage, kStages>();
