@@ -14,6 +14,8 @@
 #include <random>
 #include <vector>
 
+#include "backends/cuda/wgmma.cuh"  // the descriptor and fences the linear kernel uses
+
 namespace {
 
 constexpr int kM = 64, kN = 8, kK = 16;  // one wgmma m64n8k16; four mma.sync m16n8k16 (one a warp)
@@ -42,14 +44,7 @@ __device__ void to_core_matrices(uint16_t* shared, const uint16_t* src, int rows
     const int row = i / K, k = i % K;
     shared[((row / 8) * row_step + (k / 8) * k_step) / 2 + (row % 8) * 8 + k % 8] = src[i];
   }
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// A shared-memory matrix descriptor (no swizzle): start, leading and stride byte offsets.
-__device__ __forceinline__ uint64_t descriptor(const void* smem, uint32_t leading, uint32_t stride) {
-  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  return uint64_t((address >> 4) & 0x3FFF) | (uint64_t((leading >> 4) & 0x3FFF) << 16) |
-         (uint64_t((stride >> 4) & 0x3FFF) << 32);
+  tf::cuda::fence_async_shared();
 }
 
 // wgmma m64n8k16 with B (and, if kAShared, A) in shared memory as 8x8 core matrices (8 rows of 16
@@ -68,10 +63,10 @@ __global__ void wgmma_kernel(const uint16_t* a_all, const uint16_t* b_all, const
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int r0 = 16 * warp + g, r1 = r0 + 8;
   float acc[4] = {c[r0 * kN + 2 * t], c[r0 * kN + 2 * t + 1], c[r1 * kN + 2 * t], c[r1 * kN + 2 * t + 1]};
-  const uint64_t b_desc = descriptor(b_s, leading, stride);
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+  const uint64_t b_desc = tf::cuda::wgmma_descriptor(b_s, leading, stride);
+  tf::cuda::wgmma_fence();
   if constexpr (kAShared) {
-    const uint64_t a_desc = descriptor(a_s, leading, stride);
+    const uint64_t a_desc = tf::cuda::wgmma_descriptor(a_s, leading, stride);
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
@@ -86,8 +81,8 @@ __global__ void wgmma_kernel(const uint16_t* a_all, const uint16_t* b_all, const
         : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b_desc), "r"(1));
   }
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  tf::cuda::wgmma_commit();
+  tf::cuda::wgmma_wait<0>();
   d[r0 * kN + 2 * t] = acc[0];
   d[r0 * kN + 2 * t + 1] = acc[1];
   d[r1 * kN + 2 * t] = acc[2];
@@ -142,16 +137,16 @@ __global__ void wgmma_chain_kernel(const uint16_t* a_all, const uint16_t* b_all,
     acc[4 * j + 2] = c[r1 * N + 8 * j + 2 * t];
     acc[4 * j + 3] = c[r1 * N + 8 * j + 2 * t + 1];
   }
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+  tf::cuda::wgmma_fence();
 #pragma unroll
   for (int step = 0; step < kChainK / 16; ++step) {
     const int k0 = 16 * step;
     const uint32_t regs[4] = {pair(a + r0 * kChainK + k0 + 2 * t), pair(a + r1 * kChainK + k0 + 2 * t),
                               pair(a + r0 * kChainK + k0 + 2 * t + 8), pair(a + r1 * kChainK + k0 + 2 * t + 8)};
-    wgmma_step(acc, regs, descriptor(b_s + 2 * step * N * 8, N * 16, 128));
+    wgmma_step(acc, regs, tf::cuda::wgmma_descriptor(b_s + 2 * step * N * 8, N * 16, 128));
   }
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  tf::cuda::wgmma_commit();
+  tf::cuda::wgmma_wait<0>();
 #pragma unroll
   for (int j = 0; j < N / 8; ++j) {
     d[r0 * N + 8 * j + 2 * t] = acc[4 * j];
