@@ -513,15 +513,19 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 // The wgmma kernel, for many rows of bf16 weights: the staged kernel's stages and chains with each
 // k16 step one warpgroup mma (bench/receipts/h100-mma-bits-probe.md: the same bits for the same
 // steps). Three warpgroups: the first copies (thread 0 the activations by TMA, every thread weight
-// pieces by 8-byte async copies), the other two each multiply 64 rows by the block's 128 weight rows.
+// pairs by 4-byte async copies), the other two each multiply 64 rows by the block's 128 weight rows.
 // A step must take the register kernels' inputs (step s of a K block: 8q + 4s + i for q, i < 4), but
-// wgmma reads B's K as two core matrices of 8 consecutive inputs, so the weights' 4-input pieces are
-// written to shared memory grouped by step (TMA moves nothing under 16 bytes), and the activations
-// are the A operand, from registers: each register a pair of neighbouring inputs read from the stage.
+// wgmma reads B's K as two core matrices of 8 k slots, so the weights' input pairs are written to
+// shared memory grouped by step (TMA moves nothing under 16 bytes). Which slot of a step holds which
+// input does not change the bits, so the slots are those that let thread q of an mma quad take its
+// A registers for both steps, inputs 8q .. 8q + 7 of a row, in one 16-byte load that no other
+// thread's load shares a bank with: pair 4q + j of a weight row (inputs 8q + 2j, + 1) goes to
+// step j / 2, core matrix j % 2, 4-byte place q. A warp's copies (8 weight rows, 4 places) touch
+// every bank once. (The 64-byte swizzle for B, with the same bits, was slower: h100-wgmma-linear.md.)
 constexpr int kWgmmaRows = 128, kWgmmaCols = 128;                 // activation rows, weight rows of a block
 constexpr int kWgmmaBlockBytes = kWgmmaCols * kStagedBlockBytes;  // a K block of the weights: 8 KB
 constexpr int kWgmmaStepBytes = kWgmmaBlockBytes / 2;             // one k16 step's B
-constexpr int kWgmmaHalfBytes = kWgmmaStepBytes / 2;              // its 8-input core matrices (K step)
+constexpr int kWgmmaHalfBytes = kWgmmaStepBytes / 2;              // its 8-slot core matrices (K step)
 
 template <int kBlocksPerStage, int kStages>
 struct WgmmaShape {
@@ -564,10 +568,12 @@ __global__ void __launch_bounds__(3 * 128, 1)
   let_next_kernel_start();
 
   if (warpgroup == 0) {
-    // Piece p of a weight row's K block (inputs 4p..4p+3) belongs to step p % 2, core matrix p / 4,
-    // 8-byte place (p / 2) % 2: a stage block is [step][core matrix][row / 8][row % 8][16 bytes].
-    const int piece = thread % 8, first_row = thread / 8;  // 16 rows a pass, 8 pieces each
-    const int piece_offset = (piece % 2) * kWgmmaStepBytes + (piece / 4) * kWgmmaHalfBytes + ((piece / 2) % 2) * 8;
+    // The copying warps need few registers: they give theirs to the multiplying ones, whose two
+    // 64 x 128 sums (a chain's and the total) would not fit the 168 each of 384 threads gets.
+    registers_give<40>();
+    // Thread (row r, quad q) copies inputs 8q .. 8q + 7 of weight row r as four pairs; a block of
+    // the stage is [step][core matrix][row / 8][row % 8][16 bytes].
+    const int quad = thread % 4, first_row = thread / 4;  // 32 rows a pass
     StageWalk<kBlocksPerStage> copies;
     int issued = 0;
     for (; copies.at_stage(n_blocks_k); copies.next(), ++issued) {
@@ -580,11 +586,14 @@ __global__ void __launch_bounds__(3 * 128, 1)
           copy_box(x_box(slot, s), &x_map, (copies.first_block + kWarps * s) * kBlockK, row0, &full[slot]);
       }
       for (int s = 0; s < count; ++s) {
-        const int k = (copies.first_block + kWarps * s) * kBlockK + 4 * piece;  // n_in % 8 == 0: all 4 or none
-        for (int r = first_row; r < kWgmmaCols; r += 16) {
+        const int k = (copies.first_block + kWarps * s) * kBlockK + 8 * quad;  // n_in % 8 == 0: all 8 or none
+        for (int r = first_row; r < kWgmmaCols; r += 32) {
           const bool valid = col0 + r < n_out && k < n_in;
-          copy_async_8(w_box(slot, s) + piece_offset + (r / 8) * 128 + (r % 8) * 16,
-                       w + (valid ? int64_t(col0 + r) * n_in + k : 0), valid);
+          const uint16_t* source = w + (valid ? int64_t(col0 + r) * n_in + k : 0);
+          unsigned char* place = w_box(slot, s) + (r / 8) * 128 + (r % 8) * 16 + 4 * quad;
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            copy_async<4>(place + (j / 2) * kWgmmaStepBytes + (j % 2) * kWgmmaHalfBytes, source + 2 * j, valid);
         }
       }
       copy_async_commit();
@@ -600,10 +609,11 @@ __global__ void __launch_bounds__(3 * 128, 1)
       barrier_arrive(&full[(issued - 1) % kStages]);
     }
   } else {
+    registers_take<232>();
     const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
     const int tile_row = (warpgroup - 1) * 64 + warp * 16 + g;  // and tile_row + 8
-    // Step s's A registers: the input pairs at 8 (q / 2) + 4 s + 2 (q % 2) and 16 inputs further.
-    const int a_offset = tile_row * kStagedBlockBytes + 2 * (8 * (q / 2) + 2 * (q % 2));
+    // Inputs 8q .. 8q + 7 of rows tile_row and tile_row + 8: step s's A registers are their pairs 2s, 2s + 1.
+    const int a_offset = tile_row * kStagedBlockBytes + 16 * q;
     float total[64];
     int consumed = 0, running_slot = -1;  // the stage whose wgmma may still be running
     const auto release = [&](int slot) {
@@ -621,14 +631,13 @@ __global__ void __launch_bounds__(3 * 128, 1)
         fence_async_shared();  // the copied weights, as the async proxy wgmma reads through sees them
         wgmma_fence();
         for (int s = 0; s < count; ++s) {
-#pragma unroll
-          for (int step = 0; step < 2; ++step) {
-            const unsigned char* a = x_box(slot, s) + a_offset + 8 * step;
-            const auto pair_at = [&](int bytes) { return *reinterpret_cast<const uint32_t*>(a + bytes); };
-            wgmma_m64n128k16(acc, pair_at(0), pair_at(8 * kStagedBlockBytes), pair_at(32),
-                             pair_at(8 * kStagedBlockBytes + 32),
-                             wgmma_descriptor(w_box(slot, s) + step * kWgmmaStepBytes, kWgmmaHalfBytes, 128));
-          }
+          const unsigned char* a = x_box(slot, s) + a_offset;
+          const uint4 upper = *reinterpret_cast<const uint4*>(a);
+          const uint4 lower = *reinterpret_cast<const uint4*>(a + 8 * kStagedBlockBytes);
+          wgmma_m64n128k16(acc, upper.x, lower.x, upper.y, lower.y,
+                           wgmma_descriptor(w_box(slot, s), kWgmmaHalfBytes, 128));
+          wgmma_m64n128k16(acc, upper.z, lower.z, upper.w, lower.w,
+                           wgmma_descriptor(w_box(slot, s) + kWgmmaStepBytes, kWgmmaHalfBytes, 128));
         }
         wgmma_commit();
         if (running_slot >= 0) {  // the stage before has been read: its slot can be refilled
@@ -914,7 +923,7 @@ constexpr DispatchEntry kBf16Dispatch[] = {
     {32, config_id_of("r2c4u2")},
     {192, config_id_of("r4c4g2u1")},
     {256, config_id_of("s64x128b4s4")},
-    {INT64_MAX, config_id_of("s128x128b4s3")},  // g128x128b2s5 gives the same bits, 1.09x the time (h100-wgmma-linear.md)
+    {INT64_MAX, config_id_of("s128x128b4s3")},  // g128x128b2s5: the same bits, 0.98-1.00x the time at 4,096 rows, slower at 512 (h100-wgmma-linear.md)
 };
 constexpr DispatchEntry kQuantizedDispatch[] = {
     {8, config_id_of("t1r1u4")},

@@ -45,11 +45,24 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint32_t a0, ui
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b));
 }
 
-// Copies 8 bytes from global to shared memory asynchronously; with `valid` false it writes zeros
-// (and reads nothing).
-__device__ __forceinline__ void copy_async_8(void* destination, const void* source, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(shared_address(destination)), "l"(source),
-               "r"(valid ? 8 : 0)
+// A warpgroup lowers (give) or raises (take) the registers each of its threads holds, so warps
+// with little to keep hand theirs to warps with much; the block's total must stay within its launch's.
+template <int kRegisters>
+__device__ __forceinline__ void registers_give() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void registers_take() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
+}
+
+// Copies kBytes (4, 8 or 16) from global to shared memory asynchronously; with `valid` false it
+// writes zeros (and reads nothing).
+template <int kBytes>
+__device__ __forceinline__ void copy_async(void* destination, const void* source, bool valid) {
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(shared_address(destination)), "l"(source),
+               "n"(kBytes), "r"(valid ? kBytes : 0)
                : "memory");
 }
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
