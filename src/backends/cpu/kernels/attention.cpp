@@ -317,6 +317,47 @@ TF_INLINE void lane_values(const AttentionArgs& a, const int32_t* slots, int64_t
   if (sum != nullptr) *sum = weight_sum;
 }
 
+// The scaled scores of four keys for every lane (queries [head_dim][16]): each lane's 16 partial sums
+// (element l, then l + 16, ...) added in horizontal_sum's tree, as for one key below, but walked
+// depth first (parts l and l + 8, then those sums 4 apart, 2 apart, 1 apart), so only a few sums of
+// each key are live at once and each query vector loaded serves the four keys. Every lane's
+// operations and their order are those of one key alone.
+template <int W, int kVectors>
+TF_INLINE void score_four_keys_in_lanes(const float* queries, const float* const (&keys)[4], const Lanes<W>& scale,
+                                        float* scores) {
+  // parts l and l + 8 of each key, added (the tree's first level).
+  const auto pair_sum = [&](int l, Lanes<W>(&out)[4]) __attribute__((always_inline)) {
+    Lanes<W> low[4], high[4];
+    for (int t = 0; t < 4; ++t) {
+      low[t] = add_product_broadcast<W>(zero_lanes<W>(), load_f32<W>(queries + l * kLanes), keys[t] + l);
+      high[t] = add_product_broadcast<W>(zero_lanes<W>(), load_f32<W>(queries + (l + 8) * kLanes), keys[t] + l + 8);
+    }
+#pragma GCC unroll 8
+    for (int i = 1; i < kVectors; ++i) {
+      const Lanes<W> q_low = load_f32<W>(queries + (i * kLanes + l) * kLanes);
+      const Lanes<W> q_high = load_f32<W>(queries + (i * kLanes + l + 8) * kLanes);
+      for (int t = 0; t < 4; ++t) {
+        low[t] = add_product_broadcast<W>(low[t], q_low, keys[t] + i * kLanes + l);
+        high[t] = add_product_broadcast<W>(high[t], q_high, keys[t] + i * kLanes + l + 8);
+      }
+    }
+    for (int t = 0; t < 4; ++t) out[t] = low[t] + high[t];
+  };
+  const auto quad_sum = [&](int l, Lanes<W>(&out)[4]) __attribute__((always_inline)) {  // levels one and two
+    Lanes<W> first[4], second[4];
+    pair_sum(l, first);
+    pair_sum(l + 4, second);
+    for (int t = 0; t < 4; ++t) out[t] = first[t] + second[t];
+  };
+  Lanes<W> u0[4], u2[4], half[4], u1[4], u3[4];
+  quad_sum(0, u0);
+  quad_sum(2, u2);
+  for (int t = 0; t < 4; ++t) half[t] = u0[t] + u2[t];
+  quad_sum(1, u1);
+  quad_sum(3, u3);
+  for (int t = 0; t < 4; ++t) store_f32<W>(scores + t * kLanes, (half[t] + (u1[t] + u3[t])) * scale);
+}
+
 // Rows first_row .. first_row + n_rows - 1 (each with keys, each row's key list a prefix of row
 // `longest`'s), heads head0 .. head0 + kHeads - 1, head_dim kVectors * 16. scratch: 2 * 16 * head_dim
 // floats.
@@ -350,7 +391,14 @@ TF_INLINE void attend_block_in_lanes(const AttentionArgs& a, int64_t first_row, 
   for (int64_t chunk = 0; chunk < most_keys; chunk += kAttentionChunk) {
     const int64_t n = std::min(kAttentionChunk, most_keys - chunk);
     const int32_t* chunk_slots = slots + chunk;
-    for (int64_t j = 0; j < n; ++j) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+      const float* keys[4];
+      for (int t = 0; t < 4; ++t) keys[t] = a.k_cache + int64_t(chunk_slots[j + t]) * a.layout.slot_stride + kv_offset;
+      float* scores = weights + j * kLanes;
+      score_four_keys_in_lanes<W, kVectors>(queries, keys, scale, scores);
+    }
+    for (; j < n; ++j) {
       const float* key = a.k_cache + int64_t(chunk_slots[j]) * a.layout.slot_stride + kv_offset;
       // part[l]: lane l of dot_fixed_order's 16 (element l, then l + 16, ...), for every lane here.
       Lanes<W> part[kLanes];
