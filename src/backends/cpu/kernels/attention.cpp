@@ -392,11 +392,13 @@ TF_INLINE void attend_block_in_lanes(const AttentionArgs& a, int64_t first_row, 
     const int64_t n = std::min(kAttentionChunk, most_keys - chunk);
     const int32_t* chunk_slots = slots + chunk;
     int64_t j = 0;
-    for (; j + 4 <= n; j += 4) {
+    // (AVX-512 only: the narrower levels keep one key at a time, which builds faster, the
+    // sanitizers' build above all.)
+    for (; W == 16 && j + 4 <= n; j += 4) {
       const float* keys[4];
       for (int t = 0; t < 4; ++t) keys[t] = a.k_cache + int64_t(chunk_slots[j + t]) * a.layout.slot_stride + kv_offset;
       float* scores = weights + j * kLanes;
-      score_four_keys_in_lanes<W, kVectors>(queries, keys, scale, scores);
+      if constexpr (W == 16) score_four_keys_in_lanes<W, kVectors>(queries, keys, scale, scores);
     }
     for (; j < n; ++j) {
       const float* key = a.k_cache + int64_t(chunk_slots[j]) * a.layout.slot_stride + kv_offset;
