@@ -392,9 +392,11 @@ TF_INLINE void attend_block_in_lanes(const AttentionArgs& a, int64_t first_row, 
     const int64_t n = std::min(kAttentionChunk, most_keys - chunk);
     const int32_t* chunk_slots = slots + chunk;
     int64_t j = 0;
-    // (AVX-512 only: the narrower levels keep one key at a time, which builds faster, the
-    // sanitizers' build above all.)
-    for (; W == 16 && j + 4 <= n; j += 4) {
+    // Where a cache slot holds one head's key alone (the head-major layout): with the heads of a
+    // slot interleaved, four keys' elements are four lines apart and this was slower. AVX-512 only:
+    // the narrower levels keep one key at a time, which builds faster (the sanitizers' build above all).
+    const bool four_keys_a_pass = W == 16 && a.layout.slot_stride == kHeadDim;
+    for (; four_keys_a_pass && j + 4 <= n; j += 4) {
       const float* keys[4];
       for (int t = 0; t < 4; ++t) keys[t] = a.k_cache + int64_t(chunk_slots[j + t]) * a.layout.slot_stride + kv_offset;
       float* scores = weights + j * kLanes;
