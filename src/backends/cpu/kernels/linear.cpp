@@ -30,9 +30,10 @@ namespace {
 
 constexpr int64_t kBlock = 2 * kLanes;  // inputs per block: a pair in each lane
 
-// Rows that share one pass over the weights: decode (M <= 64) streams each weight row once,
-// while a prefill chunk's activations stay in L2.
-constexpr int64_t kRowChunk = 64;
+// Rows that share one pass over the weights: decode (M <= 60) streams each weight row once,
+// while a prefill chunk's activations stay in L2. A whole number of every tile height, so chunks
+// start the bf16 tiles' groups of rows.
+constexpr int64_t kRowChunk = 60;
 
 // Columns per unit of work a thread takes; every tile width divides it.
 constexpr int64_t kColumnBlock = 8;
@@ -225,7 +226,7 @@ TF_INLINE void dequantize_columns(const Weights& weights, int64_t k, int64_t n, 
 
 struct LinearArgs {
   const float* x;  // [n_rows][k_padded]: each block's even inputs, then its odd ones; zero past k
-  const uint16_t* x_bf16;  // [n_rows][k_padded]: x rounded to bf16 in input order, zero past k
+  const uint16_t* x_bf16;  // x rounded to bf16 in input order, zero past k, in groups of rows (bf16_row_start)
   int64_t n_rows;
   int64_t k;
   int64_t k_padded;  // k rounded up to a whole block
@@ -317,45 +318,62 @@ TF_INLINE void linear_tile(const LinearArgs& a, const Weights& weights, int64_t 
   store_tile<W, kRows, kCols>(a, acc, row0, col0);
 }
 
+// The bf16 dot-product tiles read x in groups of kBf16GroupRows rows (a tile's height), block by
+// block: a group's rows' inputs k..k+31 lie next to each other, so a tile addresses its rows from
+// one pointer (with a row per pointer, six rows, eight weight streams and the loop's index did not
+// fit in the general registers, and the loop reloaded spilled pointers every block).
+constexpr int64_t kBf16GroupRows = 6;
+constexpr int64_t kBf16GroupBlock = kBf16GroupRows * kBlock;  // elements of one block of a group
+// Where row `row`'s first block starts; its next blocks follow every kBf16GroupBlock elements.
+TF_INLINE int64_t bf16_row_start(int64_t row, int64_t k_padded) {
+  return row / kBf16GroupRows * kBf16GroupRows * k_padded + row % kBf16GroupRows * kBlock;
+}
+
 // The bf16 dot-product tile: rows of x in bf16, weights as stored, no decoding; its target function
-// is bf16_dot_column_blocks.
+// is bf16_dot_column_blocks. row0 is a group's first row (or a chunk's, and chunks start groups).
 template <int kRows, int kCols>
 TF_INLINE void bf16_dot_tile(const LinearArgs& a, const Bf16Weights& weights, int64_t row0, int64_t col0) {
   using Words = Native<16>::u32;
+  static_assert(kRows <= kBf16GroupRows);
   const uint16_t* w_rows[kCols];
   const uint16_t* next_w_rows[kCols];  // the next tile's, prefetched as linear_tile does
   for (int c = 0; c < kCols; ++c) {
     w_rows[c] = weights.data + std::min(col0 + c, a.n - 1) * weights.n_cols;
     next_w_rows[c] = weights.data + std::min(col0 + kCols + c, a.n - 1) * weights.n_cols;
   }
-  const uint16_t* x_rows[kRows];
-  for (int r = 0; r < kRows; ++r) x_rows[r] = a.x_bf16 + (row0 + r) * a.k_padded;
+  const uint16_t* x = a.x_bf16 + bf16_row_start(row0, a.k_padded);
 
   Lanes<16> acc[kRows][kCols];
   for (int r = 0; r < kRows; ++r)
     for (int c = 0; c < kCols; ++c) acc[r][c] = zero_lanes<16>();
-  // The last inputs of each weight row, zero-padded like x: the loop's final block reads them.
-  const int64_t n_full = a.k - a.k % kBlock;
-  uint16_t tails[kCols][kBlock];
-  if (n_full < a.k) {
-    for (int c = 0; c < kCols; ++c) {
-      std::copy(w_rows[c] + n_full, w_rows[c] + a.k, tails[c]);
-      std::fill(tails[c] + (a.k - n_full), tails[c] + kBlock, uint16_t(0));
-    }
-  }
-  for (int64_t k = 0; k < a.k_padded; k += kBlock) {
-    const bool is_tail = k == n_full;
+  // One block: inputs k..k+31 of the tile's rows (x) times those of its columns (w[c] + k).
+  const auto add_block = [&](const uint16_t* x_block, const uint16_t* const (&w)[kCols], int64_t k)
+                             __attribute__((always_inline)) {
     Words x_words[kRows];
 #pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) x_words[r] = load_vector<Words>(x_rows[r] + k);
-#pragma GCC unroll 8
-    for (int c = 0; c < kCols; ++c) __builtin_prefetch(next_w_rows[c] + k);
+    for (int r = 0; r < kRows; ++r) x_words[r] = load_vector<Words>(x_block + r * kBlock);
 #pragma GCC unroll 8
     for (int c = 0; c < kCols; ++c) {
-      const Words w_words = load_vector<Words>(is_tail ? tails[c] : w_rows[c] + k);
+      const Words w_words = load_vector<Words>(w[c] + k);
 #pragma GCC unroll 8
       for (int r = 0; r < kRows; ++r) acc[r][c].part[0] = bf16_dot_add(acc[r][c].part[0], x_words[r], w_words);
     }
+  };
+  const int64_t n_full = a.k - a.k % kBlock;
+  for (int64_t k = 0; k < n_full; k += kBlock, x += kBf16GroupBlock) {
+#pragma GCC unroll 8
+    for (int c = 0; c < kCols; ++c) __builtin_prefetch(next_w_rows[c] + k);
+    add_block(x, w_rows, k);
+  }
+  if (n_full < a.k) {  // the last inputs of each weight row, zero-padded like x
+    uint16_t tails[kCols][kBlock];
+    const uint16_t* tail_rows[kCols];
+    for (int c = 0; c < kCols; ++c) {
+      std::copy(w_rows[c] + n_full, w_rows[c] + a.k, tails[c]);
+      std::fill(tails[c] + (a.k - n_full), tails[c] + kBlock, uint16_t(0));
+      tail_rows[c] = tails[c];
+    }
+    add_block(x, tail_rows, 0);
   }
   store_tile<16, kRows, kCols>(a, acc, row0, col0);
 }
@@ -391,7 +409,8 @@ struct DecodedTiles {
 struct Bf16DotTiles {
   static constexpr int kWidth = 16;
   // Undecoded weights leave registers for more rows: each panel is read from L2 once per 6 rows.
-  static constexpr TileShape kTile = {6, 4};
+  static constexpr TileShape kTile = {int(kBf16GroupRows), 4};
+  static_assert(kRowChunk % kBf16GroupRows == 0, "chunks must start the tiles' groups of rows");
   static constexpr int kSingleCols = 8;
   static constexpr int kStreamedRows = 3;  // 24 accumulators, 3 rows of x and a weight register
   template <class Weights, int kRows, int kCols>
@@ -545,21 +564,22 @@ void order_rows(const float* x, int64_t n_rows, int64_t k, int64_t k_padded, flo
   }
 }
 
-// x [n_rows][k] rounded to bf16 into [n_rows][k_padded] in input order, zero past k: what the bf16
-// dot-product tiles read.
+// x [n_rows][k] rounded to bf16 in input order, zero past k, in the tiles' groups of rows
+// (bf16_row_start): what the bf16 dot-product tiles read.
 __attribute__((target("avx512f"))) void round_rows_to_bf16(const float* x, int64_t begin, int64_t end, int64_t k,
                                                            int64_t k_padded, uint16_t* out) {
   using Words = Native<16>::u32;
   for (int64_t r = begin; r < end; ++r) {
     const float* in = x + r * k;
-    uint16_t* row = out + r * k_padded;
+    uint16_t* row = out + bf16_row_start(r, k_padded);
     int64_t i = 0;
-    for (; i + kBlock <= k; i += kBlock) {
+    for (; i + kBlock <= k; i += kBlock, row += kBf16GroupBlock) {
       const Words pairs = bf16_pairs(in + i);
-      std::memcpy(row + i, &pairs, sizeof pairs);
+      std::memcpy(row, &pairs, sizeof pairs);
     }
-    for (; i < k; ++i) row[i] = f32_to_bf16(in[i]);
-    std::fill(row + k, row + k_padded, uint16_t(0));
+    if (i < k) {
+      for (int64_t j = 0; j < kBlock; ++j) row[j] = i + j < k ? f32_to_bf16(in[i + j]) : uint16_t(0);
+    }
   }
 }
 
@@ -596,7 +616,7 @@ void linear_many(const float* x, int64_t n_rows, int64_t k, const LinearOutput* 
     order_rows(x, n_rows, k, k_padded, ordered, pool, split_rows);
   }
   if (any_bf16_dot) {
-    bf16_rows.resize(size_t(n_rows * k_padded));
+    bf16_rows.resize(size_t((n_rows + kBf16GroupRows - 1) / kBf16GroupRows * kBf16GroupRows * k_padded));
     rounded = bf16_rows.data();
     const auto round = [&](int64_t begin, int64_t end) { round_rows_to_bf16(x, begin, end, k, k_padded, rounded); };
     if (split_rows) {
