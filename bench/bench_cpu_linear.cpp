@@ -1,6 +1,7 @@
 // CPU linear layers at the embedded model's shapes, one thread, timed in that thread's CPU time
 // (so a shared machine's other load does not count), the fastest of 7 batches, at every SIMD level this machine has.
 // Prints GFLOP/s and weight GB/s per core for bf16 and MLX 4-bit weights, M = 1 .. 512.
+// Usage: bench_cpu_linear [LEVEL]   (generic, avx2, avx512 or avx512-bf16: that level alone)
 #include <time.h>
 
 #include <algorithm>
@@ -61,14 +62,15 @@ Matrix make_matrix(int64_t n, int64_t k, int bits, std::mt19937& rng) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   using namespace tf;
+  const std::string only_level = argc > 1 ? argv[1] : "";  // e.g. avx512-bf16: that level alone
   std::mt19937 rng(1);
   ThreadPool pool(1);
   // (n, k): q, k/v, o, gate/up, down, LM head of the embedded model.
   const std::pair<int64_t, int64_t> shapes[] = {{512, 512}, {256, 512}, {1408, 512}, {512, 1408}, {15360, 512}};
   for (cpu::SimdLevel level : {cpu::SimdLevel::generic, cpu::SimdLevel::avx2, cpu::SimdLevel::avx512, cpu::SimdLevel::avx512_bf16}) {
-    if (!cpu::simd_level_supported(level)) continue;
+    if (!cpu::simd_level_supported(level) || (!only_level.empty() && only_level != cpu::simd_level_name(level))) continue;
     cpu::set_simd_level_for_testing(level);
     for (int bits : {0, 4}) {
       std::vector<Matrix> matrices;
