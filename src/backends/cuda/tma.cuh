@@ -60,6 +60,15 @@ __device__ __forceinline__ void copy_box(void* destination, const CUtensorMap* m
       : "memory");
 }
 
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory into shared
+// memory; the barrier counts them.
+__device__ __forceinline__ void copy_bytes(void* destination, const void* source, uint32_t bytes, uint64_t* barrier) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   shared_address(destination)),
+               "l"(reinterpret_cast<uint64_t>(source)), "r"(bytes), "r"(shared_address(barrier))
+               : "memory");
+}
+
 enum class TensorElement { bf16, u32 };
 
 // A row-major matrix [n_rows][n_cols] (16-byte aligned, rows a multiple of 16 bytes) read in boxes of
