@@ -502,7 +502,9 @@ TEST(DrafterProposer, OneLaneWarmsTheGateUpForItsNeighbours) {
   auto fourth = lane();
   for (int64_t use = 2; use < ProposerGate::kWarmupUses; ++use) {
     ASSERT_GT(draft(*third), 0) << "the next lane that drafts takes the warm-up over, use " << use;
-    if (use + 1 < ProposerGate::kWarmupUses) EXPECT_EQ(draft(*fourth), 0) << "still warming up, use " << use;
+    if (use + 1 < ProposerGate::kWarmupUses) {
+      EXPECT_EQ(draft(*fourth), 0) << "still warming up, use " << use;
+    }
   }
   EXPECT_GT(draft(*fourth), 0) << "the warm-up is over and the drafter pays";
 }

@@ -99,7 +99,9 @@ TEST(EngineTest, ProvenanceAddsUpAndChangesNoToken) {
       previous_round = p.round;
       n_target += p.source == TokenProvenance::kTarget;
       n_request_drafted += p.source != TokenProvenance::kTarget;
-      if (p.source != TokenProvenance::kTarget) EXPECT_LT(p.source, kProposerKinds);
+      if (p.source != TokenProvenance::kTarget) {
+        EXPECT_LT(p.source, kProposerKinds);
+      }
     }
     EXPECT_EQ(n_request_drafted, timings.draft_accepted_n) << "request " << i;
     // Every round adds the target's own token after its accepted drafts, but the last may end

@@ -182,7 +182,9 @@ void expect_drafted_equals_undrafted_constrained(const ConstrainedTarget& e, con
     check(e, plain.replies[i], requests[i]);
     n_stopped += plain.replies[i].final_update.finish_reason == FinishReason::stop;
   }
-  if (expect_completion) EXPECT_GT(n_stopped, 0) << "some replies must complete their grammar";
+  if (expect_completion) {
+    EXPECT_GT(n_stopped, 0) << "some replies must complete their grammar";
+  }
   // A prediction holding a plausible reply is one more copy source.
   auto predicted = requests;
   for (auto& r : predicted) r.draft.copy_source = plain.replies[0].tokens;

@@ -141,7 +141,7 @@ struct SubmitResult {
   std::string message;  // for rejected requests, a sentence for the client
   // For rejected requests, the request field at fault: "prompt" (the prompt's tokens or length),
   // "max_tokens", "replay.token_ids", "replay.accept"; empty when no field is (a full queue).
-  std::string param;
+  std::string param = {};
 };
 
 // Whether the last round ran: after a round throws, every reply it carried ends with an error and

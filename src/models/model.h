@@ -25,9 +25,9 @@ class MtpHead;
 struct LogitRowPick {
   const SamplingParams* sampling = nullptr;  // required
   int64_t position = 0;                      // the index the chosen token will have in its sequence
-  PenaltyHistory penalties;                  // read only when the parameters have penalties
+  PenaltyHistory penalties = {};             // read only when the parameters have penalties
   bool wants_logits = false;                 // also hand back the row's raw logits (logprobs)
-  LogitConstraint constraint;                // logit_bias and the allowed tokens (grammar, min_tokens)
+  LogitConstraint constraint = {};           // logit_bias and the allowed tokens (grammar, min_tokens)
 };
 
 class Model {

@@ -26,7 +26,7 @@ struct ChatMessage {
   std::string role;     // "system", "user", "assistant" or "tool"
   std::string content;
   std::optional<std::string> reasoning_content;  // assistant only
-  std::vector<ChatToolCall> tool_calls;          // assistant only
+  std::vector<ChatToolCall> tool_calls = {};     // assistant only
 };
 
 struct ChatOptions {

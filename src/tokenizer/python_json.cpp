@@ -54,7 +54,7 @@ void append_float(double x, std::string& out) {
   if (exponent < -4 || exponent >= 16) {
     out += digits.substr(0, 1);
     if (digits.size() > 1) out += "." + digits.substr(1);
-    char exp_text[8];
+    char exp_text[16];  // room for any int exponent, so the compiler can see nothing is cut
     std::snprintf(exp_text, sizeof exp_text, "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
     out += exp_text;
     return;

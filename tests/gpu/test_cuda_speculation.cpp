@@ -91,9 +91,11 @@ TEST(CudaSpeculationTest, TokenConstraintsKeepTheEqualities) {
   test::expect_same_tokens(plain.replies, alone.replies, "drafted alone");
   test::expect_same_tokens(plain.replies, together.replies, "drafted together");
   test::expect_rounds_shared_by_lanes(together.stats, "constrained lanes together");
-  for (size_t i = 0; i < 4; ++i)
-    if (plain.replies[i].final_update.finish_reason == FinishReason::stop)
+  for (size_t i = 0; i < 4; ++i) {
+    if (plain.replies[i].final_update.finish_reason == FinishReason::stop) {
       EXPECT_NO_THROW(nlohmann::json::parse(tokenizer->decode(plain.replies[i].tokens))) << "request " << i;
+    }
+  }
 }
 
 }  // namespace

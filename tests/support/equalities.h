@@ -210,7 +210,9 @@ inline void expect_drafted_equals_undrafted(std::shared_ptr<Model> model, bool s
   // Greedy replies of these models repeat enough that the long-copy and n-gram chains part and the
   // one off the main chain is taken; sampled ones (temperature 0.7) do not, so there the block
   // drafter's root siblings (expect_drafter_keeps_equalities) carry the sampled case.
-  if (!sampled) EXPECT_GT(sibling_accepts, 0) << "the test must exercise accepted siblings (K/V copied from scratch)";
+  if (!sampled) {
+    EXPECT_GT(sibling_accepts, 0) << "the test must exercise accepted siblings (K/V copied from scratch)";
+  }
 }
 
 // Replaying each plain reply as the draft: every draft is right, rounds shrink, tokens stay.
@@ -266,9 +268,10 @@ inline void expect_drafter_keeps_equalities(std::shared_ptr<Model> model, const 
       expect_same_logprobs(plain, gated_run, requests, "drafter, gated");
     }
     // The drafter's top-k at the first position are root siblings: some are the target's choice.
-    if (expect_sibling_accepts)
+    if (expect_sibling_accepts) {
       EXPECT_GT(sibling_accepts, 0) << (sampled ? "sampled" : "greedy")
-                                  << ": the test must exercise accepted siblings (K/V copied from scratch)";
+                                    << ": the test must exercise accepted siblings (K/V copied from scratch)";
+    }
   }
   EXPECT_GT(drafted, 0);
   EngineOptions options;

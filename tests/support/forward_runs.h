@@ -193,9 +193,10 @@ inline void expect_picks_match_logits(Model& model, const std::vector<int32_t>& 
     const LogitRowPick& pick = picks[size_t(i)];
     EXPECT_EQ(tokens[size_t(i)], sampler.sample(row, n_vocab, *pick.sampling, pick.position, pick.penalties))
         << "row " << i;
-    if (pick.wants_logits)
+    if (pick.wants_logits) {
       EXPECT_EQ(std::memcmp(copied.data() + n_copied++ * n_vocab, row, size_t(n_vocab) * sizeof(float)), 0)
           << "row " << i << " logits";
+    }
   }
 }
 

@@ -177,7 +177,9 @@ inline void expect_mtp_keeps_equalities(const HybridWithMtp& m, bool expect_acce
     std::printf("%s: %lld MTP drafts verified, %lld accepted\n", mode, (long long)drafted, (long long)accepted);
     EXPECT_GT(drafted, 0) << mode << ": MTP drafts must have been verified";
     EXPECT_GT(drafted, accepted) << mode << ": some MTP drafts must have been rejected";
-    if (expect_accepted) EXPECT_GT(accepted, 0) << mode << ": some MTP drafts must have been accepted";
+    if (expect_accepted) {
+      EXPECT_GT(accepted, 0) << mode << ": some MTP drafts must have been accepted";
+    }
   }
 }
 

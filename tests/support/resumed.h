@@ -105,7 +105,9 @@ inline void expect_multi_turn_equals_cold(std::shared_ptr<Model> model) {
       submit_and_collect(engine, {turn}, &warm);
       expect_same_tokens(cold_run.replies, warm.replies, "multi-turn");
       const int64_t served = warm.replies[0].final_update.timings.cache_n;
-      if (t > 0) EXPECT_GE(served, int64_t(turn.prompt.size()) - 1 - 16 - 6) << "turn " << t;
+      if (t > 0) {
+        EXPECT_GE(served, int64_t(turn.prompt.size()) - 1 - 16 - 6) << "turn " << t;
+      }
       // The next turn: this prompt, this reply, a short new message.
       turn.prompt.insert(turn.prompt.end(), warm.replies[0].tokens.begin(), warm.replies[0].tokens.end());
       for (int i = 0; i < 6; ++i) turn.prompt.push_back(int32_t(rng() % uint32_t(vocab)));
