@@ -280,8 +280,10 @@ template <int kMaxHeadDim>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(Params p) {
   constexpr int kDimTiles = kMaxHeadDim / 8;
   constexpr int kCopiesPerThread = kAttentionChunk * kMaxHeadDim / 8 / (kWarps * 32);  // 16-byte pieces
-  wait_for_prior_kernel();
-  let_next_kernel_start();
+  // Up to the wait on the kernel before, the block reads only what the forward's upload wrote
+  // before its first kernel (groups, key counts, slot lists), and asks L2 for its first chunk's
+  // keys and values: a prefetch returns nothing, so a key the kernel before is still writing is
+  // never read stale, and the chain of lookups to the keys runs while that kernel finishes.
   extern __shared__ uint4 shared_memory[];  // uint4: 16-byte alignment for the tile copies
   const AttentionShape& shape = p.shape;
   const int head_dim = shape.head_dim, padded_dim = (head_dim + 15) / 16 * 16, stride = padded_dim + kPad;
@@ -309,6 +311,19 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(Params p) {
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
   const int kv_offset = kv_head * head_dim, pieces = padded_dim / 8;
   const int64_t kv_stride = int64_t(shape.n_kv_heads) * head_dim;
+  const int32_t* group_slots = p.slots + p.slot_offsets[last_row];
+  {
+    const int first_key = is_split_pass ? split * split_keys : 0, lines = (head_dim * 2 + 127) / 128;
+    for (int i = int(threadIdx.x); i < kAttentionChunk * lines; i += kWarps * 32) {
+      const int key = first_key + i / lines;
+      if (key >= group_keys) break;
+      const int64_t at = int64_t(group_slots[key]) * kv_stride + kv_offset + (i % lines) * 64;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(p.k_cache + at));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(p.v_cache + at));
+    }
+  }
+  wait_for_prior_kernel();
+  let_next_kernel_start();
   for (int i = int(threadIdx.x); i < kQueryRows * pieces; i += kWarps * 32) {
     const int index = i / pieces, d = (i % pieces) * 8;
     const QueryRow query = query_row(p, group, kv_head, index);
@@ -324,7 +339,6 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(Params p) {
     row_keys[h] = rows[h].is_real ? p.n_keys[rows[h].row] : 0;
   }
   const bool warp_has_rows = 16 * warp < group.n_rows * (shape.n_heads / shape.n_kv_heads);
-  const int32_t* group_slots = p.slots + p.slot_offsets[last_row];
 
   float total_max[2] = {-INFINITY, -INFINITY}, total_sum[2] = {0.0f, 0.0f};
   float* totals = tiles.totals + warp * kDimTiles * 4 * 32 + lane;

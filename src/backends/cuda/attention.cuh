@@ -62,7 +62,9 @@ int attention_rows_per_group(const AttentionShape& shape);
 // slots[slot_offsets[r] .. slot_offsets[r] + n_keys[r]) (all three arrays on the device).
 // A row with no keys gives zeros. With scratch of attention_scratch_floats(n_rows, shape) floats
 // the splits run in parallel; with less they run in order in one block. Results are bitwise the
-// same either way: only where the work runs changes, not what is computed.
+// same either way: only where the work runs changes, not what is computed. slots, slot_offsets,
+// n_keys and the groups are read before the wait on the kernel launched just before (overlapped
+// launches): write them earlier than that kernel (a forward's upload is), never in it.
 void attention_bf16(const uint16_t* q, int64_t n_rows, const uint16_t* k_cache, const uint16_t* v_cache,
                     const int32_t* slots, const int32_t* slot_offsets, const int32_t* n_keys,
                     const AttentionShape& shape, uint16_t* out, cudaStream_t stream = nullptr,
