@@ -334,7 +334,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 // before: weights never depend on it. Each warp reads its words (and scale entries) from the stage
 // where the swapped kernel's fetch reads them from memory, and multiplies them in the same order.
 // On bf16 rows it makes a decode step faster (its copies start while the norms and attention run);
-// on MLX rows the stage's 32 small copies make it slower than the swapped kernel.
+// on MLX rows the stage's 32 small copies make it slower than the swapped kernel. Every thread
+// arrives on a slot's `empty` barrier after its own reads (not lane 0 for its warp after a
+// __syncwarp), so racecheck can see that each read comes before the copy that refills the slot.
 constexpr int kStreamedInputs = 1024;  // inputs of a row in one stage
 // A row's part of a stage: its bytes, the padding that puts the 8 rows a warp reads at once on
 // different banks, and the room for its scale/bias entries (32 at most a quad, padded likewise).
@@ -380,7 +382,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < kStages; ++slot) {
       barrier_init(&full[slot], 1);
-      barrier_init(&empty[slot], kWarps);
+      barrier_init(&empty[slot], kWarps * 32);  // every thread releases its own reads
     }
     barrier_init_fence();
   }
@@ -449,8 +451,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         high[s] = Rows::expand(fetched[1], s);
       }
     }
-    __syncwarp();
-    if (lane == 0) barrier_arrive(&empty[slot]);  // read into registers: the slot may be refilled
+    barrier_arrive(&empty[slot]);  // read into registers: the slot may be refilled
     uint4 xv[4];
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
@@ -466,7 +467,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                  word(high[s], 2 * step + 1), word(xv[s], 2 * step), word(xv[s], 2 * step + 1));
     }
     if (warp == 0 && stage + kStages < n_stages) {
-      barrier_wait(&empty[slot], uint32_t(stage / kStages) & 1);  // every warp has read this stage
+      barrier_wait(&empty[slot], uint32_t(stage / kStages) & 1);  // every thread has read this stage
       issue(stage + kStages);
     }
   }
