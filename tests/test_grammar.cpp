@@ -98,6 +98,44 @@ TEST(GrammarTest, BadGrammarsAreRefusedWithTheirPlace) {
   EXPECT_NE(message("root ::= \"a\"{2000}").find("above"), std::string::npos);
 }
 
+// What a client can send in one body must never exhaust the stack: deep groups are refused, long
+// chains of rules and grammars whose parses multiply through empty rules are walked without
+// recursion, each (position, stack) once.
+TEST(GrammarTest, DeepOrExplosiveGrammarsNeitherCrashNorHang) {
+  const int depth = 100000;
+  try {
+    Grammar::parse("root ::= " + std::string(depth, '(') + "\"a\"" + std::string(depth, ')'));
+    ADD_FAILURE() << "100,000 nested groups were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nest deeper than"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(matches("root ::= " + std::string(200, '(') + "\"a\"" + std::string(200, ')'), "a"));
+
+  std::string chain = "root ::= r0 \"!\"\n";  // 50,000 rules, each only naming the next
+  for (int i = 0; i < 50000; ++i) chain += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + "\n";
+  chain += "r50000 ::= \"a\" | \"\"\n";
+  EXPECT_TRUE(matches(chain, "a!"));
+  EXPECT_TRUE(matches(chain, "!"));
+  EXPECT_FALSE(matches(chain, "aa!"));
+
+  // Rules each two of the next, the last optional: 2^n ways to reach the first byte, and as many
+  // distinct stacks. Eight levels stay below the bound and match; forty are refused at once.
+  const auto doubling = [](int levels) {
+    std::string g = "root ::= d0 \"!\"\n";
+    for (int i = 0; i < levels; ++i)
+      g += "d" + std::to_string(i) + " ::= d" + std::to_string(i + 1) + " d" + std::to_string(i + 1) + "\n";
+    return g + "d" + std::to_string(levels) + " ::= \"\" | \"a\"\n";
+  };
+  EXPECT_TRUE(matches(doubling(8), "aaa!"));
+  EXPECT_TRUE(matches(doubling(8), "!"));
+  try {
+    matches(doubling(40), "a!");
+    ADD_FAILURE() << "2^40 parses were walked";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("too ambiguous"), std::string::npos) << e.what();
+  }
+}
+
 // A tiny vocabulary with whole, partial and multi-byte tokens.
 std::shared_ptr<TokenVocabulary> tiny_vocabulary() {
   return std::make_shared<TokenVocabulary>(std::vector<std::string>{
@@ -502,6 +540,17 @@ TEST(ConstraintParamsTest, BadValuesAreRefusedNamingTheParameter) {
     ADD_FAILURE() << "an undefined rule must be refused";
   } catch (const server::ApiError& e) {
     EXPECT_EQ(e.param, "grammar");
+  }
+  // Too ambiguous where it starts: refused with the request, not when its lane starts.
+  std::string doubling = "root ::= d0\n";
+  for (int i = 0; i < 30; ++i) doubling += "d" + std::to_string(i) + " ::= d" + std::to_string(i + 1) + " d" + std::to_string(i + 1) + "\n";
+  doubling += "d30 ::= \"\" | \"a\"\n";
+  try {
+    server::apply_constraint_fields(server::parse_constraint_fields({{"grammar", doubling}}), &request);
+    ADD_FAILURE() << "a grammar with 2^30 ways to its first byte must be refused";
+  } catch (const server::ApiError& e) {
+    EXPECT_EQ(e.param, "grammar");
+    EXPECT_NE(std::string(e.what()).find("too ambiguous"), std::string::npos) << e.what();
   }
   json body;
   body["prediction"] = {{"type", "content"},

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json_nesting.h"
 #include "server/openai_protocol.h"
 #include "server/sse.h"
 #include "tokenizer/tokenizer.h"
@@ -337,6 +338,13 @@ TEST(OpenAiProtocol, TokenIdsOutsideInt32AreRefused) {
 TEST(OpenAiProtocol, BodyMustBeValidUtf8Json) {
   EXPECT_EQ(parse_body(R"({"a": 1})")["a"], 1);
   EXPECT_EQ(error_of([] { parse_body("{\"prompt\": \"\xff\xfe\"}"); }).status, 400);
+  // Nesting past the bound is refused before anything walks it (printing and the schema converter
+  // recurse); brackets inside strings do not count.
+  const auto nested = [](int depth) { return "{\"a\": " + std::string(size_t(depth - 1), '[') + std::string(size_t(depth - 1), ']') + "}"; };
+  EXPECT_EQ(parse_body(nested(kMaxJsonNesting)).size(), 1u);
+  EXPECT_EQ(error_of([&] { parse_body(nested(kMaxJsonNesting + 1)); }).status, 400);
+  EXPECT_EQ(error_of([] { parse_body("{\"a\": " + std::string(1000000, '[') + "}"); }).status, 400);
+  EXPECT_EQ(parse_body("{\"a\": \"" + std::string(1000, '[') + "\\\"{\"}")["a"].get<std::string>().size(), 1002u);
   EXPECT_NE(std::string(error_of([] { parse_body("{\"prompt\": \"\xc3\"}"); }).what())
                 .find("UTF-8"),
             std::string::npos);

@@ -11,7 +11,7 @@ namespace tf {
 // emitted token is the target's choice, so drafts change speed, never tokens.
 void Engine::Impl::accept(Lane& lane, const LaneRows& placed) {
   if (lane.constraint && lane.constraint->failure()) {
-    finish(lane, FinishReason::error, *lane.constraint->failure());
+    finish_with_constraint_failure(lane);
     return;
   }
   const DraftTree& tree = lane.tree;
@@ -79,7 +79,7 @@ void Engine::Impl::commit_prefill(Lane& lane, const LaneRows& placed) {
   const int64_t logit_row = round_rows.logit_row_of[size_t(placed.first_row + placed.n_rows - 1)];
   if (logit_row < 0) return;  // more prompt to come
   if (lane.constraint && lane.constraint->failure()) {
-    finish(lane, FinishReason::error, *lane.constraint->failure());
+    finish_with_constraint_failure(lane);
     return;
   }
   lane.timings.rounds += 1;

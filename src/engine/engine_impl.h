@@ -156,6 +156,8 @@ struct Engine::Impl {
   // output.cpp
   void on_token(Lane& lane, int32_t token, const float* row_logits, int8_t source = TokenProvenance::kTarget);
   void finish(Lane& lane, FinishReason reason, const std::string& error = {});
+  // Ends the lane with its constraint's failure: the request's fault, not the engine's.
+  void finish_with_constraint_failure(Lane& lane);
   void retire_finished();  // closes finished lanes' KV and drops them
   bool send(Lane& lane, GenerationUpdate& update);
   bool is_eos(int32_t token) const;

@@ -53,6 +53,7 @@ struct Lane {
   Clock::time_point admitted;
   Clock::time_point first_token;
   bool is_finished = false;
+  bool is_constraint_failure = false;  // finished by its own constraint failing (the request's fault)
 
   bool is_prefilling() const { return n_cached + 1 < int64_t(tokens.size()); }
   int64_t budget_left() const { return request.max_tokens - int64_t(completion.size()); }

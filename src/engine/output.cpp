@@ -70,6 +70,12 @@ bool Engine::Impl::send(Lane& lane, GenerationUpdate& update) {
   return false;
 }
 
+void Engine::Impl::finish_with_constraint_failure(Lane& lane) {
+  const std::string error = *lane.constraint->failure();
+  lane.is_constraint_failure = true;
+  finish(lane, FinishReason::error, error);
+}
+
 void Engine::Impl::finish(Lane& lane, FinishReason reason, const std::string& error) {
   if (lane.is_finished) return;
   lane.is_finished = true;
@@ -80,6 +86,7 @@ void Engine::Impl::finish(Lane& lane, FinishReason reason, const std::string& er
   update.is_final = true;
   update.finish_reason = reason;
   update.error = error;
+  update.is_constraint_failure = lane.is_constraint_failure;
   lane.timings.predicted_n = int64_t(lane.completion.size());
   if (!lane.completion.empty()) lane.timings.predicted_ms = ms_between(lane.first_token, EngineClock::now());
   update.timings = lane.timings;

@@ -84,6 +84,7 @@ struct GenerationUpdate {
   bool is_final = false;
   FinishReason finish_reason = FinishReason::stop;  // meaningful when is_final
   std::string error;                                // when finish_reason == error
+  bool is_constraint_failure = false;  // the error is the request's: its constraint (grammar) cannot go on
   ReplyTimings timings;                             // when is_final
   std::string token_sha;  // when is_final: hex SHA-256 of all completion token ids (int32 LE)
 };

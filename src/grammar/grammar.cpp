@@ -15,7 +15,8 @@ using Sequence = std::vector<GrammarSymbol>;
 using CodeRange = std::pair<uint32_t, uint32_t>;  // inclusive
 
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
-constexpr int64_t kMaxRepeat = 1000;  // {m,n} bounds above this are refused
+constexpr int64_t kMaxRepeat = 1000;    // {m,n} bounds above this are refused
+constexpr int kMaxGroupDepth = 256;     // ( groups ) nested deeper than this are refused: the parser recurses
 
 int utf8_length(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 
@@ -223,6 +224,7 @@ class Parser {
         ++pos_;
         sequence.push_back(class_symbol(rule, {{0, kMaxCodePoint}}, false));
       } else if (c == '(') {
+        if (depth >= kMaxGroupDepth) error("groups nest deeper than " + std::to_string(kMaxGroupDepth) + " levels");
         ++pos_;
         skip_space(true);
         std::vector<Sequence> inner = parse_alternatives(rule, depth + 1);
@@ -439,16 +441,41 @@ class Parser {
       }
       return true;
     };
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t r = 0; r < n_rules; ++r) {
-        if (nullable[r]) continue;
-        for (uint32_t offset : grammar.alternatives[r])
-          if (sequence_nullable_until(offset, nullptr)) {
-            nullable[r] = 1;
-            changed = true;
-            break;
-          }
+    // A rule is nullable once one alternative without bytes has all its rules nullable: count each
+    // alternative's rules still unknown and let each rule found nullable count its uses down (a
+    // sweep until nothing changes takes a pass per link of a chain of rules: quadratic).
+    std::vector<uint32_t> unknown_rules;           // [alternative]
+    std::vector<uint32_t> alternative_rule;        // [alternative] the rule it belongs to
+    std::vector<std::vector<uint32_t>> uses(n_rules);  // [rule] alternatives naming it, once per use
+    std::vector<uint32_t> found;                   // nullable rules whose uses are not counted yet
+    for (uint32_t r = 0; r < n_rules; ++r)
+      for (uint32_t offset : grammar.alternatives[r]) {
+        const uint32_t alternative = uint32_t(unknown_rules.size());
+        uint32_t n_rules_in = 0;
+        bool has_bytes = false;
+        for (uint32_t p = offset; grammar.code[p].kind != GrammarSymbol::end; ++p) {
+          if (grammar.code[p].kind == GrammarSymbol::bytes) has_bytes = true;
+          else ++n_rules_in;
+        }
+        unknown_rules.push_back(has_bytes ? UINT32_MAX : n_rules_in);
+        alternative_rule.push_back(r);
+        if (has_bytes) continue;
+        for (uint32_t p = offset; grammar.code[p].kind != GrammarSymbol::end; ++p)
+          uses[grammar.code[p].index].push_back(alternative);
+        if (n_rules_in == 0 && !nullable[r]) {
+          nullable[r] = 1;
+          found.push_back(r);
+        }
+      }
+    while (!found.empty()) {
+      const uint32_t rule = found.back();
+      found.pop_back();
+      for (uint32_t alternative : uses[rule]) {
+        const uint32_t owner = alternative_rule[alternative];
+        if (--unknown_rules[alternative] == 0 && !nullable[owner]) {
+          nullable[owner] = 1;
+          found.push_back(owner);
+        }
       }
     }
     // left[r]: rules r may expand to first; a cycle is left recursion.
@@ -459,20 +486,31 @@ class Parser {
           left[r].push_back(rule);
           return false;
         });
+    // Depth-first with an explicit path (a chain of many rules must not exhaust the stack).
     std::vector<uint8_t> color(n_rules, 0);  // 0 new, 1 on the path, 2 done
-    std::function<void(uint32_t)> visit = [&](uint32_t r) {
-      color[r] = 1;
-      for (uint32_t next : left[r]) {
+    std::vector<std::pair<uint32_t, size_t>> path;  // (rule, its next edge)
+    for (uint32_t start = 0; start < n_rules; ++start) {
+      if (color[start] != 0) continue;
+      color[start] = 1;
+      path.push_back({start, 0});
+      while (!path.empty()) {
+        auto& [r, edge] = path.back();
+        if (edge == left[r].size()) {
+          color[r] = 2;
+          path.pop_back();
+          continue;
+        }
+        const uint32_t next = left[r][edge++];
         if (color[next] == 1)
           throw Error("grammar: the rule '" + grammar.rule_names[next] +
                       "' is left-recursive (it can reach itself before matching a character, e.g. a "
                       "repetition of something that can be empty)");
-        if (color[next] == 0) visit(next);
+        if (color[next] == 0) {
+          color[next] = 1;
+          path.push_back({next, 0});
+        }
       }
-      color[r] = 2;
-    };
-    for (uint32_t r = 0; r < n_rules; ++r)
-      if (color[r] == 0) visit(r);
+    }
   }
 
   std::string_view text_;

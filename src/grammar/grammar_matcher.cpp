@@ -10,7 +10,11 @@ namespace tf {
 namespace {
 
 constexpr size_t kMaxStacks = 4096;      // more live parses than this: the grammar is too ambiguous
-constexpr int kMaxExpansionDepth = 2048;  // nested rule expansions before one byte
+constexpr size_t kMaxExpansions = 64 * kMaxStacks;  // (position, stack) pairs one expansion may take
+
+[[noreturn]] void too_ambiguous() {
+  throw Error("grammar: too ambiguous (more than " + std::to_string(kMaxStacks) + " parses alive at once)");
+}
 constexpr size_t kMaxCachedMasks = 4096;
 
 }  // namespace
@@ -69,28 +73,40 @@ int32_t GrammarMatcher::intern(int32_t position, int32_t below) {
   return it->second;
 }
 
-void GrammarMatcher::expand(int32_t position, int32_t below, GrammarState* out, int depth) {
-  if (depth > kMaxExpansionDepth) fail("grammar: rules nest too deeply");
-  const GrammarSymbol symbol = grammar_->code[size_t(position)];
-  switch (symbol.kind) {
-    case GrammarSymbol::end:
-      if (below < 0) {
-        out->is_complete = true;
-      } else {
-        const StackNode next = nodes_[size_t(below)];
-        expand(next.position, next.below, out, depth + 1);
+void GrammarMatcher::expand(std::span<const StackNode> roots, GrammarState* out) {
+  // Depth first in the grammar's order (alternatives pushed last to first), so stacks are interned
+  // in the order a recursive walk would intern them; each (position, below) expands once: its
+  // stacks are already in `out`.
+  expanded_.clear();
+  work_.assign(roots.rbegin(), roots.rend());
+  while (!work_.empty()) {
+    const StackNode item = work_.back();
+    work_.pop_back();
+    if (!expanded_.insert((uint64_t(uint32_t(item.position)) << 32) | uint32_t(item.below)).second) continue;
+    // Each pair yields at most one stack, so `out` never holds a duplicate: stop as soon as the
+    // parses (or the ways to them) pass the bound, before they multiply further.
+    if (expanded_.size() > kMaxExpansions || out->stacks.size() > kMaxStacks) too_ambiguous();
+    const GrammarSymbol symbol = grammar_->code[size_t(item.position)];
+    switch (symbol.kind) {
+      case GrammarSymbol::end:
+        if (item.below < 0) {
+          out->is_complete = true;
+        } else {
+          work_.push_back(nodes_[size_t(item.below)]);
+        }
+        break;
+      case GrammarSymbol::bytes:
+        out->stacks.push_back(intern(item.position, item.below));
+        break;
+      case GrammarSymbol::rule: {
+        // A rule in tail position returns straight to the caller's caller, so right recursion
+        // (repetitions) does not deepen the stack.
+        const bool is_tail = grammar_->code[size_t(item.position) + 1].kind == GrammarSymbol::end;
+        const int32_t continuation = is_tail ? item.below : intern(item.position + 1, item.below);
+        const std::vector<uint32_t>& alternatives = grammar_->alternatives[symbol.index];
+        for (auto it = alternatives.rbegin(); it != alternatives.rend(); ++it) work_.push_back({int32_t(*it), continuation});
+        break;
       }
-      return;
-    case GrammarSymbol::bytes:
-      out->stacks.push_back(intern(position, below));
-      return;
-    case GrammarSymbol::rule: {
-      // A rule in tail position returns straight to the caller's caller, so right recursion
-      // (repetitions) does not deepen the stack.
-      const bool is_tail = grammar_->code[size_t(position) + 1].kind == GrammarSymbol::end;
-      const int32_t continuation = is_tail ? below : intern(position + 1, below);
-      for (uint32_t offset : grammar_->alternatives[symbol.index]) expand(int32_t(offset), continuation, out, depth + 1);
-      return;
     }
   }
 }
@@ -98,13 +114,14 @@ void GrammarMatcher::expand(int32_t position, int32_t below, GrammarState* out, 
 static void normalize(GrammarState* state) {
   std::sort(state->stacks.begin(), state->stacks.end());
   state->stacks.erase(std::unique(state->stacks.begin(), state->stacks.end()), state->stacks.end());
-  if (state->stacks.size() > kMaxStacks)
-    throw Error("grammar: too ambiguous (more than " + std::to_string(kMaxStacks) + " parses alive at once)");
+  if (state->stacks.size() > kMaxStacks) too_ambiguous();
 }
 
 GrammarState GrammarMatcher::start() {
   GrammarState state;
-  for (uint32_t offset : grammar_->alternatives[grammar_->root]) expand(int32_t(offset), -1, &state, 0);
+  std::vector<StackNode> roots;
+  for (uint32_t offset : grammar_->alternatives[grammar_->root]) roots.push_back({int32_t(offset), -1});
+  expand(roots, &state);
   normalize(&state);
   return state;
 }
@@ -115,7 +132,10 @@ const GrammarMatcher::Step& GrammarMatcher::step(int32_t stack, uint8_t byte) {
   if (found != step_index_.end()) return steps_[found->second];
   GrammarState next;
   const StackNode node = nodes_[size_t(stack)];
-  if (grammar_->matches(grammar_->code[size_t(node.position)].index, byte)) expand(node.position + 1, node.below, &next, 0);
+  if (grammar_->matches(grammar_->code[size_t(node.position)].index, byte)) {
+    const StackNode root{node.position + 1, node.below};
+    expand({&root, 1}, &next);
+  }
   normalize(&next);
   step_index_.emplace(key, uint32_t(steps_.size()));
   steps_.push_back({std::move(next.stacks), next.is_complete});

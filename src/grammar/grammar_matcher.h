@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -63,8 +65,9 @@ class GrammarMatcher {
     int32_t below;     // the stack under it, or -1
   };
   int32_t intern(int32_t position, int32_t below);
-  // Adds every stack that `position` over `below` expands to (tops that match bytes).
-  void expand(int32_t position, int32_t below, GrammarState* out, int depth);
+  // Adds every stack that the stacks `roots` expand to (tops that match bytes), without recursion:
+  // a chain of rules however long costs no call depth.
+  void expand(std::span<const StackNode> roots, GrammarState* out);
   void advance_into(const GrammarState& state, uint8_t byte, GrammarState* out);
   // Where one stack goes on one byte, computed once: a state's step is the union of its stacks'.
   struct Step {
@@ -81,6 +84,8 @@ class GrammarMatcher {
   std::unordered_map<uint64_t, uint32_t> step_index_;  // (stack << 8 | byte) -> steps_
   std::vector<Step> steps_;
   std::vector<GrammarState> scratch_;  // [trie depth] states of the mask walk
+  std::vector<StackNode> work_;         // expand()'s pending (position, below) pairs
+  std::unordered_set<uint64_t> expanded_;  // and those it has taken
 
   struct StateHash {
     size_t operator()(const GrammarState& s) const;

@@ -3,6 +3,7 @@
 // on what follows, is held), so every way of cutting a reply into pieces releases the same whole.
 #include "server/chat_reply_parser.h"
 
+#include "core/json_nesting.h"
 #include "tokenizer/python_json.h"
 
 namespace tf::server {
@@ -207,7 +208,10 @@ bool ChatReplyParser::step_json_call(bool is_final, ReplyPiece& out) {
   const std::string block = pending_.substr(0, close);
   pending_.erase(0, close + call_close.size());
   mode_ = Mode::content;
-  const auto call = nlohmann::ordered_json::parse(block, nullptr, /*allow_exceptions=*/false);
+  // A reply is the model's text: JSON in it nested past the bound stays text, never a call.
+  const auto call = json_nesting_depth(block) > kMaxJsonNesting
+                        ? nlohmann::ordered_json(nlohmann::ordered_json::value_t::discarded)
+                        : nlohmann::ordered_json::parse(block, nullptr, /*allow_exceptions=*/false);
   const bool is_call = call.is_object() && call.contains("name") && call["name"].is_string() &&
                        call.contains("arguments") && (call["arguments"].is_object() || call["arguments"].is_string());
   if (!is_call) {
@@ -230,7 +234,7 @@ std::string ChatReplyParser::parameter_json(const std::string& key, const std::s
   if (const auto tool = options_.parameter_types.find(xml_function_); tool != options_.parameter_types.end())
     if (const auto parameter = tool->second.find(key); parameter != tool->second.end()) type = parameter->second;
   std::string value_json;
-  if (type != "string") {
+  if (type != "string" && json_nesting_depth(value) <= kMaxJsonNesting) {
     const auto parsed = nlohmann::ordered_json::parse(value, nullptr, /*allow_exceptions=*/false);
     if (!parsed.is_discarded()) value_json = python_json_dumps(parsed);
   }

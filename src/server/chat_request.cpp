@@ -4,6 +4,8 @@
 
 #include <set>
 
+#include "core/json_nesting.h"
+
 namespace tf::server {
 namespace {
 
@@ -60,7 +62,11 @@ std::vector<ChatToolCall> parse_tool_calls(const json& calls, const std::string&
       function_fields.wrong_type("arguments", "a JSON string (or an object)");
     call.arguments = *arguments;
     if (family == ChatTemplateFamily::qwen3_5 && arguments->is_string()) {
-      call.arguments = json::parse(arguments->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      const std::string& text = arguments->get_ref<const std::string&>();
+      if (json_nesting_depth(text) > kMaxJsonNesting)
+        throw invalid(arguments_param, "Invalid '" + arguments_param + "': the arguments nest deeper than " +
+                                           std::to_string(kMaxJsonNesting) + " levels.");
+      call.arguments = json::parse(text, nullptr, /*allow_exceptions=*/false);
       if (!call.arguments.is_object())
         throw invalid(arguments_param, "Invalid '" + arguments_param + "': this model's chat template writes "
                                        "each argument as a parameter, so the arguments must be a JSON object.");

@@ -145,7 +145,12 @@ void throw_if_rejected(const SubmitResult& result, Endpoint endpoint) {
   }
 }
 
-ApiError engine_error(const GenerationUpdate& final_update) {
+// A constraint that cannot go on (a grammar too ambiguous at some point of the reply) is the
+// request's fault, named by the parameter that set it; anything else is the server's.
+ApiError engine_error(const GenerationUpdate& final_update, const std::string& constraint_param) {
+  if (final_update.is_constraint_failure)
+    return ApiError(400, "Invalid '" + constraint_param + "': " + final_update.error, "invalid_request_error",
+                    constraint_param);
   return ApiError(500, "Generation failed: " + final_update.error, "server_error");
 }
 
@@ -207,6 +212,7 @@ struct Choices {
   std::shared_ptr<const ServingContext> context;
   Endpoint endpoint = Endpoint::chat;
   int64_t prompt_tokens = 0;
+  std::string constraint_param;  // the parameter that set the grammar, for its errors
   std::vector<std::unique_ptr<Choice>> items;
 
   void cancel_all() {
@@ -241,6 +247,7 @@ Choices submit_choices(const std::shared_ptr<const ServingContext>& context, con
   choices.context = context;
   choices.endpoint = request.endpoint;
   choices.prompt_tokens = int64_t(prompt.size());
+  choices.constraint_param = request.constraints.grammar_param;
   // The prediction is a copy source for long copy: it changes speed, never tokens.
   std::optional<std::vector<int32_t>> prediction;
   if (request.constraints.prediction) prediction = context->tokenizer->encode(*request.constraints.prediction);
@@ -298,7 +305,7 @@ void answer_whole(Choices& choices, const ReplyHeader& header, HttpExchange& exc
         append_logprobs(logprobs, std::move(update_logprobs), header.endpoint);
         if (update.is_final && update.finish_reason == FinishReason::error) {
           choices.cancel_all();
-          throw engine_error(update);
+          throw engine_error(update, choices.constraint_param);
         }
       }
     }
@@ -344,7 +351,7 @@ void answer_stream(Choices& choices, const ReplyHeader& header, bool include_usa
         if (!update.is_final) continue;
         if (update.finish_reason == FinishReason::error) {
           choices.cancel_all();
-          exchange.send_chunk(sse_event(error_body(engine_error(update))) + sse_done());
+          exchange.send_chunk(sse_event(error_body(engine_error(update, choices.constraint_param))) + sse_done());
           exchange.end_stream();
           return;
         }

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "grammar/grammar.h"
+#include "grammar/grammar_matcher.h"
 #include "server/json_schema_grammar.h"
 #include "server/openai_protocol.h"
 
@@ -177,6 +178,9 @@ void apply_constraint_fields(const ConstraintFields& fields, GenerationRequest* 
   if (!fields.grammar_text.empty()) {
     try {
       constraints.grammar = Grammar::parse(fields.grammar_text);
+      // Its first expansion, here rather than in the engine, so a grammar too ambiguous to start is
+      // this request's 400 before any reply (tokens play no part in it).
+      GrammarMatcher(constraints.grammar, std::make_shared<TokenVocabulary>(std::vector<std::string>{})).start();
     } catch (const Error& error) {
       throw bad(fields.grammar_param, error.what());
     }

@@ -29,6 +29,7 @@ json-array ::= "[" ws (json-value ws ("," ws json-value ws)*)? "]"
 )";
 
 constexpr int64_t kMaxCount = 1000;  // the grammar's repetition bound
+constexpr int kMaxPatternGroupDepth = 64;  // a pattern's groups nest at most this deep (its converter recurses)
 
 ApiError unsupported(const std::string& path, const std::string& what) {
   return ApiError(400, "Invalid '" + path + "': " + what, "invalid_request_error", path);
@@ -95,6 +96,8 @@ class PatternConverter {
       if (c == '$' && i_ + 1 == p_.size()) break;
       std::string item;
       if (c == '(') {
+        if (depth >= kMaxPatternGroupDepth)
+          error("groups nest deeper than " + std::to_string(kMaxPatternGroupDepth) + " levels");
         ++i_;
         if (p_.compare(i_, 2, "?:") == 0) i_ += 2;
         else if (i_ < p_.size() && p_[i_] == '?') error("lookarounds and named groups are not supported");

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/json_nesting.h"
 #include "server/chat_request.h"
 #include "server/field_reader.h"
 #include "tokenizer/tokenizer.h"
@@ -210,6 +211,9 @@ ApiError api_error_for(const std::exception& error) {
 json parse_body(std::string_view body) {
   if (!is_valid_utf8(body))
     throw invalid("", "The request body is not valid UTF-8.");
+  if (json_nesting_depth(body) > kMaxJsonNesting)
+    throw invalid("", "The request body nests arrays and objects deeper than " + std::to_string(kMaxJsonNesting) +
+                          " levels.");
   json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded())
     throw invalid("", "We could not parse the JSON body of your request. The body must be a "

@@ -8,6 +8,14 @@ import { modelId, request, startServer, waitForMetrics } from './harness.mjs';
 const chat = (extra = {}) => ({
   model: modelId, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, ...extra,
 });
+// Inputs whose walk would recurse once per level, or multiply: each must be a 400, never a crash.
+const nestedSchema = (depth) => {
+  let schema = { type: 'string' };
+  for (let i = 0; i < depth; ++i) schema = { type: 'array', items: schema };
+  return schema;
+};
+const doublingGrammar = (levels) => ['root ::= d0',
+  ...Array.from({ length: levels }, (_, i) => `d${i} ::= d${i + 1} d${i + 1}`), `d${levels} ::= "" | "a"`].join('\n');
 
 function assertApiError(reply, status, param) {
   assert.equal(reply.status, status, reply.text);
@@ -46,6 +54,12 @@ describe('bad input', () => {
     ['image content part', chat({
       messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }],
     }), 'messages[0].content[0]'],
+    ['a schema nested 1,000 deep', chat({
+      response_format: { type: 'json_schema', json_schema: { name: 'deep', schema: nestedSchema(1000) } },
+    }), undefined],
+    ['a grammar with groups 20,000 deep', chat({ grammar: `root ::= ${'('.repeat(20000)}"a"${')'.repeat(20000)}` }),
+      'grammar'],
+    ['a grammar with 2^30 parses at its start', chat({ grammar: doublingGrammar(30), stream: true }), 'grammar'],
   ];
   for (const [name, body, param] of chatCases) {
     test(`chat: ${name} -> 400`, { timeout: 10_000 }, async () => {
