@@ -55,6 +55,7 @@ void Engine::Impl::admit() {
     pending.pop_front();
   }
   stats.queue_depth = int64_t(pending.size());
+  stats.lanes_live = int64_t(lanes.size());  // with the queue, under one lock: submit's room counts both
   n_waiting = stats.queue_depth;
   record_pool_stats();
   lock.unlock();

@@ -99,6 +99,39 @@ Engine::~Engine() {
 }
 
 SubmitResult Engine::submit(GenerationRequest request, UpdateSink sink) {
+  std::vector<Submission> group;
+  group.push_back({std::move(request), std::move(sink)});
+  return submit_together(std::move(group)).front();
+}
+
+std::vector<SubmitResult> Engine::submit_together(std::vector<Submission> group) {
+  for (const Submission& submission : group)
+    if (SubmitResult refused = check(submission.request); refused.status != SubmitStatus::accepted)
+      return {refused};
+  const int64_t n = int64_t(group.size());
+  // Waiting room: the queue, plus the lanes free as the engine last said (their requests leave the
+  // queue within a round). A group that could not fit even in an idle server is the request's fault.
+  if (n > int64_t(options_.max_queue) + options_.n_parallel)
+    return {{SubmitStatus::invalid, 0,
+             "this server holds at most " + std::to_string(int64_t(options_.max_queue) + options_.n_parallel) +
+                 " requests at once (--parallel + --max-queue); this request needs " + std::to_string(n),
+             "n"}};
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const int64_t free_lanes = std::max<int64_t>(0, options_.n_parallel - impl_->stats.lanes_live);
+  if (int64_t(impl_->pending.size()) + n > int64_t(options_.max_queue) + free_lanes)
+    return {{SubmitStatus::queue_full, 0, "the server is busy: the request queue is full", ""}};
+  std::vector<SubmitResult> results;
+  for (Submission& submission : group) {
+    const uint64_t id = impl_->next_id++;
+    impl_->pending.push_back({id, std::move(submission.request), std::move(submission.sink)});
+    results.push_back({SubmitStatus::accepted, id, {}});
+  }
+  impl_->stats.queue_depth = int64_t(impl_->pending.size());
+  impl_->wake.notify_all();
+  return results;
+}
+
+SubmitResult Engine::check(const GenerationRequest& request) const {
   const ModelConfig& config = impl_->model->config();
   auto invalid = [](std::string param, std::string message) {
     return SubmitResult{SubmitStatus::invalid, 0, std::move(message), std::move(param)};
@@ -124,14 +157,7 @@ SubmitResult Engine::submit(GenerationRequest request, UpdateSink sink) {
                 std::to_string(request.prompt.size()) + " in the prompt, " +
                 std::to_string(request.max_tokens) + " for the completion).",
             int64_t(request.prompt.size()) >= options_.n_ctx ? "prompt" : "max_tokens"};
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  if (int64_t(impl_->pending.size()) >= options_.max_queue)
-    return {SubmitStatus::queue_full, 0, "the server is busy: the request queue is full", ""};
-  uint64_t id = impl_->next_id++;
-  impl_->pending.push_back({id, std::move(request), std::move(sink)});
-  impl_->stats.queue_depth = int64_t(impl_->pending.size());
-  impl_->wake.notify_all();
-  return {SubmitStatus::accepted, id, {}};
+  return {SubmitStatus::accepted, 0, {}};
 }
 
 void Engine::cancel(uint64_t request_id) {

@@ -165,6 +165,13 @@ class Engine {
 
   // Validates (prompt + max_tokens within n_ctx, tokens in vocab) and queues the request.
   SubmitResult submit(GenerationRequest request, UpdateSink sink);
+  struct Submission {
+    GenerationRequest request;
+    UpdateSink sink;
+  };
+  // The choices of one request: all queued (one accepted result each, in order) or none (one
+  // result: the first refusal, or a full queue; `n` when the group could never fit).
+  std::vector<SubmitResult> submit_together(std::vector<Submission> group);
   void cancel(uint64_t request_id);
   EngineStats stats() const;
   EngineHealth health() const;
@@ -182,6 +189,8 @@ class Engine {
   const EngineOptions& options() const { return options_; }
 
  private:
+  // The request's own checks (accepted: it may be queued).
+  SubmitResult check(const GenerationRequest& request) const;
   struct Impl;
   EngineOptions options_;
   std::unique_ptr<Impl> impl_;

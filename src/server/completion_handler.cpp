@@ -251,6 +251,7 @@ Choices submit_choices(const std::shared_ptr<const ServingContext>& context, con
   // The prediction is a copy source for long copy: it changes speed, never tokens.
   std::optional<std::vector<int32_t>> prediction;
   if (request.constraints.prediction) prediction = context->tokenizer->encode(*request.constraints.prediction);
+  std::vector<Engine::Submission> group;
   for (int64_t index = 0; index < request.n_choices; ++index) {
     auto choice = std::make_unique<Choice>(
         parser_options(request, *context, "call_" + reply_hex + "_" + std::to_string(index) + "_"));
@@ -266,14 +267,13 @@ Choices submit_choices(const std::shared_ptr<const ServingContext>& context, con
       choice->completion_ids.emplace();
     }
     choice->channel = ReplyChannel::create();
-    const SubmitResult submitted = context->engine->submit(std::move(generation), choice->channel->sink());
-    if (submitted.status != SubmitStatus::accepted) {
-      choices.cancel_all();  // the choices already running are not wanted without this one
-      throw_if_rejected(submitted, request.endpoint);
-    }
-    choice->request_id = submitted.request_id;
+    group.push_back({std::move(generation), choice->channel->sink()});
     choices.items.push_back(std::move(choice));
   }
+  // All choices or none: a request whose choices run only in part is no reply.
+  const std::vector<SubmitResult> submitted = context->engine->submit_together(std::move(group));
+  throw_if_rejected(submitted.front(), request.endpoint);
+  for (size_t i = 0; i < submitted.size(); ++i) choices.items[i]->request_id = submitted[i].request_id;
   return choices;
 }
 

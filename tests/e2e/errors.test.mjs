@@ -161,6 +161,15 @@ describe('API key and admission', () => {
     assert.equal((await request(server, '/v1/models', { method: 'GET', headers: auth })).status, 200);
   });
 
+  test('n choices are queued together: an idle server serves as many as it holds, more is a 400',
+    { timeout: 60_000 }, async () => {
+      const body = (n) => ({ prompt: 'def f(', max_tokens: 3, n, temperature: 1, seed: 5 });
+      const two = await request(server, '/v1/completions', { body: body(2), headers: auth });
+      assert.equal(two.status, 200, two.text);
+      assert.equal(two.json.choices.length, 2);
+      assertApiError(await request(server, '/v1/completions', { body: body(3), headers: auth }), 400, 'n');
+    });
+
   test('a full queue -> 503 with Retry-After', { timeout: 60_000 }, async () => {
     // One lane and one queue slot: of four long streams at once, at least two are turned away.
     const controllers = [];
