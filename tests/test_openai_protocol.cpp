@@ -217,6 +217,9 @@ TEST(OpenAiProtocol, IntegerRangesHoldForParsedBodies) {
   for (const auto& [field, values] : bad_values)
     for (const std::string& value : values) EXPECT_EQ(param_of_error(field, value), field) << field << " = " << value;
 
+  // Integer bounds print exactly, not as a double's 9.2e+18.
+  const ApiError huge_seed = error_of([&] { parse_chat_request(chat_body(json::parse(R"({"seed": 9223372036854775808})")), limits); });
+  EXPECT_NE(std::string(huge_seed.what()).find("<= 9223372036854775807,"), std::string::npos) << huge_seed.what();
   const ApiError zero = error_of([&] { parse_chat_request(chat_body(json::parse(R"({"max_tokens": 0})")), limits); });
   EXPECT_EQ(zero.status, 400);
   EXPECT_NE(std::string(zero.what()).find("below minimum value. Expected a value >= 1, but got 0"), std::string::npos)
@@ -409,6 +412,11 @@ TEST(OpenAiProtocol, ReplyCarriesUsageTimingsShaAndSeed) {
     EXPECT_TRUE(reply["timings"].contains(key)) << key;
   EXPECT_EQ(reply["token_sha"], "abc");
   EXPECT_EQ(reply["seed"], 99);
+  // A negative seed comes back as the client sent it (held as its two's complement), so it replays.
+  ReplyHeader negative = header;
+  negative.seed = uint64_t(-5);
+  EXPECT_EQ(whole(negative, hey)["seed"], -5);
+  EXPECT_EQ(whole(negative, hey)["choices"][0]["seed"], -5);
   EXPECT_FALSE(reply.contains("completion_token_ids"));
   summary.token_ids = std::vector<int32_t>{7, 8, 9};
   EXPECT_EQ(whole(header, hey)["completion_token_ids"], json({7, 8, 9}));
@@ -611,8 +619,12 @@ TEST(OpenAiProtocol, UnsupportedOpenAiFieldsAreRefusedByName) {
   EXPECT_NO_THROW(parse_chat_request(chat_body({{"store", false}, {"user", "u1"}, {"metadata", {{"k", "v"}}}}), test_limits()));
   EXPECT_EQ(chat_error({{"modalities", {"text", "audio"}}}).param, "modalities");
   EXPECT_NO_THROW(parse_chat_request(chat_body({{"modalities", {"text"}}}), test_limits()));
-  for (const char* field : {"best_of", "echo", "suffix"})
-    EXPECT_EQ(completion_error({{"prompt", "p"}, {field, 1}}).param, field) << field;
+  for (const auto& [field, value] : {std::pair<const char*, json>{"best_of", 2}, {"echo", true}, {"suffix", "x"}})
+    EXPECT_EQ(completion_error({{"prompt", "p"}, {field, value}}).param, field) << field;
+  // The values that ask for nothing (which SDKs send) are accepted.
+  EXPECT_NO_THROW(parse_completion_request(json{{"prompt", "p"}, {"best_of", 1}, {"echo", false}, {"suffix", ""}},
+                                           test_limits()));
+  EXPECT_NO_THROW(parse_chat_request(chat_body({{"functions", json::array()}, {"function_call", "none"}}), test_limits()));
   EXPECT_EQ(parse_completion_request(json{{"prompt", "p"}, {"logit_bias", {{"1", -5}}}}, test_limits())
                 .constraints.logit_bias.size(), 1u);
   EXPECT_EQ(chat_error({{"messages", json::parse(R"([{"role": "narrator", "content": "x"}])")}}).param, "messages[0].role");

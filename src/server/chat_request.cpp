@@ -226,22 +226,25 @@ void refuse_unsupported_fields(const FieldReader& fields, Endpoint endpoint) {
     const char* field;
     bool is_chat, is_completion;
     const char* instead;
+    const char* no_op;  // the value (as JSON text) that asks for nothing, which SDKs send: accepted
   };
   // Known OpenAI fields with no effect here: refused by name rather than silently ignored. (The
   // constraint fields, logit_bias ... prediction, are honoured: constraint_params.)
   static constexpr Unsupported table[] = {
-      {"functions", true, false, " (give 'tools')"},
-      {"function_call", true, false, " (give 'tool_choice')"},
-      {"audio", true, false, ""},
-      {"web_search_options", true, false, ""},
-      {"verbosity", true, false, ""},
-      {"best_of", false, true, ""},
-      {"echo", false, true, ""},
-      {"suffix", false, true, ""},
+      {"functions", true, false, " (give 'tools')", "[]"},
+      {"function_call", true, false, " (give 'tool_choice')", "\"none\""},
+      {"audio", true, false, "", nullptr},
+      {"web_search_options", true, false, "", nullptr},
+      {"verbosity", true, false, "", nullptr},
+      {"best_of", false, true, "", "1"},
+      {"echo", false, true, "", "false"},
+      {"suffix", false, true, "", "\"\""},
   };
   const bool is_chat = endpoint == Endpoint::chat;
   for (const Unsupported& entry : table) {
-    if (!(is_chat ? entry.is_chat : entry.is_completion) || !fields.find(entry.field)) continue;
+    if (!(is_chat ? entry.is_chat : entry.is_completion)) continue;
+    const json* value = fields.find(entry.field);
+    if (!value || (entry.no_op && value->dump() == entry.no_op)) continue;
     throw invalid(entry.field, std::string("'") + entry.field + "' is not supported by this server" + entry.instead + ".");
   }
   if (const json* store = fields.find("store"); store && *store == true)

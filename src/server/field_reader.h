@@ -46,7 +46,7 @@ class FieldReader {
     if (!value) return std::nullopt;
     if (!value->is_number()) wrong_type(name, "a number");
     const double x = value->get<double>();
-    check_range(name, x < min, x > max, min, max, "decimal");
+    check_range(name, x < min, x > max, number_text(min), number_text(max), "decimal");
     return x;
   }
 
@@ -59,7 +59,7 @@ class FieldReader {
     const bool is_above_int64 =
         value->is_number_unsigned() && value->get<uint64_t>() > uint64_t(INT64_MAX);
     const int64_t x = is_above_int64 ? INT64_MAX : value->get<int64_t>();
-    check_range(name, x < min, is_above_int64 || x > max, double(min), double(max), "integer");
+    check_range(name, x < min, is_above_int64 || x > max, std::to_string(min), std::to_string(max), "integer");
     return x;
   }
 
@@ -92,11 +92,12 @@ class FieldReader {
  private:
   // The one range check for decimals and integers: the bounds and the value compare in the caller's
   // type; the message quotes the value as sent.
-  void check_range(const std::string& name, bool is_below, bool is_above, double min, double max,
-                   const char* kind) const {
+  // The bounds as text: an integer's exactly (a double would print 9223372036854775807 as 9.2e+18).
+  void check_range(const std::string& name, bool is_below, bool is_above, const std::string& min,
+                   const std::string& max, const char* kind) const {
     if (!is_below && !is_above) return;
-    const std::string expected = is_below ? " below minimum value. Expected a value >= " + number_text(min)
-                                          : " above maximum value. Expected a value <= " + number_text(max);
+    const std::string expected = is_below ? " below minimum value. Expected a value >= " + min
+                                          : " above maximum value. Expected a value <= " + max;
     throw invalid(param(name), "Invalid '" + param(name) + "': " + kind + expected + ", but got " +
                                    find(name)->dump() + " instead.");
   }

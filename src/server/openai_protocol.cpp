@@ -185,10 +185,14 @@ json tool_calls_json(const std::vector<AssembledToolCall>& calls) {
 }
 
 // The figures of one choice's reply (extensions beside OpenAI's fields).
+// A seed as the client sends it back: `seed` is an int64 in the request (a negative one held as its
+// two's complement), so one past INT64_MAX is reported as that negative number.
+int64_t reported_seed(uint64_t seed) { return int64_t(seed); }
+
 void add_reply_figures(json& body, const ReplySummary& summary, uint64_t seed) {
   body["timings"] = timings_json(summary.timings);
   body["token_sha"] = summary.token_sha;
-  body["seed"] = seed;
+  body["seed"] = reported_seed(seed);
   if (summary.token_ids) body["completion_token_ids"] = *summary.token_ids;
 }
 
@@ -368,7 +372,7 @@ json choice_json(const ReplyHeader& header, int64_t index, const AssembledReply&
   }
   choice["logprobs"] = logprobs;
   choice["finish_reason"] = wire_finish_reason(summary.finish_reason, !reply.tool_calls.empty());
-  choice["seed"] = seed;
+  choice["seed"] = reported_seed(seed);
   choice["token_sha"] = summary.token_sha;
   return choice;
 }
