@@ -3,7 +3,9 @@
 // Sockets, parsing and limits are the transport's (http_transport.h).
 #include "server/http_server.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -160,10 +162,11 @@ struct HttpServer::Impl {
     return handlers;
   }
 
-  // The route of a path and method, or null.
+  // The route of a path and method, or null. HEAD takes the GET route (the transport sends the head alone).
   const Route* find_route(const HttpRequest& req, std::smatch& match) const {
+    const std::string_view method = req.method == "HEAD" ? "GET" : std::string_view(req.method);
     for (const Route& route : routes)
-      if (route.method == req.method && std::regex_match(req.path, match, route.pattern)) return &route;
+      if (route.method == method && std::regex_match(req.path, match, route.pattern)) return &route;
     return nullptr;
   }
 
@@ -171,7 +174,8 @@ struct HttpServer::Impl {
   HttpReply no_route_reply(const HttpRequest& req) const {
     std::string allowed;
     for (const Route& route : routes)
-      if (std::regex_match(req.path, route.pattern)) allowed += (allowed.empty() ? "" : ", ") + route.method;
+      if (std::regex_match(req.path, route.pattern))
+        allowed += (allowed.empty() ? "" : ", ") + route.method + (route.method == "GET" ? ", HEAD" : "");
     if (allowed.empty())
       return error_reply(ApiError(404, "Unknown route: " + req.method + " " + req.path + ".",
                                   "invalid_request_error", "", "not_found"));
@@ -226,8 +230,11 @@ struct HttpServer::Impl {
 
   void check_api_key(const HttpRequest& req) const {
     const std::string_view header = req.header("authorization");
-    const std::string_view prefix = "Bearer ";
-    const bool is_bearer = header.substr(0, prefix.size()) == prefix;
+    const std::string_view prefix = "bearer ";  // the scheme is case-insensitive (RFC 9110)
+    const std::string_view scheme = header.substr(0, prefix.size());
+    const bool is_bearer = scheme.size() == prefix.size() &&
+                           std::equal(scheme.begin(), scheme.end(), prefix.begin(),
+                                      [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
     if (!is_bearer || !is_same_secret(header.substr(prefix.size()), options.api_key))
       throw ApiError(401,
                      header.empty() ? "Missing API key: send 'Authorization: Bearer <key>'."

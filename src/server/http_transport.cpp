@@ -280,15 +280,15 @@ struct Connection : std::enable_shared_from_this<Connection> {
 // A route's handle on one request's answer; posts every write to the connection's strand.
 class Exchange final : public HttpExchange {
  public:
-  Exchange(std::shared_ptr<Connection> connection, int version, bool keep_alive)
+  Exchange(std::shared_ptr<Connection> connection, int version, bool keep_alive, bool is_head)
       : connection_(connection), strand_(connection->socket.get_executor()), version_(version),
-        keep_alive_(keep_alive) {}
+        keep_alive_(keep_alive), is_head_(is_head) {}
 
   void reply(HttpReply reply) override {
     const bool will_close = closes_after();
     std::string bytes = head_bytes(reply.status, reply.content_type, reply.headers,
                                    "Content-Length: " + std::to_string(reply.body.size()) + "\r\n", will_close) +
-                        reply.body;
+                        (is_head_ ? std::string() : reply.body);  // HEAD: the GET reply's head alone
     post([bytes = std::move(bytes), will_close](Connection& c) {
       c.write(bytes);
       c.end_exchange(will_close);
@@ -368,6 +368,7 @@ class Exchange final : public HttpExchange {
   tcp::socket::executor_type strand_;
   const int version_;
   const bool keep_alive_;
+  const bool is_head_;
   bool is_chunked_ = true;
   bool will_close_ = false;
   std::atomic<bool> is_gone_{false};
@@ -381,7 +382,7 @@ void Connection::dispatch(std::optional<HttpReply> answer) {
   HttpRequest request = parser.take_request();
   parser.reset();
   is_head_checked = false;
-  exchange = std::make_shared<Exchange>(shared_from_this(), request.version, request.keep_alive);
+  exchange = std::make_shared<Exchange>(shared_from_this(), request.version, request.keep_alive, request.method == "HEAD");
   {
     std::lock_guard<std::mutex> lock(server.mutex);
     ++server.n_exchanges;

@@ -118,6 +118,19 @@ describe('bad input', () => {
       assert.match(reply.json.error.message, /context/);
     });
 
+  test('HEAD answers a GET route with its head alone', { timeout: 10_000 }, async () => {
+    for (const path of ['/health', '/v1/models']) {
+      const get = await fetch(`${server.baseUrl}${path}`);
+      const head = await fetch(`${server.baseUrl}${path}`, { method: 'HEAD' });
+      assert.equal(head.status, get.status, path);
+      assert.equal(head.headers.get('content-type'), get.headers.get('content-type'), path);
+      assert.equal(await head.text(), '', path);
+    }
+    const post = await fetch(`${server.baseUrl}/v1/chat/completions`, { method: 'HEAD' });
+    assert.equal(post.status, 405);
+    assert.equal(post.headers.get('allow'), 'POST');
+  });
+
   test('unknown route -> 404, wrong method -> 405', { timeout: 10_000 }, async () => {
     assertApiError(await request(server, '/v1/nothing-here', { method: 'GET' }), 404);
     assertApiError(await request(server, '/v1/nothing-here', { body: {} }), 404);
@@ -159,6 +172,13 @@ describe('API key and admission', () => {
     }), 401);
     assert.equal((await request(server, '/health', { method: 'GET' })).status, 200);
     assert.equal((await request(server, '/v1/models', { method: 'GET', headers: auth })).status, 200);
+    // The scheme is case-insensitive; the key is not.
+    assert.equal((await request(server, '/v1/models', {
+      method: 'GET', headers: { authorization: auth.authorization.replace('Bearer', 'bearer') },
+    })).status, 200);
+    assertApiError(await request(server, '/v1/models', {
+      method: 'GET', headers: { authorization: auth.authorization.toUpperCase() },
+    }), 401);
   });
 
   test('n choices are queued together: an idle server serves as many as it holds, more is a 400',
