@@ -527,6 +527,8 @@ TEST(OpenAiProtocol, ToolsKeepTheirKeyOrderAndToolCallsParse) {
   limits.chat_family = ChatTemplateFamily::chatml;
   EXPECT_EQ(error_of([&] { parse_chat_request(chat_body({{"tools", json::array({weather_tool()})}}), limits); }).param,
             "tools");
+  // tool_choice 'none' leaves the tools out of the prompt: any template takes them.
+  EXPECT_NO_THROW(parse_chat_request(chat_body({{"tools", json::array({weather_tool()})}, {"tool_choice", "none"}}), limits));
 }
 
 TEST(OpenAiProtocol, BadToolFieldsNameTheirParameter) {

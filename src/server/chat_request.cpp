@@ -216,8 +216,12 @@ void parse_chat_fields(const FieldReader& fields, const ProtocolLimits& limits, 
   request.chat_options.tools = parse_tools(fields);
   request.tool_choice = parse_tool_choice(fields, request.chat_options.tools);
   request.parallel_tool_calls = fields.boolean("parallel_tool_calls").value_or(true);
-  if (!request.chat_options.tools.empty() && !ChatTemplate(limits.chat_family).has_tools())
-    throw invalid("tools", "Invalid 'tools': this model's chat template has no tool calls.");
+  // tool_choice 'none' leaves the tools out of the prompt, so any template takes them (clients that
+  // always send their tools can still talk to a model without tool calls).
+  if (!request.chat_options.tools.empty() && request.tool_choice.mode != ToolChoiceMode::none &&
+      !ChatTemplate(limits.chat_family).has_tools())
+    throw invalid("tools", "Invalid 'tools': this model's chat template has no tool calls (tool_choice 'none' "
+                           "leaves them out).");
   parse_reasoning_switches(fields, limits, request);
 }
 
