@@ -163,7 +163,12 @@ struct Choice {
   ChatReplyParser parser;
   bool is_parallel_tool_calls = true;
   int64_t completion_tokens = 0;
-  int64_t text_bytes = 0;
+  int64_t text_bytes = 0;   // of the reply's text released so far
+  // Logprobs wait until their token's text has begun to be released (the stop matcher holds text
+  // that may start a stop string): a token wholly inside a cut stop string is never listed.
+  std::vector<TokenLogprobs> held_logprobs;
+  int64_t held_from_byte = 0;  // where the first held token's text starts in the reply's text
+  int64_t token_bytes = 0;     // all tokens' bytes so far
   std::optional<std::vector<int32_t>> token_ids;  // kept when the request asked for them
   // Provenance of tokens not yet sent (the SSE path hands it to the next chunk it writes), when asked.
   std::optional<std::vector<TokenProvenance>> provenance;
@@ -178,10 +183,9 @@ struct Choice {
   // none were asked for).
   std::pair<ReplyPiece, json> add(const GenerationUpdate& update, Endpoint endpoint, const Tokenizer& tokenizer,
                                   int64_t prompt_tokens) {
-    json logprobs;
-    if (!update.logprobs.empty()) logprobs = logprobs_json(endpoint, update.logprobs, tokenizer, text_bytes);
     completion_tokens += int64_t(update.tokens.size());
     text_bytes += int64_t(update.text.size());
+    const json logprobs = release_logprobs(update, endpoint, tokenizer);
     if (token_ids) token_ids->insert(token_ids->end(), update.tokens.begin(), update.tokens.end());
     if (provenance) provenance->insert(provenance->end(), update.provenance.begin(), update.provenance.end());
     if (completion_ids) completion_ids->insert(completion_ids->end(), update.tokens.begin(), update.tokens.end());
@@ -197,6 +201,26 @@ struct Choice {
       if (prediction) summary.prediction = prediction_usage(*prediction, *completion_ids);
     }
     return {std::move(piece), std::move(logprobs)};
+  }
+
+  // The held logprobs whose tokens' text has begun (all of them once the reply ended with nothing
+  // cut), as the endpoint's JSON; null when there are none.
+  json release_logprobs(const GenerationUpdate& update, Endpoint endpoint, const Tokenizer& tokenizer) {
+    for (const TokenLogprobs& entry : update.logprobs) {
+      if (held_logprobs.empty()) held_from_byte = token_bytes;
+      held_logprobs.push_back(entry);
+      token_bytes += int64_t(tokenizer.token_bytes(entry.token).size());
+    }
+    const bool is_whole = update.is_final && text_bytes >= token_bytes;
+    size_t n = 0;
+    for (int64_t start = held_from_byte; n < held_logprobs.size() && (is_whole || start < text_bytes); ++n)
+      start += int64_t(tokenizer.token_bytes(held_logprobs[n].token).size());
+    if (n == 0) return json();
+    const std::vector<TokenLogprobs> released(held_logprobs.begin(), held_logprobs.begin() + int64_t(n));
+    const json out = logprobs_json(endpoint, released, tokenizer, held_from_byte);
+    for (const TokenLogprobs& entry : released) held_from_byte += int64_t(tokenizer.token_bytes(entry.token).size());
+    held_logprobs.erase(held_logprobs.begin(), held_logprobs.begin() + int64_t(n));
+    return out;
   }
 
   // Puts the provenance gathered so far into `chunk`'s choice, and starts gathering anew.

@@ -146,6 +146,30 @@ test('logprobs for chat and completions', { timeout: 60_000 }, async () => {
   assert.equal(completion.choices[0].logprobs.tokens.length, completion.usage.completion_tokens);
 });
 
+test('logprobs stop where a stop string cuts the reply, streamed or not', { timeout: 60_000 }, async () => {
+  const params = {
+    model: modelId, messages: [{ role: 'user', content: 'def add(a, b):' }], max_tokens: 30, temperature: 0,
+    logprobs: true,
+  };
+  const free = await client.chat.completions.create(params);
+  const tokens = free.choices[0].logprobs.content.map((entry) => entry.token);
+  assert.equal(tokens.join(''), free.choices[0].message.content);
+  assert.ok(tokens.length >= 4, JSON.stringify(tokens));
+  // A stop string starting inside the third token: the listed tokens are those whose text begins
+  // before the cut, never the ones the cut hides.
+  const stop = tokens.slice(2).join('').slice(1, 6);
+  const whole = await client.chat.completions.create({ ...params, stop: [stop] });
+  const content = whole.choices[0].message.content;
+  const listed = whole.choices[0].logprobs.content.map((entry) => entry.token);
+  assert.ok(listed.join('').startsWith(content), JSON.stringify({ content, listed }));
+  assert.ok(listed.slice(0, -1).join('').length < content.length || listed.join('') === content,
+    JSON.stringify({ content, listed }));
+  const streamed = [];
+  for await (const chunk of await client.chat.completions.create({ ...params, stop: [stop], stream: true }))
+    for (const entry of chunk.choices[0]?.logprobs?.content ?? []) streamed.push(entry.token);
+  assert.deepEqual(streamed, listed);
+});
+
 test('/v1/models lists the served model', { timeout: 10_000 }, async () => {
   const models = [];
   for await (const model of client.models.list()) models.push(model.id);
