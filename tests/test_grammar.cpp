@@ -297,6 +297,20 @@ TEST(JsonSchemaTest, UnsupportedFeaturesAreRefusedNamingTheirPath) {
   EXPECT_EQ(param_of({{"$ref", "https://example.com/s.json"}}), "response_format.json_schema.schema.$ref");
   EXPECT_EQ(param_of({{"type", "array"}, {"maxItems", 5000}}), "response_format.json_schema.schema.maxItems");
   EXPECT_EQ(param_of({{"type", "tuple"}}), "response_format.json_schema.schema.type");
+  // Schemas nothing can satisfy are refused, never answered with a reply that breaks them.
+  EXPECT_EQ(param_of({{"type", "object"}, {"required", {"x"}}}), "response_format.json_schema.schema.required");
+  EXPECT_EQ(param_of({{"type", "integer"}, {"enum", {"a"}}}), "response_format.json_schema.schema.enum");
+  EXPECT_EQ(param_of({{"type", "string"}, {"const", 3}}), "response_format.json_schema.schema.const");
+  EXPECT_EQ(param_of({{"type", "string"}, {"pattern", "(((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((a)))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))"}}),
+            "response_format.json_schema.schema.pattern");
+  EXPECT_EQ(param_of({{"type", "string"}, {"pattern", std::string(100000, '(') + std::string(100000, ')')}}),
+            "response_format.json_schema.schema.pattern");
+  // enum beside a type keeps the values of that type; 2.0 is an integer.
+  const std::string mixed = schema_grammar({{"type", {"integer", "null"}}, {"enum", {1, "a", 2.0, nullptr}}});
+  EXPECT_TRUE(matches(mixed, "1"));
+  EXPECT_TRUE(matches(mixed, "2.0"));
+  EXPECT_TRUE(matches(mixed, "null"));
+  EXPECT_FALSE(matches(mixed, "\"a\""));
 }
 
 TEST(JsonSchemaTest, ForcedToolCallsFollowTheQwen3FormAndTheToolSchema) {

@@ -3,6 +3,7 @@
 #include "server/json_schema_grammar.h"
 
 #include <array>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -271,6 +272,22 @@ class SchemaConverter {
     return out;
   }
 
+  // Whether `value` is of the JSON Schema type (a name or a list of names) `type`.
+  static bool value_has_type(const json& value, const json& type) {
+    if (type.is_array()) {
+      for (const json& t : type)
+        if (value_has_type(value, t)) return true;
+      return false;
+    }
+    if (!type.is_string()) return true;  // the type's own check names the fault
+    const std::string& name = type.get_ref<const std::string&>();
+    if (name == "integer")
+      return value.is_number_integer() || (value.is_number_float() && std::trunc(value.get<double>()) == value.get<double>());
+    return (name == "string" && value.is_string()) || (name == "number" && value.is_number()) ||
+           (name == "boolean" && value.is_boolean()) || (name == "null" && value.is_null()) ||
+           (name == "object" && value.is_object()) || (name == "array" && value.is_array());
+  }
+
   // One JSON value's exact text (enum, const).
   static std::string value_literal(const json& value) { return gbnf_literal(value.dump()); }
 
@@ -306,13 +323,21 @@ class SchemaConverter {
         throw unsupported(path + "." + key, "the JSON Schema keyword '" + key + "' is not supported");
 
     if (auto ref = schema.find("$ref"); ref != schema.end()) return reference(*ref, path + ".$ref");
+    // enum and const beside a type: only the values of that type (the schema allows no others).
+    const auto type = schema.find("type");
+    const auto is_of_type = [&](const json& value) { return type == schema.end() || value_has_type(value, *type); };
     if (auto values = schema.find("enum"); values != schema.end()) {
       if (!values->is_array() || values->empty()) throw unsupported(path + ".enum", "expected a non-empty array");
       std::vector<std::string> items;
-      for (const json& v : *values) items.push_back(value_literal(v));
+      for (const json& v : *values)
+        if (is_of_type(v)) items.push_back(value_literal(v));
+      if (items.empty()) throw unsupported(path + ".enum", "no value is of the schema's 'type': nothing can match");
       return "(" + join(items, " | ") + ")";
     }
-    if (auto value = schema.find("const"); value != schema.end()) return value_literal(*value);
+    if (auto value = schema.find("const"); value != schema.end()) {
+      if (!is_of_type(*value)) throw unsupported(path + ".const", "the value is not of the schema's 'type': nothing can match");
+      return value_literal(*value);
+    }
     for (const char* key : {"anyOf", "oneOf"}) {
       auto branches = schema.find(key);
       if (branches == schema.end()) continue;
@@ -323,7 +348,6 @@ class SchemaConverter {
         items.push_back(visit((*branches)[i], path + "." + key + "[" + std::to_string(i) + "]"));
       return "(" + join(items, " | ") + ")";
     }
-    auto type = schema.find("type");
     if (type == schema.end()) {
       if (schema.contains("properties")) return object(schema, path);
       if (schema.contains("items")) return array(schema, path);
@@ -383,6 +407,9 @@ class SchemaConverter {
     auto properties = schema.find("properties");
     auto additional = schema.find("additionalProperties");
     if (properties == schema.end() || properties->empty()) {
+      // Members are written only from 'properties': a required one without them could never be.
+      if (auto required = schema.find("required"); required != schema.end() && !required->empty())
+        throw unsupported(path + ".required", "every required name must be one of 'properties'");
       if (additional == schema.end() || additional->is_boolean()) {
         if (additional != schema.end() && !additional->get<bool>()) return "\"{\" ws \"}\"";
         return "json-object";
