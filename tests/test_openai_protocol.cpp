@@ -341,6 +341,16 @@ TEST(OpenAiProtocol, TokenIdsOutsideInt32AreRefused) {
 TEST(OpenAiProtocol, BodyMustBeValidUtf8Json) {
   EXPECT_EQ(parse_body(R"({"a": 1})")["a"], 1);
   EXPECT_EQ(error_of([] { parse_body("{\"prompt\": \"\xff\xfe\"}"); }).status, 400);
+  // A parse error says where and why, bounded and still valid UTF-8 however the body is cut.
+  const ApiError surrogate = error_of([] { parse_body(R"({"content": "\ud800"})"); });
+  EXPECT_NE(std::string(surrogate.what()).find("surrogate"), std::string::npos) << surrogate.what();
+  for (const char* lead : {"", "x"}) {  // an unterminated string of two-byte characters, quoted in the error
+    std::string body = std::string("{\"a\": \"") + lead;
+    for (int i = 0; i < 200; ++i) body += "\xc3\xa9";
+    const ApiError long_error = error_of([&] { parse_body(body); });
+    EXPECT_LT(std::string(long_error.what()).size(), 420u);
+    EXPECT_NO_THROW(error_body(long_error).dump()) << long_error.what();
+  }
   // Nesting past the bound is refused before anything walks it (printing and the schema converter
   // recurse); brackets inside strings do not count.
   const auto nested = [](int depth) { return "{\"a\": " + std::string(size_t(depth - 1), '[') + std::string(size_t(depth - 1), ']') + "}"; };

@@ -218,10 +218,23 @@ json parse_body(std::string_view body) {
   if (json_nesting_depth(body) > kMaxJsonNesting)
     throw invalid("", "The request body nests arrays and objects deeper than " + std::to_string(kMaxJsonNesting) +
                           " levels.");
-  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded())
-    throw invalid("", "We could not parse the JSON body of your request. The body must be a "
-                      "valid JSON object.");
+  json parsed;
+  try {
+    parsed = json::parse(body);
+  } catch (const json::parse_error& error) {
+    // The parser's own words say where and why ("at line 1, column 9: ... invalid string: surrogate
+    // ..."), without its "[json.exception...]" tag; bounded, as they quote the body.
+    std::string why = error.what();
+    if (const size_t tag_end = why.find("] "); why.rfind("[json.exception", 0) == 0 && tag_end != std::string::npos)
+      why.erase(0, tag_end + 2);
+    if (why.size() > 240) {
+      size_t cut = 240;
+      while (cut > 0 && (static_cast<unsigned char>(why[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+      why = why.substr(0, cut) + "...";
+    }
+    throw invalid("", "We could not parse the JSON body of your request (" + why +
+                          "). The body must be a valid JSON object.");
+  }
   if (!parsed.is_object()) throw invalid("", "The request body must be a JSON object.");
   return parsed;
 }
