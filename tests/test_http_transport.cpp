@@ -47,6 +47,23 @@ TEST(HttpRequestParser, ParsesPipelinedRequestsWithEitherFraming) {
   EXPECT_TRUE(requests[2].keep_alive);
 }
 
+TEST(HttpRequestParser, TheAbsoluteFormNamesTheSameResourceAsTheOriginForm) {
+  const std::string bytes =
+      "GET http://127.0.0.1:8080/v1/models?x=1 HTTP/1.1\r\nHost: a\r\n\r\n"
+      "GET HTTPS://example.com HTTP/1.1\r\nHost: a\r\n\r\n"
+      "GET http://example.com?q HTTP/1.1\r\nHost: a\r\n\r\n"
+      "GET /http://x HTTP/1.1\r\nHost: a\r\n\r\n";
+  auto [requests, failure] = parse_http_requests(bytes, small_limits());
+  ASSERT_FALSE(failure) << failure->message;
+  ASSERT_EQ(requests.size(), 4u);
+  EXPECT_EQ(requests[0].path, "/v1/models");
+  EXPECT_EQ(requests[0].target, "/v1/models?x=1");
+  EXPECT_EQ(requests[1].target, "/");
+  EXPECT_EQ(requests[2].target, "/?q");
+  EXPECT_EQ(requests[2].path, "/");
+  EXPECT_EQ(requests[3].path, "/http://x");  // an origin form is never rewritten
+}
+
 TEST(HttpRequestParser, StopsAfterTheHeadSoTheCallerMayRefuseBeforeTheBody) {
   HttpRequestParser parser(small_limits());
   const std::string head = "POST /x HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n";

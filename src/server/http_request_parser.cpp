@@ -64,6 +64,19 @@ struct HttpRequestParser::Impl final : http::basic_parser<true> {
                   "uri_too_long", ec);
     request.method.assign(method.data(), method.size());
     request.target.assign(target.data(), target.size());
+    // The absolute form (http://host/path?query, as proxies send it) names the same resource as
+    // its origin form; servers must accept it (RFC 9112, 3.2.2).
+    for (const char* scheme : {"http://", "https://"}) {
+      const std::string_view prefix = scheme;
+      if (request.target.size() < prefix.size() ||
+          !std::equal(prefix.begin(), prefix.end(), request.target.begin(),
+                      [](char a, char b) { return std::tolower(static_cast<unsigned char>(b)) == a; }))
+        continue;
+      const size_t path_start = request.target.find_first_of("/?", prefix.size());
+      request.target = path_start == std::string::npos ? "/" : request.target.substr(path_start);
+      if (request.target[0] == '?') request.target.insert(0, "/");
+      break;
+    }
     request.path = request.target.substr(0, request.target.find('?'));
     request.version = version;
   }
