@@ -99,12 +99,17 @@ TEST(HttpRequestParser, EveryLimitIsAnErrorWithItsStatus) {
       {"not HTTP", "hello there\r\n\r\n", 400},
       {"an unfinished head", "GET / HTTP/1.1\r\nHost: a\r\n", 400},
       {"an unfinished body", "POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc", 400},
+      // A coding that leaves the body's end unknown is refused, never read as another request.
+      {"a transfer coding other than chunked", "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nGET / HTTP/1.1\r\n\r\n", 501},
+      {"chunked not last", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n", 501},
+      {"two Transfer-Encoding lines", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
   };
   for (const LimitCase& c : cases) {
     auto [requests, failure] = parse_http_requests(c.bytes, limits);
     ASSERT_TRUE(failure) << c.name;
     EXPECT_EQ(failure->status, c.status) << c.name << ": " << failure->message;
     EXPECT_FALSE(failure->message.empty());
+    EXPECT_TRUE(requests.empty()) << c.name;  // nothing after the refusal is read as a request
   }
 }
 

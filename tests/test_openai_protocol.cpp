@@ -342,6 +342,7 @@ TEST(OpenAiProtocol, BodyMustBeValidUtf8Json) {
   EXPECT_EQ(parse_body(R"({"a": 1})")["a"], 1);
   EXPECT_EQ(error_of([] { parse_body("{\"prompt\": \"\xff\xfe\"}"); }).status, 400);
   // A parse error says where and why, bounded and still valid UTF-8 however the body is cut.
+  EXPECT_EQ(error_of([] { parse_body(R"({"content": "x", "z": 1e400})"); }).status, 400);  // past a double
   const ApiError surrogate = error_of([] { parse_body(R"({"content": "\ud800"})"); });
   EXPECT_NE(std::string(surrogate.what()).find("surrogate"), std::string::npos) << surrogate.what();
   for (const char* lead : {"", "x"}) {  // an unterminated string of two-byte characters, quoted in the error

@@ -28,6 +28,12 @@ bool iequals(std::string_view a, std::string_view b) {
          });
 }
 
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  return text;
+}
+
 }  // namespace
 
 std::string_view HttpRequest::header(std::string_view lower_name) const {
@@ -66,12 +72,8 @@ struct HttpRequestParser::Impl final : http::basic_parser<true> {
     request.target.assign(target.data(), target.size());
     // The absolute form (http://host/path?query, as proxies send it) names the same resource as
     // its origin form; servers must accept it (RFC 9112, 3.2.2).
-    for (const char* scheme : {"http://", "https://"}) {
-      const std::string_view prefix = scheme;
-      if (request.target.size() < prefix.size() ||
-          !std::equal(prefix.begin(), prefix.end(), request.target.begin(),
-                      [](char a, char b) { return std::tolower(static_cast<unsigned char>(b)) == a; }))
-        continue;
+    for (const std::string_view prefix : {"http://", "https://"}) {
+      if (!iequals(std::string_view(request.target).substr(0, prefix.size()), prefix)) continue;
       const size_t path_start = request.target.find_first_of("/?", prefix.size());
       request.target = path_start == std::string::npos ? "/" : request.target.substr(path_start);
       if (request.target[0] == '?') request.target.insert(0, "/");
@@ -96,7 +98,16 @@ struct HttpRequestParser::Impl final : http::basic_parser<true> {
     request.headers.emplace_back(lower(name), std::string(value.data(), value.size()));
   }
 
-  void on_header_impl(error_code&) override {
+  void on_header_impl(error_code& ec) override {
+    // A transfer coding other than chunked alone would leave the body's end unknown: read as
+    // Content-Length or as nothing, its bytes would be taken for the next request (smuggled).
+    int n_codings = 0;
+    for (const auto& [name, value] : request.headers) {
+      if (name != "transfer-encoding") continue;
+      if (++n_codings > 1 || !iequals(trim(value), "chunked"))
+        return fail(501, "Only the chunked transfer coding is supported (Transfer-Encoding: chunked, once).",
+                    "unsupported_transfer_coding", ec);
+    }
     request.keep_alive = keep_alive();
     request.expects_continue = iequals(request.header("expect"), "100-continue");
   }

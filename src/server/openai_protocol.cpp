@@ -221,9 +221,10 @@ json parse_body(std::string_view body) {
   json parsed;
   try {
     parsed = json::parse(body);
-  } catch (const json::parse_error& error) {
+  } catch (const json::exception& error) {
     // The parser's own words say where and why ("at line 1, column 9: ... invalid string: surrogate
-    // ..."), without its "[json.exception...]" tag; bounded, as they quote the body.
+    // ...", "number overflow parsing '1e400'"), without the "[json.exception...]" tag; bounded, as
+    // they quote the body.
     std::string why = error.what();
     if (const size_t tag_end = why.find("] "); why.rfind("[json.exception", 0) == 0 && tag_end != std::string::npos)
       why.erase(0, tag_end + 2);
