@@ -158,10 +158,12 @@ TEST(EngineFlags, BadValuesSayWhatToChange) {
   expect_message({"--lone-window", "-1"}, "--lone-window (rows per round; at least 2 and --lane-window)");
   expect_message({"--min-confident-match", "0"}, "--min-confident-match (tokens) must be between 1 and 4096; got 0.");
   expect_message({"--mtp-tokens", "0"}, "--mtp-tokens (tokens) must be between 1 and 64; got 0.");
-  expect_message({"--threads", "-1"}, "--threads must be 0 (one per core) or more; got -1.");
   expect_message({"--model", "/no/such/model"}, "/no/such/model is not a directory");
   expect_message({"--drafter", "/no/such/drafter"}, "/no/such/drafter is not a directory");
   EXPECT_THROW(parsed({"--device", "tpu"}), CLI::ValidationError);
+  EXPECT_THROW(parsed({"--threads", "-1"}), CLI::ValidationError);
+  EXPECT_THROW(parsed({"--threads", "1025"}), CLI::ValidationError);  // 100,000 hung creating threads
+  EXPECT_EQ(parsed({"--threads", "1024"}).n_threads, 1024);
   EngineFlags bits_alone = parsed({});
   bits_alone.synthetic_bits = 4;  // serve's --synthetic-bits without --synthetic
   EXPECT_NE(error_of(bits_alone).find("--synthetic-bits 4 sets the bits of --synthetic weights"), std::string::npos)

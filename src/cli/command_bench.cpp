@@ -183,7 +183,7 @@ void register_bench_command(CLI::App& app) {
       ->check(CLI::Range(int64_t(1), int64_t(32768)))->capture_default_str();
   cmd->add_option("--decode", flags->n_decode, "Decode steps")->check(CLI::Range(int64_t(1), int64_t(100000)))->capture_default_str();
   cmd->add_option("--repeats", flags->repeats, "Timed runs (after one warm-up)")->check(CLI::Range(1, 1000))->capture_default_str();
-  cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")->envname("TF_THREADS");
+  add_threads_option(*cmd, flags->n_threads);
   cmd->add_option("--verify-rows", flags->verify_rows,
                   "Also time verify rounds of these many draft rows of one lane, e.g. 1 16 64")
       ->check(CLI::Range(int64_t(1), int64_t(4096)));

@@ -70,8 +70,7 @@ void register_eval_command(CLI::App& app) {
   cmd->add_option("--prompt-ids", flags->prompt_ids, "Prompt as comma-separated token ids")->required();
   cmd->add_flag("--json", flags->json, "Print {\"last_logits\": [...], \"argmax\": [...]}");
   cmd->add_flag("--all-logits", flags->all_logits, "Also print the logits of every position");
-  cmd->add_option("--threads", flags->n_threads, "CPU threads; 0 is one per core")
-      ->envname("TF_THREADS")->check(CLI::NonNegativeNumber);
+  add_threads_option(*cmd, flags->n_threads);
   add_device_option(*cmd, flags->device);
   add_bf16_dot_option(*cmd, flags->bf16_dot);
   cmd->callback([flags] { run_eval(*flags); });

@@ -40,6 +40,7 @@ struct ServeFlags {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;
+  bool is_api_key_given = false;  // set, even to ""
   int32_t n_parallel = EngineOptions{}.n_parallel;
   int64_t n_ctx = EngineOptions{}.n_ctx;
   int32_t max_queue = EngineOptions{}.max_queue;
@@ -72,6 +73,9 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
           "--port must be between 0 and 65535 (0 picks a free port); got " +
               std::to_string(flags.port) + ".");
   require(!flags.host.empty(), "--host must not be empty.");
+  // An empty key (an unset variable expanded into the flag) must not quietly mean "no key".
+  require(!flags.is_api_key_given || !flags.api_key.empty(),
+          "--api-key (TF_API_KEY) is empty: give a key, or leave the flag and the variable out to serve without one.");
   require(flags.n_parallel >= 1 && flags.n_parallel <= max_parallel,
           "--parallel must be between 1 and " + std::to_string(max_parallel) + "; got " +
               std::to_string(flags.n_parallel) + ".");
@@ -223,7 +227,7 @@ void register_serve_command(CLI::App& app) {
       ->envname("TF_HOST")->capture_default_str();
   command->add_option("--port", flags->port, "Port to listen on (0: any free port)")
       ->envname("TF_PORT")->capture_default_str();
-  command->add_option("--api-key", flags->api_key,
+  CLI::Option* api_key = command->add_option("--api-key", flags->api_key,
                       "Require 'Authorization: Bearer KEY' on every route but /health")
       ->envname("TF_API_KEY");
   command->add_option("--parallel", flags->n_parallel, "Most requests generating at once (lanes)")
@@ -276,7 +280,10 @@ void register_serve_command(CLI::App& app) {
                     "Accept \"replay\" in requests: a reply the replay proposer drafts, so benchmarks can force "
                     "acceptance lengths (tools/bench_concurrent.py --forced-accept)")
       ->envname("TF_BENCH_EXTENSIONS");
-  command->callback([flags] { run_serve(*flags); });
+  command->callback([flags, api_key] {
+    flags->is_api_key_given = api_key->count() > 0;
+    run_serve(*flags);
+  });
 }
 
 }  // namespace tf::cli

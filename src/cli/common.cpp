@@ -65,6 +65,11 @@ void add_bf16_dot_option(CLI::App& command, std::string& bf16_dot) {
       ->envname("TF_BF16_DOT")->capture_default_str();
 }
 
+void add_threads_option(CLI::App& command, int& n_threads) {
+  command.add_option("--threads", n_threads, "CPU worker threads (0: one per core; at most 1024)")
+      ->envname("TF_THREADS")->capture_default_str()->check(CLI::Range(0, 1024));
+}
+
 bool parse_switch(const std::string& text, const std::string& flag) {
   if (text == "on" || text == "1") return true;
   if (text == "off" || text == "0") return false;

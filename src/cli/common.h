@@ -31,6 +31,10 @@ void add_device_option(CLI::App& command, std::string& device);
 // dot-product instruction where the machine has it (ModelLoadOptions::cpu_bf16_dot).
 void add_bf16_dot_option(CLI::App& command, std::string& bf16_dot);
 
+// --threads (TF_THREADS): CPU worker threads, 0 (one per core) to 1,024 (more would only exhaust the
+// machine's threads and memory before the first forward).
+void add_threads_option(CLI::App& command, int& n_threads);
+
 // "on" / "1" -> true, "off" / "0" -> false; throws tf::Error naming the flag on anything else.
 bool parse_switch(const std::string& text, const std::string& flag);
 

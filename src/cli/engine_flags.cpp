@@ -66,8 +66,7 @@ void add_engine_flags(CLI::App& command, EngineFlags& flags) {
       ->envname("TF_DRAFTER")->capture_default_str();
   add_device_option(command, flags.device);
   add_bf16_dot_option(command, flags.bf16_dot);
-  command.add_option("--threads", flags.n_threads, "CPU worker threads (0: one per core)")
-      ->envname("TF_THREADS")->capture_default_str();
+  add_threads_option(command, flags.n_threads);
   command.add_option("--lanes", flags.lanes,
                      "Window policy: auto (a lone greedy stream gets the lone driver's wide, copy-heavy tree), "
                      "1 (always the shared lanes' window), 0 (always the lone driver's)")
@@ -129,7 +128,6 @@ LoneWindows lone_windows_for(const std::string& device) {
 }
 
 ServingOptions serving_options(const EngineFlags& flags, EngineOptions engine) {
-  require(flags.n_threads >= 0, "--threads must be 0 (one per core) or more; got " + std::to_string(flags.n_threads) + ".");
   require_in_range(flags.prefill_chunk, 1, most_rows_per_round, "--prefill-chunk", "prompt rows per round");
   require_in_range(flags.max_rows_per_round, 1, most_rows_per_round, "--max-rows-per-round", "rows per forward");
   require_in_range(flags.lane_window, 1, flags.max_rows_per_round, "--lane-window",

@@ -33,6 +33,24 @@ namespace {
 
 enum class LoadState { loading, ready, failed };
 
+// A path segment with its %XX escapes decoded (a model id may hold '/' or ' '); as it was when an
+// escape is malformed or the bytes are not UTF-8.
+std::string percent_decoded(const std::string& segment) {
+  std::string out;
+  for (size_t i = 0; i < segment.size(); ++i) {
+    if (segment[i] != '%') {
+      out += segment[i];
+      continue;
+    }
+    if (i + 2 >= segment.size() || !std::isxdigit(static_cast<unsigned char>(segment[i + 1])) ||
+        !std::isxdigit(static_cast<unsigned char>(segment[i + 2])))
+      return segment;
+    out += char(std::stoi(segment.substr(i + 1, 2), nullptr, 16));
+    i += 2;
+  }
+  return is_valid_utf8(out) ? out : segment;
+}
+
 HttpReply json_reply(int status, const json& body) { return HttpReply{status, "application/json", dump_json(body), {}}; }
 
 HttpReply error_reply(const ApiError& error) {
@@ -296,10 +314,12 @@ struct HttpServer::Impl {
     return json_reply(200, {{"object", "list"}, {"data", json::array({model_card()})}});
   }
 
-  HttpReply show_model(const std::string& id) const {
-    if (id != context->limits.model_id)
-      throw ApiError(404, "The model '" + id + "' does not exist.", "invalid_request_error",
-                     "model", "model_not_found");
+  HttpReply show_model(const std::string& path_id) const {
+    const std::string id = percent_decoded(path_id);
+    const auto& aliases = context->limits.model_aliases;
+    if (id != context->limits.model_id && std::find(aliases.begin(), aliases.end(), id) == aliases.end())
+      throw ApiError(404, "The model '" + id + "' does not exist.", "invalid_request_error", "model",
+                     "model_not_found");
     return json_reply(200, model_card());
   }
 

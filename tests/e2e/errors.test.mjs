@@ -224,3 +224,20 @@ describe('API key and admission', () => {
     assert.equal(after.status, 200, after.text);
   });
 });
+
+describe('model ids in paths', () => {
+  let server;
+  before(async () => { server = await startServer(['--served-model-name', 'org/my model']); });
+  after(async () => { await server?.stop(); });
+
+  test('/v1/models/{id} decodes %XX escapes', { timeout: 10_000 }, async () => {
+    for (const path of ['org%2Fmy%20model', 'org/my%20model']) {
+      const reply = await request(server, `/v1/models/${path}`, { method: 'GET' });
+      assert.equal(reply.status, 200, `${path}: ${reply.text}`);
+      assert.equal(reply.json.id, 'org/my model');
+    }
+    assertApiError(await request(server, '/v1/models/org%2Fmy%20modeI', { method: 'GET' }), 404, 'model');
+    assertApiError(await request(server, '/v1/models/%ZZ', { method: 'GET' }), 404, 'model');
+    assertApiError(await request(server, '/v1/models/%FF', { method: 'GET' }), 404, 'model');
+  });
+});
