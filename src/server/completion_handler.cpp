@@ -145,9 +145,19 @@ void throw_if_rejected(const SubmitResult& result, Endpoint endpoint) {
   }
 }
 
-// A constraint that cannot go on (a grammar too ambiguous at some point of the reply) is the
-// request's fault, named by the parameter that set it; anything else is the server's.
+// Whether a final update ends its reply short of an answer: an error, or a cancellation that
+// reached a client still listening (the server is shutting down).
+bool is_unfinished(const GenerationUpdate& update) {
+  return update.is_final && (update.finish_reason == FinishReason::error || update.finish_reason == FinishReason::cancelled);
+}
+
+// What a client hears of an unfinished reply. A shutdown is a 503 to retry elsewhere (never a reply
+// that looks complete); a constraint that cannot go on (a grammar too ambiguous at some point of
+// the reply) is the request's fault, named by the parameter that set it; anything else the server's.
 ApiError engine_error(const GenerationUpdate& final_update, const std::string& constraint_param) {
+  if (final_update.finish_reason == FinishReason::cancelled)
+    return ApiError(503, "The server shut down before this reply was finished; retry it.", "server_error", "",
+                    "shutting_down");
   if (final_update.is_constraint_failure)
     return ApiError(400, "Invalid '" + constraint_param + "': " + final_update.error, "invalid_request_error",
                     constraint_param);
@@ -327,7 +337,7 @@ void answer_whole(Choices& choices, const ReplyHeader& header, HttpExchange& exc
         auto [piece, update_logprobs] = choice->add(update, header.endpoint, tokenizer, choices.prompt_tokens);
         reply.add(piece);
         append_logprobs(logprobs, std::move(update_logprobs), header.endpoint);
-        if (update.is_final && update.finish_reason == FinishReason::error) {
+        if (is_unfinished(update)) {
           choices.cancel_all();
           throw engine_error(update, choices.constraint_param);
         }
@@ -373,7 +383,7 @@ void answer_stream(Choices& choices, const ReplyHeader& header, bool include_usa
           if (!exchange.send_chunk(sse_event(chunk))) return;
         }
         if (!update.is_final) continue;
-        if (update.finish_reason == FinishReason::error) {
+        if (is_unfinished(update)) {
           choices.cancel_all();
           exchange.send_chunk(sse_event(error_body(engine_error(update, choices.constraint_param))) + sse_done());
           exchange.end_stream();

@@ -366,7 +366,7 @@ json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprobs>& logprobs
 }
 
 const char* wire_finish_reason(FinishReason reason, bool has_tool_calls) {
-  // cancelled and error replies only reach a client that is still there on shutdown.
+  // cancelled and error replies never get here: they are answered with an error (completion_handler).
   if (reason == FinishReason::length) return "length";
   return has_tool_calls ? "tool_calls" : "stop";
 }

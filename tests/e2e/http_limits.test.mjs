@@ -266,7 +266,7 @@ async function terminate(server) {
 }
 
 describe('graceful shutdown', () => {
-  test('SIGTERM ends a stream with its final chunk and [DONE], answers a non-streaming request, and exits in time', { timeout: 90_000 }, async () => {
+  test('SIGTERM ends a stream with a shutting_down error and [DONE], answers running and queued requests 503, and exits in time', { timeout: 90_000 }, async () => {
     const server = await startServer(['--parallel', '2', '--shutdown-timeout', '5']);
     try {
       const long = { model: modelId, max_tokens: 3_000, messages: [{ role: 'user', content: 'Write a novel.' }] };
@@ -275,18 +275,20 @@ describe('graceful shutdown', () => {
         .then((r) => r.text());
       const whole = request(server, '/v1/chat/completions', { body: long });
       await waitForMetrics(server, (m) => m.tensorfold_lanes_live === 2 && m.tensorfold_generated_tokens_total > 2, 20_000);
+      const queued = request(server, '/v1/chat/completions', { body: long });  // both lanes are taken
+      await waitForMetrics(server, (m) => m.tensorfold_queue_depth === 1, 20_000);
       const { code, exitMs } = await terminate(server);
       assert.equal(code, 0, server.log());
       assert.ok(exitMs < 5_000, `exit took ${exitMs} ms`);
+      // A reply cut short never looks complete: the stream's text so far, then an error event.
       const events = sseEvents(await stream);
       assert.equal(events.at(-1), '[DONE]');
-      const final = events.at(-2);
-      assert.ok(final.choices[0].finish_reason, JSON.stringify(final));
-      assert.ok(final.usage.completion_tokens < 3_000);
-      const reply = await whole;
-      assert.equal(reply.status, 200, reply.text);
-      assert.ok(reply.json.choices[0].finish_reason);
-      assert.ok(reply.json.usage.completion_tokens < 3_000);
+      assert.equal(events.at(-2).error?.code, 'shutting_down', JSON.stringify(events.at(-2)));
+      assert.ok(events.slice(0, -2).some((event) => event.choices?.[0]?.delta?.content), 'the text so far came first');
+      for (const reply of [await whole, await queued]) {
+        assert.equal(reply.status, 503, reply.text);
+        assert.equal(reply.json.error.code, 'shutting_down');
+      }
     } finally {
       await server.stop();
     }
