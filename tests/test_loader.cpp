@@ -15,6 +15,7 @@
 #include "backends/backends.h"
 #include "core/error.h"
 #include "loader/checkpoint.h"
+#include "loader/generation_config.h"
 #include "loader/model_config.h"
 #include "loader/safetensors.h"
 #include "loader/weight_scan.h"
@@ -22,6 +23,7 @@
 #include "models/model.h"
 #include "models/qwen3_weights.h"
 #include "models/synthetic.h"
+#include "tokenizer/tokenizer.h"
 #include "support/expect_error.h"
 #include <nlohmann/json.hpp>
 
@@ -478,6 +480,13 @@ TEST(ModelConfig, DefaultsAlternativesAndEosUnion) {
 
   write_text(temp / "generation_config.json", "{oops");
   expect_error_naming([&] { tf::ModelConfig::load(temp.path); }, {"generation_config.json"});
+  // A directory where a file belongs is named as one (its size read as garbage asked for a huge allocation).
+  fs::remove(temp / "generation_config.json");
+  fs::create_directory(temp / "generation_config.json");
+  expect_error_naming([&] { tf::read_generation_defaults(temp.path); }, {"generation_config.json", "is a directory"});
+  fs::create_directory(temp / "tokenizer.json");
+  expect_error_naming([&] { tf::Tokenizer::from_file(temp / "tokenizer.json"); },
+                      {"tokenizer.json", "is a directory"});
 }
 
 

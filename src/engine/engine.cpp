@@ -39,6 +39,22 @@ static int64_t kv_pool_blocks(const EngineOptions& opts, const Model& model) {
   return pool + kv_blocks_for(opts.max_rows_per_round);
 }
 
+// The pool, or, where the machine cannot hold it, an error naming its size and the flags that set it.
+static KvCache make_engine_kv_cache(const EngineOptions& opts, Model& model) {
+  const int64_t blocks = kv_pool_blocks(opts, model);
+  try {
+    return make_kv_cache(model, blocks);
+  } catch (const std::bad_alloc&) {
+    const int64_t positions = blocks * kKvBlockSize;
+    const double gib = double(model.make_kv_storage(kKvBlockSize)->bytes_for(1)) * double(positions) / double(1 << 30);
+    char size[32];
+    std::snprintf(size, sizeof size, "%.1f", gib);
+    fail("the KV pool of " + std::to_string(positions) + " positions (" + size +
+         " GiB: --parallel x --ctx, or --kv-pool-tokens) could not be allocated; lower --parallel, --ctx or "
+         "--kv-pool-tokens");
+  }
+}
+
 // A checkpoint of a recurrent model's state every so many blocks: by default as often as its
 // bytes stay within the K/V bytes of the blocks it covers (a tiny model every block; a 27B hybrid,
 // whose state outweighs a thousand positions of K/V, about every 75).
@@ -54,7 +70,7 @@ Engine::Impl::Impl(const EngineOptions& opts, std::shared_ptr<Model> m, std::sha
       model(std::move(m)),
       tokenizer(std::move(t)),
       eos_ids(model->config().eos_token_ids),
-      kv(make_kv_cache(*model, kv_pool_blocks(opts, *model))),
+      kv(make_engine_kv_cache(opts, *model)),
       checkpoints(opts.recurrent_cache_bytes >= 0 ? opts.recurrent_cache_bytes : kv.storage().bytes_for(kv.storage().n_slots())),
       checkpoint_every(checkpoint_interval(opts, *model, kv)),
       speculation(std::move(speculation_options)),

@@ -7,10 +7,12 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace tf {
 
 nlohmann::json read_json_file(const std::string& path, const std::vector<std::string>& skip_keys) {
+  require_regular_file(path, "the JSON file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot read " + path);
   std::stringstream text;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "loader/config_fields.h"
 
 namespace tf {
@@ -29,6 +30,7 @@ GenerationDefaults read_generation_defaults(const std::string& model_dir) {
   const std::string path = (std::filesystem::path(model_dir) / "generation_config.json").string();
   GenerationDefaults defaults;
   if (!std::filesystem::exists(path)) return defaults;
+  require_regular_file(path, "the generation config");
   std::ifstream file(path, std::ios::binary);
   const nlohmann::json config = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded() || !config.is_object()) fail("generation config " + path + " is not a JSON object");

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "core/sha256.h"
 #include "tokenizer/chat_render.h"
 
@@ -31,6 +32,7 @@ constexpr KnownTemplate known_templates[] = {
 };
 
 std::string read_file_text(const fs::path& path) {
+  require_regular_file(path, "the chat template file");
   std::ifstream file(path, std::ios::binary);
   std::ostringstream text;
   text << file.rdbuf();

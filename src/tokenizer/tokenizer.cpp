@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
@@ -212,6 +213,7 @@ class HfTokenizer final : public Tokenizer {
 }  // namespace
 
 std::shared_ptr<const Tokenizer> Tokenizer::from_file(const std::string& tokenizer_json_path) {
+  require_regular_file(tokenizer_json_path, "the tokenizer file");
   std::ifstream file(tokenizer_json_path, std::ios::binary);
   if (!file) fail("tokenizer file " + tokenizer_json_path + ": cannot be opened");
   file.seekg(0, std::ios::end);
