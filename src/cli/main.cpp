@@ -1,5 +1,6 @@
 // tensorfold: the command-line entry point; each subcommand lives in its own file.
 #include <cstdio>
+#include <iostream>
 
 #include "backends/backends.h"
 #include "cli/commands.h"
@@ -43,6 +44,12 @@ int main(int argc, char** argv) {
   tf::cli::register_serve_command(app);
   try {
     app.parse(argc, argv);
+    // Output that never arrived (a full disk, a closed pipe) is a failed command, not a quiet 0.
+    std::cout.flush();
+    if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      std::fprintf(stderr, "error: writing to standard output failed\n");
+      return 1;
+    }
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const tf::Error& e) {

@@ -46,6 +46,8 @@ void write_receipt(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   if (!out) fail("cannot write the receipt to " + path);
   out << text;
+  out.close();  // a full disk shows at the flush
+  if (!out) fail("writing the receipt to " + path + " failed (is the disk full?)");
 }
 
 }  // namespace tf::cli
