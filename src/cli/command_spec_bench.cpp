@@ -158,7 +158,8 @@ void register_spec_bench_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("spec-bench", "Measure speculative rounds against draft off (prints a receipt)");
   add_engine_flags(*cmd, flags->engine);
   cmd->add_option("--rename-file", flags->rename_file, "Source file of the whole-file rename case")->capture_default_str();
-  cmd->add_option("--streams", flags->streams, "Simultaneous streams, e.g. 1 4")->capture_default_str();
+  cmd->add_option("--streams", flags->streams, "Simultaneous streams, e.g. 1 4")
+      ->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_option("--waves", flags->waves, "Timed waves per row")->check(CLI::Range(1, 100))->capture_default_str();
   cmd->add_option("--max-tokens", flags->max_tokens, "Completion tokens per stream")
       ->check(CLI::Range(int64_t(2), int64_t(100000)))->capture_default_str();

@@ -15,6 +15,7 @@
 #include "cli/engine_flags.h"
 #include "cli/receipt.h"
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "engine/engine.h"
 #include "engine/reply_collector.h"
 #include "tokenizer/chat_template.h"
@@ -58,6 +59,7 @@ ProposerSet proposers_of_mode(const std::string& mode) {
 
 std::map<std::string, std::vector<EvalCase>> read_cases(const SpecEvalFlags& flags, const Tokenizer& tokenizer,
                                                          const ChatTemplate& chat_template) {
+  require_regular_file(flags.cases_file, "--cases");
   std::ifstream in(flags.cases_file);
   if (!in) fail("cannot read --cases " + flags.cases_file);
   std::map<std::string, std::vector<EvalCase>> cases;
@@ -66,7 +68,12 @@ std::map<std::string, std::vector<EvalCase>> read_cases(const SpecEvalFlags& fla
     nlohmann::json record;
     try {
       record = nlohmann::json::parse(line);
-      std::string kind = record.at("kind"), prompt = record.at("prompt"), answer = record.at("answer");
+      const auto text_field = [&](const char* name) {
+        if (!record.is_object() || !record.contains(name) || !record[name].is_string())
+          fail(flags.cases_file + " line " + std::to_string(line_no) + ": '" + name + "' must be a string");
+        return record[name].get<std::string>();
+      };
+      const std::string kind = text_field("kind"), prompt = text_field("prompt"), answer = text_field("answer");
       if (std::find(flags.kinds.begin(), flags.kinds.end(), kind) == flags.kinds.end()) continue;
       auto& list = cases[kind];
       if (int(list.size()) >= flags.per_kind) continue;
@@ -85,6 +92,7 @@ std::map<std::string, std::vector<EvalCase>> read_cases(const SpecEvalFlags& fla
       fail(flags.cases_file + " line " + std::to_string(line_no) + ": " + e.what());
     }
   }
+  if (cases.empty()) fail("--cases " + flags.cases_file + " holds no case of the kinds asked for (--kinds)");
   return cases;
 }
 
@@ -215,12 +223,17 @@ void register_spec_eval_command(CLI::App& app) {
   add_engine_flags(*cmd, flags->engine);
   cmd->add_option("--cases", flags->cases_file, "Held-out cases (JSON lines: kind, prompt, answer)")
       ->capture_default_str();
-  cmd->add_option("--kinds", flags->kinds, "Case kinds to run")->capture_default_str();
-  cmd->add_option("--modes", flags->modes, "Proposer sets: long-copy drafter both all ngram")->capture_default_str();
-  cmd->add_option("--streams", flags->streams, "Lanes of the engine, e.g. 1 4")->capture_default_str();
+  cmd->add_option("--kinds", flags->kinds, "Case kinds to run: code prose rename")
+      ->check(CLI::IsMember({"code", "prose", "rename"}))->capture_default_str();
+  cmd->add_option("--modes", flags->modes, "Proposer sets: long-copy drafter both all ngram")
+      ->check(CLI::IsMember({"long-copy", "drafter", "both", "all", "ngram"}))->capture_default_str();
+  cmd->add_option("--streams", flags->streams, "Lanes of the engine, e.g. 1 4")
+      ->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_option("--per-kind", flags->per_kind, "Cases of each kind")->check(CLI::Range(1, 1000))->capture_default_str();
-  cmd->add_option("--code-tokens", flags->code_tokens, "Completion tokens for a code case")->capture_default_str();
-  cmd->add_option("--prose-tokens", flags->prose_tokens, "Completion tokens for a prose case")->capture_default_str();
+  cmd->add_option("--code-tokens", flags->code_tokens, "Completion tokens for a code case")
+      ->check(CLI::Range(1, 65536))->capture_default_str();
+  cmd->add_option("--prose-tokens", flags->prose_tokens, "Completion tokens for a prose case")
+      ->check(CLI::Range(1, 65536))->capture_default_str();
   cmd->add_flag("--gate-proposers", flags->gate_proposers,
                 "Let the drafter and n-gram draft only while they pay, as the server does (acceptance then depends on timing)");
   cmd->add_option("--drafter-min-path-probability", flags->drafter_tree.min_path_probability,
