@@ -5,10 +5,12 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "core/sha256.h"
 
 namespace tf {
@@ -72,19 +74,32 @@ int64_t write_slot_file(const std::string& path, const SlotSnapshot& s, const Mo
   const auto digest = hasher.digest();
   bytes.append(reinterpret_cast<const char*>(digest.data()), digest.size());
 
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    fail("the slot file " + path + " is taken by something that is not a file (choose another name)");
   const std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), std::streamsize(bytes.size()));
-    if (!out) fail("cannot write the slot file " + temporary);
+    out.close();
+    if (!out) {
+      std::filesystem::remove(temporary, ec);  // no half-written file left behind
+      fail("cannot write the slot file " + temporary + " (is the disk full?)");
+    }
   }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) fail("cannot rename " + temporary + " to " + path);
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::filesystem::remove(temporary, ec);
+    fail("cannot rename " + temporary + " to " + path);
+  }
   return int64_t(bytes.size());
 }
 
 SlotSnapshot read_slot_file(const std::string& path, const ModelIdentity& model, int64_t* n_bytes) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) fail("there is no saved slot " + path);
+  require_regular_file(path, "the saved slot");
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail("there is no saved slot " + path);
+  if (!in) fail("cannot read the saved slot " + path);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (n_bytes) *n_bytes = int64_t(bytes.size());
   auto refuse = [&](const std::string& why) -> void { fail("the saved slot " + path + " " + why); };

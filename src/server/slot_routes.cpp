@@ -81,7 +81,12 @@ nlohmann::json slot_action(Engine& engine, const ServingStack& stack, const std:
     const std::string path = slot_path(save_dir, body);
     const std::string name = body["name"].get<std::string>();
     if (action == "save") {
-      const SlotSnapshot snapshot = engine.save_slot(id);
+      SlotSnapshot snapshot;
+      try {
+        snapshot = engine.save_slot(id);
+      } catch (const Error& error) {  // a busy or empty slot: the slot is at fault, not the name
+        throw invalid("id_slot", error.what());
+      }
       const int64_t n_bytes = write_slot_file(path, snapshot, stack.identity());
       return {{"id_slot", id},
               {"name", name},
@@ -93,7 +98,12 @@ nlohmann::json slot_action(Engine& engine, const ServingStack& stack, const std:
     int64_t n_bytes = 0;
     SlotSnapshot snapshot = read_slot_file(path, stack.identity(), &n_bytes);
     const int64_t n_tokens = int64_t(snapshot.tokens.size());
-    const int64_t n_restored = engine.restore_slot(id, std::move(snapshot));
+    int64_t n_restored = 0;
+    try {
+      n_restored = engine.restore_slot(id, std::move(snapshot));
+    } catch (const Error& error) {  // a busy slot
+      throw invalid("id_slot", error.what());
+    }
     return {{"id_slot", id},
             {"name", name},
             {"n_restored", n_tokens},

@@ -104,8 +104,10 @@ test('a saved slot survives a restart and continues exactly; bad files are refus
     } finally {
       await other.stop();
     }
+    fs.mkdirSync(path.join(slotDir, 'folder.tfslot'), { recursive: true });
     const refusals = [
       ['cut', /truncated/], ['flipped', /corrupt/], ['foreign', /another model/], ['absent', /no saved slot/],
+      ['folder', /is a directory/],
     ];
     for (const [name, why] of refusals) {
       const answer = await request(second, '/slots/0?action=restore', { body: { name } });
@@ -119,6 +121,11 @@ test('a saved slot survives a restart and continues exactly; bad files are refus
       assert.equal(answer.status, 400, String(name));
       assert.equal(answer.json.error.param, 'name');
     }
+    // A name taken by a directory is the client's to change; nothing half-written stays behind.
+    const taken = await request(second, '/slots/0?action=save', { body: { name: 'folder' } });
+    assert.equal(taken.status, 400, taken.text);
+    assert.equal(taken.json.error.param, 'name');
+    assert.ok(!fs.existsSync(path.join(slotDir, 'folder.tfslot.tmp')));
     assert.equal((await request(second, '/slots/0?action=fly', { body: { name: 'a' } })).json.error.param, 'action');
     assert.equal((await request(second, '/slots/9?action=save', { body: { name: 'a' } })).json.error.param, 'id_slot');
     assert.ok(!fs.existsSync(path.join(slotDir, '..', 'escape.tfslot')));
