@@ -442,6 +442,14 @@ TEST(ModelConfig, RejectsMissingWrongAndUnsupportedFields) {
   expect_config_error([](Json& c) { c["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}}; },
                       {"gptq"});
   expect_config_error([](Json& c) { c["eos_token_id"] = "end"; }, {"eos_token_id"});
+  // What the engine does not implement would change tokens: refused, never ignored.
+  expect_config_error([](Json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; },
+                      {"rope_scaling.rope_type", "yarn"});
+  expect_config_error([](Json& c) { c["rope_parameters"] = {{"rope_type", "linear"}, {"rope_theta", 1e4}}; },
+                      {"rope_parameters.rope_type", "linear"});
+  expect_config_error([](Json& c) { c["use_sliding_window"] = true; }, {"use_sliding_window"});
+  expect_config_error([](Json& c) { c["layer_types"] = {"full_attention", "sliding_attention"}; }, {"layer_types", "sliding_attention"});
+  expect_config_error([](Json& c) { c["model_type"] = 5; }, {"model_type"});
   {
     // Found by fuzz_model_config: a number beyond double range escaped as a JSON library exception.
     TempDir temp;

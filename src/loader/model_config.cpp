@@ -201,6 +201,25 @@ ModelConfig ModelConfig::load(const std::string& model_dir) {
     fail_field("rope_theta", text_path, "is missing (looked at the top level and in rope_parameters)");
   }
 
+  // What this engine does not implement would give other tokens than the model: refused, never ignored.
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const Json* rope = find_field(text, key);
+    if (!rope || !rope->is_object()) continue;
+    for (const char* type_key : {"rope_type", "type"})
+      if (const Json* type = find_field(*rope, type_key); type && *type != "default")
+        fail_field(std::string(key) + "." + type_key, text_path,
+                   "is " + type->dump() + ": only the default RoPE is supported (no yarn, linear or dynamic scaling)");
+  }
+  if (const Json* sliding = find_field(text, "use_sliding_window"); sliding && *sliding == true)
+    fail_field("use_sliding_window", text_path, "is true: sliding-window attention is not supported");
+  if (!is_hybrid)
+    if (const Json* types = find_field(text, "layer_types"); types && types->is_array())
+      for (const Json& type : *types)
+        if (type != "full_attention")
+          fail_field("layer_types", text_path, "holds " + type.dump() + ": this architecture's layers are all full_attention");
+  if (const Json* type = find_field(json, "model_type"); type && !type->is_string())
+    fail_field("model_type", path, "must be a string");
+
   // The composite model's own flag decides; the text config's is the fallback.
   for (const Json* object : {&json, &text}) {
     if (const Json* tie = find_field(*object, "tie_word_embeddings")) {
