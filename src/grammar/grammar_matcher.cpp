@@ -10,10 +10,18 @@ namespace tf {
 namespace {
 
 constexpr size_t kMaxStacks = 4096;      // more live parses than this: the grammar is too ambiguous
-constexpr size_t kMaxExpansions = 64 * kMaxStacks;  // (position, stack) pairs one expansion may take
+// (position, stack) pairs one expansion may take: above what long rule chains under many stacks
+// take (1,000 alternatives each over a chain of 270 rules: 271,000), bounding grammars whose ways to
+// the next byte multiply to well under a second of one core (a pair costs about 0.6 us).
+constexpr size_t kMaxExpansions = size_t(1) << 20;
 
 [[noreturn]] void too_ambiguous() {
   throw Error("grammar: too ambiguous (more than " + std::to_string(kMaxStacks) + " parses alive at once)");
+}
+
+[[noreturn]] void too_many_expansions() {
+  throw Error("grammar: too ambiguous (more than " + std::to_string(kMaxExpansions) +
+              " rule expansions to reach the next byte)");
 }
 constexpr size_t kMaxCachedMasks = 4096;
 
@@ -77,7 +85,9 @@ void GrammarMatcher::expand(std::span<const StackNode> roots, GrammarState* out)
   // Depth first in the grammar's order (alternatives pushed last to first), so stacks are interned
   // in the order a recursive walk would intern them; each (position, below) expands once: its
   // stacks are already in `out`.
-  expanded_.clear();
+  // clear() keeps (and zeroes) every bucket a large expansion grew: start small again after one.
+  if (expanded_.bucket_count() > 4096) expanded_ = {};
+  else expanded_.clear();
   work_.assign(roots.rbegin(), roots.rend());
   while (!work_.empty()) {
     const StackNode item = work_.back();
@@ -85,7 +95,8 @@ void GrammarMatcher::expand(std::span<const StackNode> roots, GrammarState* out)
     if (!expanded_.insert((uint64_t(uint32_t(item.position)) << 32) | uint32_t(item.below)).second) continue;
     // Each pair yields at most one stack, so `out` never holds a duplicate: stop as soon as the
     // parses (or the ways to them) pass the bound, before they multiply further.
-    if (expanded_.size() > kMaxExpansions || out->stacks.size() > kMaxStacks) too_ambiguous();
+    if (out->stacks.size() > kMaxStacks) too_ambiguous();
+    if (expanded_.size() > kMaxExpansions) too_many_expansions();
     const GrammarSymbol symbol = grammar_->code[size_t(item.position)];
     switch (symbol.kind) {
       case GrammarSymbol::end:

@@ -31,6 +31,7 @@ json-array ::= "[" ws (json-value ws ("," ws json-value ws)*)? "]"
 
 constexpr int64_t kMaxCount = 1000;  // the grammar's repetition bound
 constexpr int kMaxPatternGroupDepth = 64;  // a pattern's groups nest at most this deep (its converter recurses)
+constexpr int kMaxSchemaDepth = 128;       // schemas nest, $ref chains included, at most this deep (visit recurses)
 
 ApiError unsupported(const std::string& path, const std::string& what) {
   return ApiError(400, "Invalid '" + path + "': " + what, "invalid_request_error", path);
@@ -307,6 +308,15 @@ class SchemaConverter {
   }
 
   std::string visit(const json& schema, const std::string& path) {
+    // The body's nesting bound does not bound this walk: a chain of $defs, each a $ref to the next,
+    // is shallow JSON but recurses once per link.
+    struct Depth {
+      int& depth;
+      explicit Depth(int& d) : depth(++d) {}
+      ~Depth() { --depth; }
+    } depth(depth_);
+    if (depth_ > kMaxSchemaDepth)
+      throw unsupported(path, "the schema nests (through $ref too) deeper than " + std::to_string(kMaxSchemaDepth) + " levels");
     if (schema.is_boolean()) {
       if (schema.get<bool>()) return "json-value";
       throw unsupported(path, "the schema 'false' matches nothing");
@@ -518,6 +528,7 @@ class SchemaConverter {
 
   const json& root_;
   std::string root_path_;
+  int depth_ = 0;  // visit()s in progress
   std::string prefix_;
   std::vector<std::string> rules_;
   std::map<std::string, std::string> refs_;
