@@ -228,8 +228,8 @@ std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes, cons
   const std::string format = bits ? "MLX " + std::to_string(bits) + "-bit (group 64; cuBLAS on bf16 weights of the same shapes)" : "bf16";
   std::string report = "\n## linear tile configurations on " + format +
                        " weights, per fused shape (us per call, GB/s of weights)\n\n"
-                       "`*` marks linear()'s current choice for that row count. step ms = 36 x (qkv + o + gate_up + "
-                       "down) + lm_head, each per call. To change the choice, edit `k" +
+                       "The linear() row is its own choice per shape (named in the summary). step ms = 36 x (qkv + o + "
+                       "gate_up + down) + lm_head, each per call. To change the choice, edit `k" +
                        std::string(bits ? "Quantized" : "Bf16") +
                        "Dispatch` in src/backends/cuda/linear.cu with the fastest name per row range.\n";
   std::string summary = "\n### Fastest configuration per row count\n\n| rows | fastest | step ms | current | step ms | "
@@ -242,34 +242,40 @@ std::string time_configs(Bench& bench, const std::vector<ShapeSet>& shapes, cons
     report += " step ms |\n| --- |";
     for (size_t i = 0; i < shapes.size(); ++i) report += " ---: | ---: |";
     report += " ---: |\n";
-    const int current = tf::cuda::linear_default_config(n_rows, bits);
-    std::string best_name, current_name;
+    std::string best_name, current_name;  // current: linear()'s choice for each shape, "a/b/c/d/e"
+    for (const ShapeSet& shape : shapes) {
+      const int id = tf::cuda::linear_default_config(n_rows, shape.matrices[0]->n_out, bits);
+      if (!current_name.empty()) current_name += '/';
+      current_name += tf::cuda::linear_config(id).name;
+    }
     double best_ms = INFINITY, current_ms = NAN, cublas_ms = NAN;
-    for (int id = -1; id < tf::cuda::linear_config_count(); ++id) {  // -1: cuBLAS
-      if (id >= 0 && (!tf::cuda::linear_config_fits(id, n_rows, bits) || (is_dispatch_only && id != current) ||
+    constexpr int kDispatch = -2, kCublas = -1;
+    for (int id = kDispatch; id < tf::cuda::linear_config_count(); ++id) {
+      if (id >= 0 && (!tf::cuda::linear_config_fits(id, n_rows, bits) || is_dispatch_only ||
                       !has_any_prefix(tf::cuda::linear_config(id).name, name_prefixes)))
         continue;
-      const Impl impl = id < 0 ? Impl::cublas : Impl::ours;
-      bench.config_id = id;
-      const std::string name = id < 0 ? "cuBLAS" : std::string(tf::cuda::linear_config(id).name) + (id == current ? " *" : "");
+      const Impl impl = id == kCublas ? Impl::cublas : Impl::ours;
+      bench.config_id = id == kDispatch ? -1 : id;
+      const std::string name = id == kDispatch ? "linear()" : id == kCublas ? "cuBLAS" : tf::cuda::linear_config(id).name;
       std::string row = "| " + name + " |";
       double step_ms = 0.0;
       for (const ShapeSet& shape : shapes) {
         const Stats stats = bench.time(shape.matrices, n_rows, impl);
         const double us_per_call = stats.median_ms * 1e3 / double(shape.matrices.size());
-        const double bytes = id < 0 ? double(shape.matrices[0]->n_out * shape.matrices[0]->n_in) * 2.0
-                                    : shape.matrices[0]->bytes();
+        const double bytes = id == kCublas ? double(shape.matrices[0]->n_out * shape.matrices[0]->n_in) * 2.0
+                                           : shape.matrices[0]->bytes();
         step_ms += stats.median_ms;  // a shape's matrices are all its calls in one step
         std::snprintf(line, sizeof line, " %.1f | %.0f |", us_per_call, bytes / (us_per_call * 1e-6) / 1e9);
         row += line;
       }
       std::snprintf(line, sizeof line, " %.3f |\n", step_ms);
       report += row + line;
-      if (id < 0) {
+      if (id == kCublas) {
         cublas_ms = step_ms;
-      } else {
-        if (step_ms < best_ms) best_ms = step_ms, best_name = tf::cuda::linear_config(id).name;
-        if (id == current) current_ms = step_ms, current_name = tf::cuda::linear_config(id).name;
+      } else if (id == kDispatch) {
+        current_ms = step_ms;
+      } else if (step_ms < best_ms) {
+        best_ms = step_ms, best_name = tf::cuda::linear_config(id).name;
       }
     }
     std::snprintf(line, sizeof line, "| %lld | %s | %.3f | %s | %.3f | %.2f | %.3f |\n", (long long)n_rows, best_name.c_str(),

@@ -1147,12 +1147,34 @@ constexpr bool is_dispatch_valid(const DispatchEntry (&table)[N], int formats) {
 }
 static_assert(is_dispatch_valid(kBf16Dispatch, kBf16) && is_dispatch_valid(kQuantizedDispatch, kQuantized),
               "linear dispatch: unknown configuration, one not compiled for the format, or a -lo one past 8 rows");
+constexpr int kNarrowQuantizedDecode = config_id_of("t1r1u8");
+static_assert(kNarrowQuantizedDecode >= 0 && (kConfigs[kNarrowQuantizedDecode].formats & kQuantized) != 0,
+              "linear dispatch: the narrow quantized decode configuration is not compiled for quantized weights");
 
 template <size_t N>
 int config_for(const DispatchEntry (&table)[N], int64_t n_rows) {
   for (const DispatchEntry& entry : table)
     if (n_rows <= entry.max_rows) return entry.config_id;
   return table[N - 1].config_id;
+}
+
+int multiprocessor_count() {
+  static const int count = [] {
+    int device = 0, value = 0;
+    TF_CUDA_CHECK(cudaGetDevice(&device));
+    TF_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
+    return value;
+  }();
+  return count;
+}
+
+// Quantized weights at up to 8 rows with at most two column blocks per SM (an 8B model's o and down):
+// too few warps are in flight to cover a fetch of four K blocks, and fetching eight covers more
+// (h200-linear-swapped-mma.md, M = 1: o 7.8 against 8.4 us, down 15.7 against 18.2). Wider grids
+// keep t1r1u4 (qkv 9.8 against 11.0). Both are the same chains: the same bits.
+bool is_narrow_quantized_decode(int64_t n_rows, int64_t n_cols_out, int bits) {
+  const int64_t column_blocks = (n_cols_out + kSwappedTileCols - 1) / kSwappedTileCols;
+  return bits != 0 && n_rows <= 8 && column_blocks <= 2 * int64_t(multiprocessor_count());
 }
 
 void check_weights(const LinearWeights& w, int64_t n_cols_in) {
@@ -1190,7 +1212,8 @@ bool linear_config_fits(int config_id, int64_t n_rows, int bits) {
          (!linear_config(config_id).is_lower_rows_only || n_rows <= 8);
 }
 
-int linear_default_config(int64_t n_rows, int bits) {
+int linear_default_config(int64_t n_rows, int64_t n_cols_out, int bits) {
+  if (is_narrow_quantized_decode(n_rows, n_cols_out, bits)) return kNarrowQuantizedDecode;
   return bits == 0 ? config_for(kBf16Dispatch, n_rows) : config_for(kQuantizedDispatch, n_rows);
 }
 
@@ -1215,7 +1238,7 @@ void linear(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n
             LinearOutput output, cudaStream_t stream) {
   // The configuration only changes how many rows and columns share a weight or activation load;
   // every element's K order is the same in all of them (tests compare them bit for bit).
-  linear_with_config(linear_default_config(n_rows, w.bits), x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
+  linear_with_config(linear_default_config(n_rows, n_cols_out, w.bits), x, n_rows, w, n_cols_out, n_cols_in, y, output, stream);
 }
 
 }  // namespace tf::cuda

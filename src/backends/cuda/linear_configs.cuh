@@ -22,8 +22,9 @@ const LinearConfig& linear_config(int config_id);
 // Whether the configuration is compiled for weights of `bits` (0 = bf16) and can compute n_rows
 // rows (the "-lo" ones only up to 8).
 bool linear_config_fits(int config_id, int64_t n_rows, int bits);
-// The configuration linear() uses for n_rows weights of `bits` (its dispatch tables).
-int linear_default_config(int64_t n_rows, int bits);
+// The configuration linear() uses for n_rows rows and n_cols_out outputs of weights of `bits` (its
+// dispatch tables, and the GPU's SM count for quantized decode).
+int linear_default_config(int64_t n_rows, int64_t n_cols_out, int bits);
 
 // linear() with the tile configuration given; same checks, same result bit for bit.
 void linear_with_config(int config_id, const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_cols_out,
