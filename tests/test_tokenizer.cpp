@@ -197,7 +197,7 @@ TEST_F(MalformedTokenizerFile, MinimalIsAccepted) {
             (std::vector<int32_t>{2}));
 }
 
-TEST_F(MalformedTokenizerFile, MissingFile) { expect_error_naming_file("/nonexistent/tokenizer.json", "opened"); }
+TEST_F(MalformedTokenizerFile, MissingFile) { expect_error_naming_file("/nonexistent/tokenizer.json", "does not exist"); }
 
 TEST_F(MalformedTokenizerFile, NotJson) { expect_error_naming_file(write("bad.json", "{ not json"), "JSON"); }
 
