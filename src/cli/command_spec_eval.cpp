@@ -15,6 +15,7 @@
 #include "cli/engine_flags.h"
 #include "cli/receipt.h"
 #include "core/error.h"
+#include "core/json_error_text.h"
 #include "core/regular_file.h"
 #include "engine/engine.h"
 #include "engine/reply_collector.h"
@@ -89,7 +90,7 @@ std::map<std::string, std::vector<EvalCase>> read_cases(const SpecEvalFlags& fla
       }
       list.push_back(std::move(c));
     } catch (const nlohmann::json::exception& e) {
-      fail(flags.cases_file + " line " + std::to_string(line_no) + ": " + e.what());
+      fail(flags.cases_file + " line " + std::to_string(line_no) + ": " + json_error_text(e.what()));
     }
   }
   if (cases.empty()) fail("--cases " + flags.cases_file + " holds no case of the kinds asked for (--kinds)");

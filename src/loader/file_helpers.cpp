@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_error_text.h"
 #include "core/regular_file.h"
 
 namespace tf {
@@ -28,7 +29,7 @@ nlohmann::json read_json_file(const std::string& path, const std::vector<std::st
   } catch (const nlohmann::json::exception& error) {
     // Re-thrown as tf::Error so callers catch one type; nlohmann's text gives line and column.
     // Not only parse_error: a number too large for a double (1e400) is an out_of_range.
-    fail(path + " is not valid JSON: " + error.what());
+    fail(path + " is not valid JSON: " + json_error_text(error.what()));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/json_error_text.h"
 #include "core/json_nesting.h"
 #include "server/chat_request.h"
 #include "server/field_reader.h"
@@ -225,9 +226,7 @@ json parse_body(std::string_view body) {
     // The parser's own words say where and why ("at line 1, column 9: ... invalid string: surrogate
     // ...", "number overflow parsing '1e400'"), without the "[json.exception...]" tag; bounded, as
     // they quote the body.
-    std::string why = error.what();
-    if (const size_t tag_end = why.find("] "); why.rfind("[json.exception", 0) == 0 && tag_end != std::string::npos)
-      why.erase(0, tag_end + 2);
+    std::string why = json_error_text(error.what());
     if (why.size() > 240) {
       size_t cut = 240;
       while (cut > 0 && (static_cast<unsigned char>(why[cut]) & 0xC0) == 0x80) --cut;  // not inside a character

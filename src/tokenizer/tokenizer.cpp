@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/json_error_text.h"
 #include "core/regular_file.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
@@ -227,7 +228,7 @@ std::shared_ptr<const Tokenizer> Tokenizer::from_file(const std::string& tokeniz
   try {
     root = nlohmann::json::parse(contents);
   } catch (const nlohmann::json::exception& e) {
-    fail("tokenizer file " + tokenizer_json_path + ": not valid JSON: " + e.what());
+    fail("tokenizer file " + tokenizer_json_path + ": not valid JSON: " + json_error_text(e.what()));
   }
   if (!root.is_object()) fail("tokenizer file " + tokenizer_json_path + ": not a JSON object");
   // Every field is read with a type check that names it, so a JSON library exception escaping
