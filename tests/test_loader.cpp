@@ -456,7 +456,7 @@ TEST(ModelConfig, RejectsMissingWrongAndUnsupportedFields) {
     write_text(temp / "config.json", R"({"architectures": ["Qwen3ForCausalLM"], "rms_norm_eps": 1e356})");
     expect_error_naming([&] { tf::ModelConfig::load(temp.path); }, {temp / "config.json", "not valid JSON", "1e356"});
   }
-  expect_error_naming([] { tf::ModelConfig::load("/nonexistent/model"); }, {"/nonexistent/model", "config.json"});
+  expect_error_naming([] { tf::ModelConfig::load("/nonexistent/model"); }, {"/nonexistent/model", "does not exist"});
 }
 
 TEST(ModelConfig, DefaultsAlternativesAndEosUnion) {

@@ -42,7 +42,9 @@ std::vector<int32_t> prompt_tokens(const GenerateFlags& flags, const ServingStac
 }
 
 void run_generate(const GenerateFlags& flags) {
-  if (flags.prompt.empty() == flags.prompt_ids.empty()) fail("give exactly one of --prompt and --prompt-ids");
+  if (!flags.prompt.empty() && !flags.prompt_ids.empty()) fail("give one of --prompt and --prompt-ids, not both");
+  if (flags.prompt.empty() && flags.prompt_ids.empty())
+    fail("the prompt is empty: give a non-empty --prompt or --prompt-ids");
   if (flags.stop.size() > max_stop_strings)
     fail("--stop takes at most " + std::to_string(max_stop_strings) + " strings; got " + std::to_string(flags.stop.size()));
   for (const std::string& stop : flags.stop)

@@ -1,6 +1,8 @@
 // Field readers shared by the configs the loader reads: every error names the field and the file.
 #include "loader/config_fields.h"
 
+#include <filesystem>
+
 #include "core/error.h"
 #include "loader/file_helpers.h"
 
@@ -52,6 +54,9 @@ double required_number(const Json& object, const char* field, const std::string&
 
 Json read_config_object(const std::string& dir, const std::string& what, std::string* path) {
   *path = dir + "/config.json";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    fail("the " + what + " directory " + dir + (std::filesystem::exists(dir, ec) ? " is not a directory" : " does not exist"));
   if (!file_exists(*path)) fail("no config.json in " + what + " directory " + dir);
   Json json = read_json_file(*path);
   if (!json.is_object()) fail(*path + " must hold a JSON object");
