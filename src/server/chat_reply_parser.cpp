@@ -44,19 +44,9 @@ size_t skip_space(std::string_view text, size_t from) {
 
 // The first `tag` outside a JSON string literal (a call's arguments may quote the closing tag).
 size_t find_outside_json_strings(std::string_view text, std::string_view tag) {
-  bool is_in_string = false, is_escaped = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (is_in_string) {
-      if (is_escaped) is_escaped = false;
-      else if (c == '\\') is_escaped = true;
-      else if (c == '"') is_in_string = false;
-    } else if (c == '"') {
-      is_in_string = true;
-    } else if (text.substr(i).starts_with(tag)) {
-      return i;
-    }
-  }
+  JsonStringTracker tracker;
+  for (size_t i = 0; i < text.size(); ++i)
+    if (tracker.is_outside_strings(text[i]) && text.substr(i).starts_with(tag)) return i;
   return std::string_view::npos;
 }
 
