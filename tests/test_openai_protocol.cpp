@@ -638,6 +638,10 @@ TEST(OpenAiProtocol, UnsupportedOpenAiFieldsAreRefusedByName) {
   EXPECT_NO_THROW(parse_completion_request(json{{"prompt", "p"}, {"best_of", 1}, {"echo", false}, {"suffix", ""}},
                                            test_limits()));
   EXPECT_NO_THROW(parse_chat_request(chat_body({{"functions", json::array()}, {"function_call", "none"}}), test_limits()));
+  // A penalty of another server's API is refused, not silently ignored (1 asks for none).
+  EXPECT_EQ(chat_error({{"repetition_penalty", 1.3}}).param, "repetition_penalty");
+  EXPECT_EQ(completion_error({{"prompt", "p"}, {"repeat_penalty", 1.1}}).param, "repeat_penalty");
+  EXPECT_NO_THROW(parse_chat_request(chat_body({{"repetition_penalty", 1.0}}), test_limits()));
   EXPECT_EQ(parse_completion_request(json{{"prompt", "p"}, {"logit_bias", {{"1", -5}}}}, test_limits())
                 .constraints.logit_bias.size(), 1u);
   EXPECT_EQ(chat_error({{"messages", json::parse(R"([{"role": "narrator", "content": "x"}])")}}).param, "messages[0].role");

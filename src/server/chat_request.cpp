@@ -251,6 +251,12 @@ void refuse_unsupported_fields(const FieldReader& fields, Endpoint endpoint) {
     if (!value || (entry.no_op && value->dump() == entry.no_op)) continue;
     throw invalid(entry.field, std::string("'") + entry.field + "' is not supported by this server" + entry.instead + ".");
   }
+  // Other servers' multiplicative penalty (vLLM's name, llama.cpp's): not done here, so refused
+  // rather than ignored, except at 1 (no penalty).
+  for (const char* field : {"repetition_penalty", "repeat_penalty"})
+    if (const json* value = fields.find(field); value && !(value->is_number() && value->get<double>() == 1.0))
+      throw invalid(field, std::string("'") + field + "' is not supported by this server (give presence_penalty "
+                                                      "or frequency_penalty).");
   if (const json* store = fields.find("store"); store && *store == true)
     throw invalid("store", "'store' is not supported by this server: replies are not stored.");
   if (const json* modalities = fields.find("modalities"); modalities && is_chat && *modalities != json::array({"text"}))
