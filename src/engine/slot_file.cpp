@@ -3,7 +3,11 @@
 // little-endian.
 #include "engine/slot_file.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -77,15 +81,22 @@ int64_t write_slot_file(const std::string& path, const SlotSnapshot& s, const Mo
   std::error_code ec;
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
     fail("the slot file " + path + " is taken by something that is not a file (choose another name)");
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), std::streamsize(bytes.size()));
-    out.close();
-    if (!out) {
-      std::filesystem::remove(temporary, ec);  // no half-written file left behind
-      fail("cannot write the slot file " + temporary + " (is the disk full?)");
-    }
+  // A temporary file of this writer's own: two saves to one name at once must not write into one
+  // file (one would rename the other's bytes); the last rename wins whole.
+  std::string temporary = path + ".tmp-XXXXXX";
+  const int fd = ::mkstemp(temporary.data());
+  if (fd < 0) fail("cannot create a temporary file beside the slot file " + path + ": " + std::strerror(errno));
+  bool is_written = true;
+  for (size_t at = 0; at < bytes.size() && is_written;) {
+    const ssize_t n = ::write(fd, bytes.data() + at, bytes.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    is_written = n > 0;
+    if (is_written) at += size_t(n);
+  }
+  is_written = ::close(fd) == 0 && is_written;
+  if (!is_written) {
+    std::filesystem::remove(temporary, ec);  // no half-written file left behind
+    fail("cannot write the slot file " + temporary + " (is the disk full?)");
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     std::filesystem::remove(temporary, ec);
@@ -135,18 +146,21 @@ SlotSnapshot read_slot_file(const std::string& path, const ModelIdentity& model,
   SlotSnapshot s;
   s.kv_format = text("kv_format");
   s.cache_salt = text("cache_salt");
-  s.block_size = int64_t(number("block_size"));
-  s.n_blocks = int64_t(number("n_blocks"));
-  s.tap_width = int64_t(number("tap_width"));
   s.recurrent_format = text("recurrent_format");
   const uint64_t n_tokens = number("n_tokens"), kv_bytes = number("kv_bytes");
   const uint64_t recurrent_bytes = number("recurrent_bytes");
-  const uint64_t n_taps = uint64_t(s.n_blocks) * uint64_t(s.block_size) * uint64_t(s.tap_width);
-  if (n_tokens > (1u << 30) || kv_bytes > (uint64_t(1) << 40) || n_taps > (uint64_t(1) << 36) ||
-      recurrent_bytes > (uint64_t(1) << 40) || s.block_size < 1 ||
-      uint64_t(s.n_blocks) * uint64_t(s.block_size) > n_tokens ||
-      (s.n_blocks > 0 && kv_bytes % uint64_t(s.n_blocks) != 0) || (s.n_blocks == 0 && kv_bytes != 0))
+  const uint64_t block_size = number("block_size"), n_blocks = number("n_blocks"), tap_width = number("tap_width");
+  // Each size bounded alone before any product, so no product wraps (a wrapped one once passed).
+  constexpr uint64_t kMostTokens = uint64_t(1) << 30;
+  if (n_tokens > kMostTokens || block_size < 1 || block_size > kMostTokens || n_blocks > kMostTokens ||
+      tap_width > (uint64_t(1) << 20) || n_blocks * block_size > n_tokens || kv_bytes > (uint64_t(1) << 40) ||
+      recurrent_bytes > (uint64_t(1) << 40) || (n_blocks > 0 && kv_bytes % n_blocks != 0) ||
+      (n_blocks == 0 && kv_bytes != 0) || n_blocks * block_size * tap_width > (uint64_t(1) << 36))
     refuse("has a corrupt header (sizes that do not fit together)");
+  s.block_size = int64_t(block_size);
+  s.n_blocks = int64_t(n_blocks);
+  s.tap_width = int64_t(tap_width);
+  const uint64_t n_taps = n_blocks * block_size * tap_width;
   const uint64_t body = 4 * n_tokens + kv_bytes + 4 * n_taps + recurrent_bytes;
   const size_t body_at = header_at + size_t(header_size);
   if (bytes.size() != body_at + body + 32)

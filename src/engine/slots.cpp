@@ -149,8 +149,13 @@ int64_t Engine::restore_slot(int32_t id, SlotSnapshot snapshot) {
     const bool same_state_form =
         snapshot.recurrent_format == impl.model->recurrent_state_format() &&
         int64_t(snapshot.recurrent.size()) == (state_bytes > 0 && snapshot.n_blocks > 0 ? state_bytes : 0);
+    // Sizes compared by division: a product of a file's sizes could wrap.
     const bool same_form = snapshot.kv_format == impl.kv_form() && snapshot.block_size == block_size &&
-                           int64_t(snapshot.kv.size()) == snapshot.n_blocks * block_bytes && same_state_form;
+                           snapshot.n_blocks >= 0 && block_bytes > 0 && snapshot.kv.size() % size_t(block_bytes) == 0 &&
+                           int64_t(snapshot.kv.size() / size_t(block_bytes)) == snapshot.n_blocks &&
+                           (snapshot.tap_width == 0 ||
+                            int64_t(snapshot.taps.size()) / block_size / snapshot.tap_width >= snapshot.n_blocks) &&
+                           same_state_form;
     // Only whole blocks of this storage's form come back; another form's K/V (another backend)
     // would not be the bits this machine computes, so those positions are prefilled again.
     int64_t n_restored = 0;

@@ -2,6 +2,7 @@
 // reply equal to the same conversation sent cold to a fresh server, the cache's figures in usage and
 // /metrics; saved slots surviving a restart, and bad slot files refused while the server serves on.
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -104,10 +105,21 @@ test('a saved slot survives a restart and continues exactly; bad files are refus
     } finally {
       await other.stop();
     }
+    // A header whose sizes multiply past 64 bits, re-checksummed so only the sizes can refuse it
+    // (2^60 blocks of the real block size once wrapped to 0 bytes and passed).
+    const headerLength = Number(good.readBigUInt64LE(7));
+    const header = JSON.parse(good.subarray(15, 15 + headerLength).toString());
+    const tokens = good.subarray(15 + headerLength, 15 + headerLength + 4 * header.n_tokens);
+    const crafted = Buffer.from(JSON.stringify({ ...header, n_blocks: 2 ** 60, kv_bytes: 0, tap_width: 0 }));
+    const length = Buffer.alloc(8);
+    length.writeBigUInt64LE(BigInt(crafted.length));
+    const craftedFile = Buffer.concat([good.subarray(0, 7), length, crafted, tokens]);
+    const digest = crypto.createHash('sha256').update(craftedFile).digest();
+    fs.writeFileSync(path.join(slotDir, 'wrapped.tfslot'), Buffer.concat([craftedFile, digest]));
     fs.mkdirSync(path.join(slotDir, 'folder.tfslot'), { recursive: true });
     const refusals = [
       ['cut', /truncated/], ['flipped', /corrupt/], ['foreign', /another model/], ['absent', /no saved slot/],
-      ['folder', /is a directory/],
+      ['folder', /is a directory/], ['wrapped', /corrupt header/],
     ];
     for (const [name, why] of refusals) {
       const answer = await request(second, '/slots/0?action=restore', { body: { name } });
@@ -125,7 +137,7 @@ test('a saved slot survives a restart and continues exactly; bad files are refus
     const taken = await request(second, '/slots/0?action=save', { body: { name: 'folder' } });
     assert.equal(taken.status, 400, taken.text);
     assert.equal(taken.json.error.param, 'name');
-    assert.ok(!fs.existsSync(path.join(slotDir, 'folder.tfslot.tmp')));
+    assert.deepEqual(fs.readdirSync(slotDir).filter((name) => name.includes('.tmp')), []);
     assert.equal((await request(second, '/slots/0?action=fly', { body: { name: 'a' } })).json.error.param, 'action');
     assert.equal((await request(second, '/slots/9?action=save', { body: { name: 'a' } })).json.error.param, 'id_slot');
     assert.ok(!fs.existsSync(path.join(slotDir, '..', 'escape.tfslot')));
