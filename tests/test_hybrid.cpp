@@ -187,6 +187,33 @@ TEST(HybridLoader, AMissingHybridFieldIsAnErrorNamingIt) {
   fs::remove_all(bad_kind);
 }
 
+// A size whose products wrap int64 back to the real shapes (2 * 2^62 * heads + value dim == the
+// true conv_dim) is refused by its own bound, before any shape is compared.
+TEST(HybridLoader, ASizeWhoseProductsWrapIsRefused) {
+  const std::string dir = edited_copy("qwen3.5-tiny-a", [](nlohmann::json& c) {
+    c["text_config"]["linear_key_head_dim"] = c["text_config"]["linear_key_head_dim"].get<int64_t>() + (int64_t(1) << 62);
+  });
+  test::expect_error_naming([&] { ModelConfig::load(dir); }, {"linear_key_head_dim", dir + "/config.json"});
+  fs::remove_all(dir);
+}
+
+// A checkpoint with tensors the config does not ask for loads no model: a layer past
+// num_hidden_layers, an untied head beside tie_word_embeddings, an attention tensor in a layer
+// "layer_types" makes linear. The vision tower alone may go unused (tiny-a carries one).
+TEST(HybridLoader, ATensorTheConfigDoesNotUseIsAnErrorNamingTheField) {
+  const std::string fewer_layers = edited_copy("qwen3.5-tiny-b", [](nlohmann::json& c) {
+    c["num_hidden_layers"] = 4;
+    c["layer_types"].erase(4);
+  });
+  test::expect_error_naming([&] { load_model(fewer_layers, {}); },
+                            {"model.layers.4.", "num_hidden_layers", fewer_layers + "/config.json"});
+  fs::remove_all(fewer_layers);
+  const std::string tied = edited_copy("qwen3.5-tiny-b", [](nlohmann::json& c) { c["tie_word_embeddings"] = true; });
+  test::expect_error_naming([&] { load_model(tied, {}); }, {"lm_head.weight", "tie_word_embeddings"});
+  fs::remove_all(tied);
+  EXPECT_NO_THROW(load_model(test::hybrid_model_dir("qwen3.5-tiny-a"), {}));
+}
+
 // The layout mlx-lm saves: the text model under language_model.model.* (its head under
 // language_model.lm_head), the convolution as [C][K][1], and the zero-centred norms already shifted
 // to 1 + w. Stored here in f32 (1 + w formed in f32, as the loader forms it), the copy must give the

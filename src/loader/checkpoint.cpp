@@ -128,14 +128,17 @@ const std::string& Checkpoint::file_of(const std::string& name) const {
 }
 
 void Checkpoint::check_all_used(const std::function<std::string(const std::string& name)>& why_unused) const {
-  std::vector<std::string> unused;
-  for (const auto& [name, entry] : index_)
-    if (!used_.count(name)) unused.push_back(name);
+  std::vector<std::pair<std::string, std::string>> unused;  // name, why
+  for (const auto& [name, entry] : index_) {
+    if (used_.count(name)) continue;
+    std::string why = why_unused(name);
+    if (!why.empty()) unused.emplace_back(name, std::move(why));
+  }
   if (unused.empty()) return;
   const std::string more =
       unused.size() == 1 ? "" : " (" + std::to_string(unused.size() - 1) + " more tensors are unused too)";
-  fail("tensor \"" + unused[0] + "\" in " + index_.at(unused[0]).second->path() + " is not used: " +
-       why_unused(unused[0]) + more);
+  fail("tensor \"" + unused[0].first + "\" in " + index_.at(unused[0].first).second->path() + " is not used: " +
+       unused[0].second + more);
 }
 
 std::vector<std::string> Checkpoint::names() const {

@@ -30,7 +30,8 @@ class Checkpoint {
   std::vector<std::string> names() const;
   // After binding: every tensor must have been used, since a tensor the config does not ask for
   // (an extra layer, an untied head) means the config and the checkpoint disagree. Throws
-  // tf::Error naming the first unused tensor, its file, and `why_unused(name)`: the config field.
+  // tf::Error naming the first unused tensor, its file, and `why_unused(name)`: the config field
+  // (an empty reason: this tensor may go unused, as a vision tower the text model ignores).
   void check_all_used(const std::function<std::string(const std::string& name)>& why_unused) const;
 
  private:

@@ -295,15 +295,13 @@ void ModelConfig::validate_hybrid(const std::string& source) const {
   if (int64_t(h.layer_kinds.size()) != n_layers)
     fail("layer_types in " + source + " has " + std::to_string(h.layer_kinds.size()) + " entries for " +
          std::to_string(n_layers) + " layers (num_hidden_layers)");
-  auto require_positive = [&](int64_t value, const char* field) {
-    if (value <= 0) fail(std::string(field) + " in " + source + " must be positive, got " + std::to_string(value));
-  };
-  require_positive(h.linear_n_key_heads, "linear_num_key_heads");
-  require_positive(h.linear_n_value_heads, "linear_num_value_heads");
-  require_positive(h.linear_key_head_dim, "linear_key_head_dim");
-  require_positive(h.linear_value_head_dim, "linear_value_head_dim");
-  require_positive(h.conv_kernel, "linear_conv_kernel_dim");
-  if (h.conv_kernel > 16) fail("linear_conv_kernel_dim in " + source + " must be at most 16");
+  // Bounded as the dense sizes are, so every product of them (conv_dim, a state's size) stays in
+  // int64: a wrapped product once matched a real tensor's shape.
+  require_in_range(h.linear_n_key_heads, "linear_num_key_heads", source, 1, 4096);
+  require_in_range(h.linear_n_value_heads, "linear_num_value_heads", source, 1, 4096);
+  require_in_range(h.linear_key_head_dim, "linear_key_head_dim", source, 1, 4096);
+  require_in_range(h.linear_value_head_dim, "linear_value_head_dim", source, 1, 4096);
+  require_in_range(h.conv_kernel, "linear_conv_kernel_dim", source, 1, 16);
   if (h.linear_n_value_heads % h.linear_n_key_heads != 0)
     fail("linear_num_value_heads (" + std::to_string(h.linear_n_value_heads) + ") in " + source +
          " must be a multiple of linear_num_key_heads (" + std::to_string(h.linear_n_key_heads) + ")");

@@ -118,16 +118,18 @@ Qwen35Weights bind_qwen3_5_weights(const Checkpoint& checkpoint, const ModelConf
 
   // The convolution's layout tells whose conventions the file follows; every layer must agree.
   bool is_mlx_layout = false;
-  bool seen_conv = false;
+  std::string first_conv;
+  const auto layout_name = [](bool is_mlx) { return is_mlx ? "mlx-lm's [C][K][1]" : "transformers' [C][1][K]"; };
   for (int64_t i = 0; i < config.n_layers; ++i) {
     if (h.layer_kinds[size_t(i)] != LayerKind::linear_attention) continue;
     const std::string name = prefixes.text + "layers." + std::to_string(i) + ".linear_attn.conv1d.weight";
     const bool is_mlx = conv_is_mlx_layout(checkpoint, name, h.conv_dim(), h.conv_kernel);
-    if (seen_conv && is_mlx != is_mlx_layout)
-      fail("tensor \"" + name + "\" in " + checkpoint.file_of(name) +
-           " has another layout than the first layer's convolution");
+    if (!first_conv.empty() && is_mlx != is_mlx_layout)
+      fail("the convolutions in " + checkpoint.dir() + " disagree on their layout: \"" + first_conv + "\" has " +
+           layout_name(is_mlx_layout) + ", \"" + name + "\" (in " + checkpoint.file_of(name) + ") has " +
+           layout_name(is_mlx));
+    if (first_conv.empty()) first_conv = name;
     is_mlx_layout = is_mlx;
-    seen_conv = true;
   }
 
   Qwen35Weights weights;
@@ -169,6 +171,28 @@ Qwen35Weights bind_qwen3_5_weights(const Checkpoint& checkpoint, const ModelConf
     weights.layers.push_back(w);
   }
   bind_mtp(checkpoint, config, bind, weights);
+  // Every tensor is used but the vision tower's: a stray one means the config and the checkpoint
+  // disagree (say, on num_hidden_layers or layer_types), and loading on would compute another model.
+  const std::string config_path = checkpoint.dir() + "/config.json";
+  const std::string layers = prefixes.text + "layers.";
+  checkpoint.check_all_used([&](const std::string& name) -> std::string {
+    if (name.starts_with("model.visual.") || name.starts_with("visual.")) return "";
+    if (name == prefixes.lm_head + ".weight" && config.tie_word_embeddings)
+      return "\"tie_word_embeddings\" in " + config_path + " is true, so the embedding is the LM head";
+    if (name.starts_with(layers)) {
+      const size_t dot = name.find('.', layers.size());
+      const std::string digits = name.substr(layers.size(), dot - layers.size());
+      const bool is_index = dot != std::string::npos && !digits.empty() && digits.size() < 10 &&
+                            digits.find_first_not_of("0123456789") == std::string::npos;
+      const int64_t layer = is_index ? std::stoll(digits) : -1;
+      const std::string rest = is_index ? name.substr(dot + 1) : "";
+      if (layer >= 0 && layer < config.n_layers && (rest.starts_with("self_attn.") || rest.starts_with("linear_attn.")))
+        return "layer " + digits + " is " +
+               (h.layer_kinds[size_t(layer)] == LayerKind::full_attention ? "\"full_attention\"" : "\"linear_attention\"") +
+               " in \"layer_types\" of " + config_path + ", which has no tensor of that name";
+    }
+    return unused_tensor_reason(name, layers, config.n_layers, config_path, config.architecture);
+  });
   return weights;
 }
 
