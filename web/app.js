@@ -214,6 +214,11 @@ class ReplyView {
     set(this.speed, speed, speed === null ? '' : speed.toFixed(1));
   }
 
+  // A reply cut short: whatever it reached is no longer being thought.
+  stop() {
+    if (this.reasoningTitle.textContent === 'thinking…') this.reasoningTitle.textContent = 'reasoning (stopped)';
+  }
+
   finish(reply) {
     this.showStats(reply.timings, 0);
     this.reasoningTitle.textContent = 'reasoning';
@@ -261,7 +266,13 @@ async function runReply(body, view, node) {
   } catch (error) {
     const isStopped = error.name === 'AbortError';
     node.dataset.state = isStopped ? 'stopped' : 'failed';
+    view.stop();
     node.append(element('p', isStopped ? 'note' : 'note bad', isStopped ? 'Stopped.' : explainRefusal(error)));
+    // Not an answer from the server at all: it may be gone; show that, and wait for it again.
+    if (!isStopped && !(error instanceof ServerRefusal)) {
+      setStatus('cannot reach the server; retrying…', true);
+      connect();
+    }
     return null;
   } finally {
     node.classList.remove('streaming');
@@ -276,15 +287,33 @@ async function send() {
   showError('');
   $('prompt').value = '';
   state.conversation.push({ role: 'user', content: text });
-  addMessage('user', text);
+  const userNode = addMessage('user', text);
   const body = requestBody(conversationMessages());
   const node = addMessage('assistant');
   const view = new ReplyView(node);
   const reply = await runReply(body, view, node);
   if (!reply) {
-    // A stopped reply stays in the conversation as far as it got; a refused one gives the text back.
-    if (node.dataset.state === 'stopped') state.conversation.push({ role: 'assistant', content: view.content.textContent });
-    else { state.conversation.pop(); $('prompt').value = text; }
+    const answer = view.content.textContent;
+    if (node.dataset.state === 'stopped' && answer) {
+      // A stopped reply stays in the conversation as far as its answer got.
+      state.conversation.push({ role: 'assistant', content: answer });
+    } else if (node.dataset.state === 'stopped') {
+      // Stopped before any answer (while reasoning): the turn leaves the conversation, and says so.
+      state.conversation.pop();
+      userNode.classList.add('left-out');
+      node.classList.add('left-out');
+      node.append(element('p', 'note', 'This turn is left out of the conversation.'));
+    } else {
+      // A refused or failed turn leaves the screen as it leaves the conversation: the text goes
+      // back to the prompt box and the reason above it.
+      state.conversation.pop();
+      const reason = node.querySelector('.note.bad');
+      showError(reason ? reason.textContent : 'The reply failed.');
+      userNode.remove();
+      node.remove();
+      $('prompt').value = text;
+      $('empty-hint').hidden = state.conversation.length > 0;
+    }
     return;
   }
   state.conversation.push({ role: 'assistant', content: reply.text });
@@ -413,7 +442,13 @@ $('clear').addEventListener('click', () => {
 });
 $('key-form').addEventListener('submit', (event) => {
   event.preventDefault();
-  sessionStorage.setItem('tensorfold-api-key', $('api-key').value.trim());
+  const key = $('api-key').value.trim();
+  // A key travels in an HTTP header: printable ASCII only (fetch refuses anything else).
+  if (!/^[\x21-\x7e]*$/.test(key)) {
+    $('key-reason').textContent = 'An API key is printable ASCII without spaces; this one has other characters.';
+    return;
+  }
+  sessionStorage.setItem('tensorfold-api-key', key);
   $('api-key').value = '';
   showError('');
   connect();

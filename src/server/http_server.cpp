@@ -268,13 +268,22 @@ struct HttpServer::Impl {
 
   HttpReply page_file(const char* name, const char* type) const {
     std::ifstream in(options.web_dir + "/" + name, std::ios::binary);
+    // The folder is the operator's to know, not a client's (this route needs no key).
     if (options.web_dir.empty() || !in)
-      throw ApiError(404, std::string("This server has no chat page (") + name + " is not in --web-dir '" +
-                              options.web_dir + "').",
+      throw ApiError(404, std::string("This server has no chat page (") + name + " is not in its --web-dir).",
                      "invalid_request_error", "", "not_found");
     std::ostringstream content;
     content << in.rdbuf();
-    return HttpReply{200, std::string(type) + "; charset=utf-8", content.str(), {{"Cache-Control", "no-cache"}}};
+    // The page keeps an API key: only its own files run in it, and no other site may frame it.
+    return HttpReply{200,
+                     std::string(type) + "; charset=utf-8",
+                     content.str(),
+                     {{"Cache-Control", "no-cache"},
+                      {"Content-Security-Policy",
+                       "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"},
+                      {"X-Content-Type-Options", "nosniff"},
+                      {"X-Frame-Options", "DENY"},
+                      {"Referrer-Policy", "no-referrer"}}};
   }
 
   HttpReply health() const {

@@ -46,6 +46,10 @@ test('a rename on the page is shaded by long copy and equals its draft-off rerun
   async () => {
     const response = await page.goto(`${server.baseUrl}/`, { waitUntil: 'load' });
     assert.equal(response.status(), 200, 'GET / serves the chat page');
+    // The page runs only its own files and no other site may frame it (it keeps an API key); the
+    // whole test below runs under that policy.
+    assert.match(response.headers()['content-security-policy'], /default-src 'self'.*frame-ancestors 'none'/);
+    assert.equal(response.headers()['x-content-type-options'], 'nosniff');
     await page.waitForFunction(() => document.getElementById('server-status').textContent === 'ready');
     assert.equal(await page.$eval('#model-name', (node) => node.textContent), 'tensorfold-code-target');
 
@@ -130,4 +134,30 @@ test('reasoning_content is shown apart from the reply, folded, and equal on the 
       await thinkingServer.stop();
       fs.rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+test('a refused turn leaves the screen as it leaves the conversation; a key must be ASCII', { timeout: 120_000 },
+  async () => {
+    await page.goto(`${server.baseUrl}/`, { waitUntil: 'load' });
+    await page.waitForFunction(() => document.getElementById('server-status').textContent === 'ready');
+    await page.$eval('#temperature', (node) => { node.value = '5'; });  // above 2: the server answers 400
+    await page.$eval('#prompt', (node) => { node.value = 'def add(a, b):'; });
+    await page.click('#send');
+    await page.waitForFunction(() => !document.getElementById('error').hidden);
+    assert.match(await page.$eval('#error', (node) => node.textContent), /\(400\).*temperature/);
+    assert.equal(await page.$$eval('.message', (nodes) => nodes.length), 0, 'no bubble of a turn never sent');
+    assert.equal(await page.$eval('#prompt', (node) => node.value), 'def add(a, b):', 'the text is given back');
+    await page.$eval('#temperature', (node) => { node.value = '0'; });
+    await page.$eval('#max-tokens', (node) => { node.value = '8'; });
+    await page.click('#send');
+    const reply = await page.waitForSelector('.message.assistant[data-state]');
+    assert.equal(await reply.evaluate((node) => node.dataset.state), 'done');
+    assert.equal(await page.$$eval('.message.user', (nodes) => nodes.length), 1, 'the sent text shows once');
+
+    await page.$eval('#key-panel', (node) => { node.hidden = false; });
+    await page.$eval('#api-key', (node) => { node.value = 'clé🔑'; });
+    await page.$eval('#key-form', (node) => node.requestSubmit());
+    assert.match(await page.$eval('#key-reason', (node) => node.textContent), /printable ASCII/);
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('tensorfold-api-key')), null);
+    assert.deepEqual(pageErrors, []);
   });
