@@ -111,6 +111,11 @@ TEST(ChatReplyParser, Qwen3MalformedOrCutCallsStayText) {
   expect_cut_invariant(qwen3_options(true), "Text \n<tool_call>\n{\"name\": oops}\n</tool_call> then text", {"", "Text \n<tool_call>\n{\"name\": oops}\n</tool_call> then text", {}});
   expect_cut_invariant(qwen3_options(true), "Calling <tool_call>\n{\"name\": \"a\", \"argu", {"", "Calling <tool_call>\n{\"name\": \"a\", \"argu", {}});
   expect_cut_invariant(qwen3_options(true), "A reply with < and <tool and </think> in it", {"", "A reply with < and <tool and </think> in it", {}});
+  // With tools but no call, the reply's own trailing whitespace is content, as without tools;
+  // after a call it is the template's.
+  expect_cut_invariant(qwen3_options(true), "names = 1\n", {"", "names = 1\n", {}});
+  expect_cut_invariant(qwen3_options(true), "Ok.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n",
+                       {"", "Ok.", {{"call_x_0", "a", "{}"}}});
 }
 
 TEST(ChatReplyParser, Qwen3WithoutToolsKeepsContentAsIs) {

@@ -26,8 +26,8 @@ namespace {
 using nlohmann::json;
 
 // Whether the grammar matches `text` whole (alive and complete after its bytes).
-bool matches(const std::string& gbnf, const std::string& text) {
-  auto grammar = Grammar::parse(gbnf);
+bool matches(const std::string& gbnf, const std::string& text, const std::string& start = "root") {
+  auto grammar = Grammar::parse(gbnf, start);
   GrammarMatcher matcher(grammar, std::make_shared<TokenVocabulary>(std::vector<std::string>{"x"}));
   GrammarState state = matcher.advance_bytes(matcher.start(), text);
   return state.is_complete;
@@ -332,12 +332,12 @@ TEST(JsonSchemaTest, ForcedToolCallsFollowTheQwen3FormAndTheToolSchema) {
   std::vector<server::ToolSchema> tools = {
       {"get_weather", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", {"city"}}}, "tools[0]"},
       {"now", json::object(), "tools[1]"}};
-  const std::string one = server::tool_call_gbnf(tools, {server::ToolCallSyntax::qwen3_json, false, false});
+  const std::string one = server::tool_call_gbnf(tools, {server::ToolCallSyntax::qwen3_json, false});
   EXPECT_TRUE(matches(one, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
   EXPECT_TRUE(matches(one, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
   EXPECT_FALSE(matches(one, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));
   EXPECT_FALSE(matches(one, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
-  const std::string parallel = server::tool_call_gbnf(tools, {server::ToolCallSyntax::qwen3_json, true, false});
+  const std::string parallel = server::tool_call_gbnf(tools, {server::ToolCallSyntax::qwen3_json, true});
   EXPECT_TRUE(matches(parallel, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n"
                                 "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
   EXPECT_FALSE(matches(one, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n"
@@ -377,7 +377,7 @@ TEST(JsonSchemaTest, ForcedToolCallsFollowTheQwen35XmlFormAndTheToolSchema) {
           "mode": {"enum": ["fast", "true"]}}, "required": ["city", "days"]})"),
        "tools[0].function.parameters"},
       {"now", ordered_json::object(), "tools[1].function.parameters"}};
-  const server::ToolCallForm one_call{server::ToolCallSyntax::qwen3_5_xml, false, false};
+  const server::ToolCallForm one_call{server::ToolCallSyntax::qwen3_5_xml, false};
   const std::string one = server::tool_call_gbnf(tools, one_call);
   const auto call = [](const std::string& name, const std::string& parameters) {
     return "<tool_call>\n<function=" + name + ">\n" + parameters + "</function>\n</tool_call>";
@@ -406,13 +406,14 @@ TEST(JsonSchemaTest, ForcedToolCallsFollowTheQwen35XmlFormAndTheToolSchema) {
   EXPECT_FALSE(matches(one, call("get_weather", parameter("city", "x</parameter>y") + parameter("days", "3"))));
   EXPECT_FALSE(matches(one, call("get_weather", parameter("city", "Paris") + parameter("days", "3") + parameter("mode", "true"))));
   EXPECT_FALSE(matches(one, paris + "\n" + paris));
-  const std::string parallel = server::tool_call_gbnf(tools, {server::ToolCallSyntax::qwen3_5_xml, true, false});
+  const std::string parallel = server::tool_call_gbnf(tools, {server::ToolCallSyntax::qwen3_5_xml, true});
   EXPECT_TRUE(matches(parallel, paris + "\n" + call("now", "")));
   // After a prompt that opened <think>: free reasoning, its close and a blank line, then the call.
-  const std::string thinking = server::tool_call_gbnf(tools, {server::ToolCallSyntax::qwen3_5_xml, false, true});
-  EXPECT_TRUE(matches(thinking, "Paris, I think. </thin\n</think>\n\n" + paris));
-  EXPECT_TRUE(matches(thinking, "</think>\n\n" + paris));
-  EXPECT_FALSE(matches(thinking, paris));
+  const server::StartedGbnf thinking = server::after_reasoning_gbnf({one});
+  EXPECT_TRUE(matches(thinking.text, "Paris, I think. </thin\n</think>\n\n" + paris, thinking.start));
+  EXPECT_TRUE(matches(thinking.text, "</think>\n\n" + paris, thinking.start));
+  EXPECT_FALSE(matches(thinking.text, paris, thinking.start));
+  EXPECT_FALSE(matches(thinking.text, "</think>\n\n" + paris + "\n" + paris, thinking.start));
 
   // What the grammar lets through is what the parser reads as calls, with the arguments typed.
   EXPECT_EQ(parsed_xml_calls(full, false, tools),
@@ -434,7 +435,7 @@ TEST(JsonSchemaTest, ForcedXmlCallsRefuseWhatTheirRawFormCannotHold) {
   auto param_of = [](const std::string& parameters) {
     try {
       server::tool_call_gbnf({{"f", nlohmann::ordered_json::parse(parameters), "tools[0].function.parameters"}},
-                             {server::ToolCallSyntax::qwen3_5_xml, true, false});
+                             {server::ToolCallSyntax::qwen3_5_xml, true});
     } catch (const server::ApiError& e) {
       EXPECT_EQ(e.status, 400);
       return e.param;
@@ -476,6 +477,57 @@ TEST(JsonSchemaTest, MembersFollowThePropertiesOrderTheClientGave) {
                                 "</parameter>\n</function>\n</tool_call>"));
   EXPECT_FALSE(matches(xml_call, "<tool_call>\n<function=f>\n<parameter=alpha>\n2\n</parameter>\n<parameter=zeta>\n1\n"
                                  "</parameter>\n</function>\n</tool_call>"));
+}
+
+// tool_choice "auto" with a strict tool: text, or text and calls; a call opened follows the strict
+// tool's schema, a loose tool's call takes any arguments; the reasoning may quote the tag. Without a
+// strict tool "auto" constrains nothing; "none" never does; with a prompt that opened the reasoning,
+// the reasoning is free and the rest follows.
+TEST(JsonSchemaTest, StrictToolsBindAutoCallsAndLeaveTextFree) {
+  const nlohmann::ordered_json body = nlohmann::ordered_json::parse(R"({"tools": [
+      {"type": "function", "function": {"name": "city", "strict": true, "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}}},
+      {"type": "function", "function": {"name": "loose", "parameters": {"type": "object",
+        "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}]})");
+  const server::ConstraintFields fields = server::parse_constraint_fields(body);
+  EXPECT_EQ(fields.grammar_param, "tools");
+  const auto auto_matches = [&](const std::string& reply) { return matches(fields.grammar_text, reply, fields.grammar_start); };
+  const std::string city = "<tool_call>\n{\"name\": \"city\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
+  EXPECT_TRUE(auto_matches(""));
+  EXPECT_TRUE(auto_matches("Just text, with <tool and </tool_call> in it.\n"));
+  EXPECT_TRUE(auto_matches("Let me look.\n\n" + city));
+  EXPECT_TRUE(auto_matches(city + "\n" + city));
+  EXPECT_TRUE(auto_matches("<think>\nI could write <tool_call> here.\n</think>\n\n" + city));
+  EXPECT_TRUE(auto_matches("<tool_call>\n{\"name\": \"loose\", \"arguments\": {\"anything\": [1]}}\n</tool_call>"));
+  EXPECT_FALSE(auto_matches("<tool_call>\n{\"name\": \"city\", \"arguments\": {\"town\": 5}}\n</tool_call>"));
+  EXPECT_FALSE(auto_matches("<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(auto_matches(city + "\nand text after the calls"));
+
+  nlohmann::ordered_json loose = body;
+  loose["tools"][0]["function"].erase("strict");
+  EXPECT_TRUE(server::parse_constraint_fields(loose).grammar_text.empty());
+  nlohmann::ordered_json none = body;
+  none["tool_choice"] = "none";
+  EXPECT_TRUE(server::parse_constraint_fields(none).grammar_text.empty());
+  nlohmann::ordered_json with_format = body;
+  with_format["response_format"] = {{"type", "json_object"}};
+  EXPECT_THROW(server::parse_constraint_fields(with_format), server::ApiError);
+
+  const server::ConstraintFields thinking = server::parse_constraint_fields(body, server::ToolCallSyntax::qwen3_json, true);
+  EXPECT_TRUE(matches(thinking.grammar_text, "quoting <tool_call> while thinking</think>\n\nSo: " + city, thinking.grammar_start));
+  EXPECT_FALSE(matches(thinking.grammar_text, "</think>\n\n<tool_call>\n{\"name\": \"city\", \"arguments\": {}}\n</tool_call>",
+                       thinking.grammar_start));
+}
+
+// response_format after a prompt that opened the reasoning: the JSON is the answer, not the thought.
+TEST(JsonSchemaTest, AResponseFormatConstrainsTheAnswerAfterTheReasoning) {
+  const server::ConstraintFields fields =
+      server::parse_constraint_fields({{"response_format", {{"type", "json_object"}}}}, server::ToolCallSyntax::qwen3_5_xml, true);
+  EXPECT_TRUE(matches(fields.grammar_text, "An object, then.\n</think>\n\n{\"a\": 1}", fields.grammar_start));
+  EXPECT_FALSE(matches(fields.grammar_text, "{\"a\": 1}", fields.grammar_start));
+  const server::ConstraintFields grammar =
+      server::parse_constraint_fields({{"grammar", "root ::= \"yes\" | \"no\""}}, server::ToolCallSyntax::qwen3_json, true);
+  EXPECT_TRUE(matches(grammar.grammar_text, "hmm</think>\n\nyes", grammar.grammar_start));
 }
 
 TEST(SamplerConstraintTest, BiasAndMaskApplyBeforeEverythingAndAnEmptyConstraintChangesNothing) {
@@ -535,6 +587,16 @@ TEST(PredictionUsageTest, AcceptedTokensAreTheCommonSubsequence) {
   EXPECT_EQ(usage.rejected, 1);
   EXPECT_EQ(server::prediction_usage({}, {1}).accepted, 0);
   EXPECT_EQ(server::prediction_usage({7, 7}, {}).rejected, 2);
+  // Past its budget of diff work the count is a common subsequence, never more than the exact one,
+  // and a long prediction far from a short reply costs no quadratic time.
+  const std::vector<int32_t> far(200000, 5);
+  const auto bounded = server::prediction_usage(far, {1, 5, 2, 5}, 1000);
+  EXPECT_EQ(bounded.accepted, 2);
+  EXPECT_EQ(bounded.accepted + bounded.rejected, 200000);
+  EXPECT_EQ(server::prediction_usage({1, 2, 3, 4, 5}, {1, 9, 3, 4, 8, 5}, 3).accepted, 4);  // greedy finds it too
+  std::vector<int32_t> shifted(20000), noise(20000);
+  for (int i = 0; i < 20000; ++i) shifted[size_t(i)] = i, noise[size_t(i)] = 100000 + i;
+  EXPECT_EQ(server::prediction_usage(shifted, noise).accepted, 0);
 }
 
 TEST(ConstraintParamsTest, BadValuesAreRefusedNamingTheParameter) {

@@ -164,8 +164,9 @@ TEST(OpenAiProtocol, WrongTypesNameTheParameter) {
   EXPECT_EQ(chat_error({{"seed", "7"}}).param, "seed");
   EXPECT_EQ(chat_error({{"stop", 3}}).param, "stop");
   EXPECT_EQ(chat_error({{"stop", {"a", 1}}}).param, "stop");
-  EXPECT_EQ(chat_error({{"stream_options", {{"include_usage", 1}}}}).param,
+  EXPECT_EQ(chat_error({{"stream", true}, {"stream_options", {{"include_usage", 1}}}}).param,
             "stream_options.include_usage");
+  EXPECT_EQ(chat_error({{"stream_options", {{"include_usage", true}}}}).param, "stream_options");  // not streamed
   EXPECT_EQ(chat_error({{"chat_template_kwargs", {{"enable_thinking", "no"}}}}).param,
             "chat_template_kwargs.enable_thinking");
   EXPECT_EQ(chat_error({{"model", 5}}).param, "model");
@@ -456,6 +457,7 @@ TEST(OpenAiProtocol, StreamChunks) {
   EXPECT_EQ(final_chunk["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(final_chunk["token_sha"], "f00");
   EXPECT_TRUE(final_chunk.contains("timings"));
+  EXPECT_FALSE(final_chunk.contains("usage"));  // only the include_usage chunk reports it
   const json usage = usage_chunk_json(header, usage_json(summary), summary);
   EXPECT_EQ(usage["token_sha"], "f00");
   EXPECT_TRUE(usage["choices"].empty());
@@ -571,8 +573,9 @@ TEST(OpenAiProtocol, BadToolFieldsNameTheirParameter) {
   xml_calls.chat_family = ChatTemplateFamily::qwen3_5;  // its calls are XML, and so is the forced grammar
   const CompletionRequest xml_required = parse_chat_request(chat_body({{"tools", tools}, {"tool_choice", "required"}}), xml_calls);
   EXPECT_NE(xml_required.constraints.grammar_text.find("<function="), std::string::npos);
-  EXPECT_NE(xml_required.constraints.grammar_text.find("think-text-0 \"</think>"), std::string::npos)
+  EXPECT_NE(xml_required.constraints.grammar_text.find("reasoning-text-0 \"</think>"), std::string::npos)
       << "thinking is on: the prompt opened <think>, the call follows its close";
+  EXPECT_EQ(xml_required.constraints.grammar_start, "reasoning-then-answer");
   json no_thinking = chat_body({{"tools", tools}, {"tool_choice", "required"}, {"reasoning_effort", "none"}});
   EXPECT_EQ(parse_chat_request(no_thinking, xml_calls).constraints.grammar_text.find("</think>"), std::string::npos);
   EXPECT_NO_THROW(parse_chat_request(chat_body({{"tools", tools}, {"tool_choice", "auto"}}), xml_calls));

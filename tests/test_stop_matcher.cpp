@@ -150,5 +150,35 @@ TEST(StopMatcher, ChunkingDoesNotChangeOutput) {
   }
 }
 
+// A closing string ends the reply and stays in it, but not where the reasoning quotes it; the
+// reply may start inside the reasoning; a stop string before it still wins; any chunking alike.
+TEST(StopMatcher, AClosingStringEndsTheReplyOutsideTheQuietSections) {
+  const ClosingString call_close{"</tool_call>", "<think>", "</think>", true};
+  const std::string reply = "I may write </tool_call> here.</think>\n\n<tool_call>\n{}\n</tool_call>\n<tool_call>";
+  const std::string expected = "I may write </tool_call> here.</think>\n\n<tool_call>\n{}\n</tool_call>";
+  for (size_t chunk = 1; chunk <= 9; ++chunk) {
+    std::vector<std::string> chunks;
+    for (size_t at = 0; at < reply.size(); at += chunk) chunks.push_back(reply.substr(at, chunk));
+    StopMatcher matcher({}, call_close);
+    EXPECT_EQ(run_all(matcher, chunks), expected) << "chunk size " << chunk;
+    EXPECT_TRUE(matcher.is_stopped());
+  }
+  // Not starting in the reasoning: a <think> the model opens quiets it the same way.
+  StopMatcher opened({}, ClosingString{"</tool_call>", "<think>", "</think>", false});
+  EXPECT_EQ(run_all(opened, {"<think>a </tool_call></think>b</tool_call>c"}), "<think>a </tool_call></think>b</tool_call>");
+  // Outside any reasoning at once.
+  StopMatcher plain({}, ClosingString{"</tool_call>", "<think>", "</think>", false});
+  EXPECT_EQ(run_all(plain, bytes_of("x</tool_call>y")), "x</tool_call>");
+  // A stop string that completes first ends the reply without it.
+  StopMatcher stop_first({"STOP"}, ClosingString{"</tool_call>", "", "", false});
+  EXPECT_EQ(run_all(stop_first, {"aSTOPb</tool_call>"}), "a");
+  StopMatcher stop_held({"</tool_call>x"}, ClosingString{"</tool_call>", "", "", false});
+  EXPECT_EQ(run_all(stop_held, {"a</tool_call>x"}), "a</tool_call>");
+  // The reasoning never closes: no end.
+  StopMatcher unclosed({}, call_close);
+  EXPECT_EQ(run_all(unclosed, {"still </tool_call> thinking"}), "still </tool_call> thinking");
+  EXPECT_FALSE(unclosed.is_stopped());
+}
+
 }  // namespace
 }  // namespace tf

@@ -117,7 +117,7 @@ std::vector<GenerationRequest> xml_call_requests(const ConstrainedTarget& t, boo
        nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"city": {"type": "string"},
           "days": {"type": "integer"}, "metric": {"type": "boolean"}}, "required": ["city", "days"]})"),
        "tools[0].function.parameters"}};
-  const std::string gbnf = server::tool_call_gbnf(tools, {server::ToolCallSyntax::qwen3_5_xml, false, false});
+  const std::string gbnf = server::tool_call_gbnf(tools, {server::ToolCallSyntax::qwen3_5_xml, false});
   const std::string call = kXmlCall;
   return constrained_requests(t, gbnf, {"Call the tool like this:\n" + call + "\n" + call + "\n",
                                      call + "\n" + call + "\n" + call + "\n",

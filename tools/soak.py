@@ -103,7 +103,7 @@ class Soak:
                 if choices and choices[0].get("finish_reason"):
                     finish = choices[0]["finish_reason"]
                     with self.lock:
-                        self.tokens += chunk.get("usage", {}).get("completion_tokens", 0)
+                        self.tokens += chunk.get("timings", {}).get("predicted_n", 0)  # usage comes only with include_usage
                 if kind == "disconnect" and n_chunks >= 2:
                     return  # leaves mid-stream: the server must free the lane and carry on
                 if kind == "slow":

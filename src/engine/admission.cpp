@@ -42,7 +42,7 @@ void Engine::Impl::admit() {
     lane->timings.cache_n = lane->n_cached;
     lane->slot = take_slot(*lane);
     if (tokenizer) lane->decoder = std::make_unique<StreamDecoder>(*tokenizer);
-    lane->stop_matcher = std::make_unique<StopMatcher>(lane->request.stop);
+    lane->stop_matcher = std::make_unique<StopMatcher>(lane->request.stop, lane->request.closing);
     lane->speculation = speculation.for_lane(lane->request.draft, options.lone_window);
     lane->constraint = make_constraint(lane->request);
     lane->timings.prompt_n = lane->n_prompt;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,11 +24,22 @@ struct TokenConstraints {
   bool is_empty() const { return !grammar && logit_bias.empty() && min_tokens == 0 && stop_token_ids.empty(); }
 };
 
+// A string that ends the reply where it completes and stays in it, except inside sections from
+// quiet_open to quiet_close, where it is only quoted ("</tool_call>" ends a reply of one call, not
+// a thought that mentions it); the reply starts inside such a section when starts_quiet.
+struct ClosingString {
+  std::string text;
+  std::string quiet_open;
+  std::string quiet_close;
+  bool starts_quiet = false;
+};
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;    // token ids, non-empty
   int64_t max_tokens = 16;        // completion budget, >= 1
   SamplingParams sampling;        // seed already chosen (the server draws one when absent)
   std::vector<std::string> stop;  // stop strings; text from a stop string on is never sent
+  std::optional<ClosingString> closing;  // ends the reply after it (kept), unlike a stop string
   bool ignore_eos = false;
   int32_t n_top_logprobs = -1;    // -1: no logprobs; 0..20: logprob of each token plus the n best
   bool wants_provenance = false;  // report how each token reached the reply (TokenProvenance)

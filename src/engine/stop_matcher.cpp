@@ -31,14 +31,49 @@ size_t incomplete_tail_start(const std::string& text) {
 
 }  // namespace
 
-StopMatcher::StopMatcher(std::vector<std::string> stop_strings) {
+StopMatcher::StopMatcher(std::vector<std::string> stop_strings, std::optional<ClosingString> closing)
+    : closing_(std::move(closing)) {
   for (std::string& stop : stop_strings) {
     if (!stop.empty()) stops_.push_back(std::move(stop));
   }
+  if (closing_ && closing_->text.empty()) closing_.reset();
+  is_quiet_ = closing_ && closing_->starts_quiet && !closing_->quiet_close.empty();
+}
+
+size_t StopMatcher::find_closing(const std::string& text) {
+  if (!closing_) return std::string::npos;
+  const ClosingString& c = *closing_;
+  const auto ends_with = [this](const std::string& marker) {
+    return !marker.empty() && recent_.size() >= marker.size() &&
+           recent_.compare(recent_.size() - marker.size(), marker.size(), marker) == 0;
+  };
+  const size_t longest = std::max({c.text.size(), c.quiet_open.size(), c.quiet_close.size()});
+  for (size_t i = 0; i < text.size(); ++i) {
+    recent_ += text[i];
+    if (is_quiet_) {
+      is_quiet_ = !ends_with(c.quiet_close);
+    } else if (ends_with(c.quiet_open) && !c.quiet_close.empty()) {
+      is_quiet_ = true;
+    } else if (ends_with(c.text)) {
+      return i + 1;
+    }
+    if (recent_.size() > longest) recent_.erase(0, recent_.size() - longest);
+  }
+  return std::string::npos;
 }
 
 std::string StopMatcher::push(const std::string& text) {
   if (stopped_) return {};
+  const size_t closing_end = find_closing(text);
+  if (closing_end == std::string::npos) return release(text);
+  // The reply ends with the closing string, unless a stop string comes first.
+  std::string released = release(text.substr(0, closing_end));
+  if (stopped_) return released;
+  stopped_ = true;
+  return released + std::exchange(held_, std::string());
+}
+
+std::string StopMatcher::release(const std::string& text) {
   held_ += text;
 
   // held_ never contains a whole stop string (we would have stopped), so the earliest match is

@@ -65,7 +65,7 @@ void split_utf8(uint32_t lo, uint32_t hi, std::vector<std::pair<std::string, std
 
 class Parser {
  public:
-  explicit Parser(std::string_view text) : text_(text) {}
+  Parser(std::string_view text, std::string_view start) : text_(text), start_(start) {}
 
   std::shared_ptr<const Grammar> run() {
     skip_space(true);
@@ -80,8 +80,9 @@ class Parser {
       rules_[rule] = parse_alternatives(name, 0);
       skip_space(true);
     }
-    auto root = names_.find("root");
-    if (root == names_.end() || !defined_[root->second]) throw Error("grammar: no 'root' rule");
+    auto root = names_.find(std::string(start_));
+    if (root == names_.end() || !defined_[root->second])
+      throw Error("grammar: no '" + std::string(start_) + "' rule");
     for (size_t r = 0; r < rules_.size(); ++r)
       if (!defined_[r]) throw Error("grammar: the rule '" + rule_names_[r] + "' is used but not defined");
     auto grammar = std::make_shared<Grammar>();
@@ -514,6 +515,7 @@ class Parser {
   }
 
   std::string_view text_;
+  std::string_view start_;
   size_t pos_ = 0;
   std::map<std::string, uint32_t> names_;
   std::vector<std::vector<Sequence>> rules_;
@@ -524,7 +526,9 @@ class Parser {
 
 }  // namespace
 
-std::shared_ptr<const Grammar> Grammar::parse(std::string_view text) { return Parser(text).run(); }
+std::shared_ptr<const Grammar> Grammar::parse(std::string_view text, std::string_view start) {
+  return Parser(text, start).run();
+}
 
 std::string gbnf_literal(std::string_view text) {
   std::string out = "\"";

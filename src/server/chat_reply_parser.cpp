@@ -98,7 +98,10 @@ ReplyPiece ChatReplyParser::drain(bool is_final) {
       case Mode::xml_call: is_progressing = step_xml_call(is_final, out); break;
     }
   }
-  if (is_final) held_space_.clear();  // content never ends in whitespace while tools are parsed
+  // Whitespace held at the end is the template's before or after a call; a reply without calls
+  // keeps it, as without tools.
+  if (is_final && n_tool_calls_ == 0) out.content += held_space_;
+  if (is_final) held_space_.clear();
   return out;
 }
 

@@ -105,13 +105,13 @@ GenerationRequest to_generation_request(const CompletionRequest& request, const 
   generation.sampling = request.sampling;
   generation.sampling.seed = seed;
   generation.stop = request.stop;
-  // One call only: the reply stops where its first call closes (the parser closes that call). A
-  // forced call's grammar allows one call by itself, and a stop string could cut the reasoning
-  // before it.
+  // One call only: the reply ends where its first call closes, outside the reasoning (which may
+  // quote the tag). A forced call's grammar allows one call by itself.
   const bool is_forced_call =
       request.tool_choice.mode == ToolChoiceMode::required || request.tool_choice.mode == ToolChoiceMode::function;
   if (parses_tool_calls(request) && !request.parallel_tool_calls && !is_forced_call)
-    generation.stop.push_back("</tool_call>");
+    generation.closing = ClosingString{"</tool_call>", "<think>", "</think>",
+                                       context.chat_template.opens_thinking(request.chat_options)};
   generation.n_top_logprobs = request.n_top_logprobs;
   generation.wants_provenance = request.return_provenance;
   apply_constraint_fields(request.constraints, &generation);
@@ -284,7 +284,14 @@ Choices submit_choices(const std::shared_ptr<const ServingContext>& context, con
   choices.constraint_param = request.constraints.grammar_param;
   // The prediction is a copy source for long copy: it changes speed, never tokens.
   std::optional<std::vector<int32_t>> prediction;
-  if (request.constraints.prediction) prediction = context->tokenizer->encode(*request.constraints.prediction);
+  if (request.constraints.prediction) {
+    prediction = context->tokenizer->encode(*request.constraints.prediction);
+    // No reply is longer than the context, so a longer prediction cannot be what it writes.
+    if (int64_t(prediction->size()) > context->n_ctx)
+      throw ApiError(400, "The prediction is " + std::to_string(prediction->size()) +
+                              " tokens, longer than the context (" + std::to_string(context->n_ctx) + " tokens).",
+                     "invalid_request_error", "prediction");
+  }
   std::vector<Engine::Submission> group;
   for (int64_t index = 0; index < request.n_choices; ++index) {
     auto choice = std::make_unique<Choice>(

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "grammar/grammar.h"
@@ -55,15 +56,18 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const plain_json& value)
 }
 
 // "required" or {"type": "function", "function": {"name": ...}} turn into a tool-call grammar;
-// "auto" and "none" constrain nothing.
-void parse_forced_tool_choice(const plain_json& body, ToolCallForm form, ConstraintFields* out) {
+// "auto" (or no tool_choice) does where a tool is strict: the reply may call or not, and a call it
+// opens follows the schema of a strict tool (any arguments for the others); "none" constrains nothing.
+void parse_tool_choice(const plain_json& body, ToolCallForm form, ConstraintFields* out) {
+  const plain_json* tools = field(body, "tools");
   const plain_json* choice = field(body, "tool_choice");
-  if (!choice) return;
   std::string named;
-  if (choice->is_string()) {
-    const std::string mode = choice->get<std::string>();
-    if (mode == "auto" || mode == "none") return;
-    if (mode != "required") throw bad("tool_choice", "expected 'auto', 'none', 'required' or a named function.");
+  bool is_forced = true;
+  if (!choice || choice->is_string()) {
+    const std::string mode = choice ? choice->get<std::string>() : "auto";
+    if (mode == "none") return;
+    if (mode == "auto") is_forced = false;
+    else if (mode != "required") throw bad("tool_choice", "expected 'auto', 'none', 'required' or a named function.");
   } else if (choice->is_object()) {
     const plain_json* function = field(*choice, "function");
     const plain_json* name = function && function->is_object() ? field(*function, "name") : nullptr;
@@ -73,26 +77,39 @@ void parse_forced_tool_choice(const plain_json& body, ToolCallForm form, Constra
   } else {
     throw bad("tool_choice", "expected a string or an object.");
   }
-  const plain_json* tools = field(body, "tools");
+  if (!is_forced && (!tools || !tools->is_array())) return;
   if (!tools || !tools->is_array() || tools->empty())
     throw bad("tools", "tool_choice '" + (named.empty() ? std::string("required") : named) + "' needs a non-empty 'tools' array.");
   std::vector<ToolSchema> schemas;
+  bool any_strict = false;
   for (size_t i = 0; i < tools->size(); ++i) {
     const plain_json& tool = (*tools)[i];
     const std::string param = "tools[" + std::to_string(i) + "]";
     const plain_json* function = tool.is_object() ? field(tool, "function") : nullptr;
     const plain_json* name = function && function->is_object() ? field(*function, "name") : nullptr;
     if (!name || !name->is_string()) throw bad(param + ".function.name", "every tool needs a function name.");
+    const plain_json* strict = field(*function, "strict");
+    const bool is_strict = strict && strict->is_boolean() && strict->get<bool>();
+    any_strict = any_strict || is_strict;
     ToolSchema schema{name->get<std::string>(), plain_json::object(), param + ".function.parameters"};
-    if (const plain_json* parameters = field(*function, "parameters")) schema.parameters = *parameters;
+    // Under "auto" only a strict tool's schema binds its calls; forced calls follow every schema.
+    if (const plain_json* parameters = field(*function, "parameters"); parameters && (is_forced || is_strict))
+      schema.parameters = *parameters;
     if (named.empty() || schema.name == named) schemas.push_back(std::move(schema));
   }
+  if (!is_forced && !any_strict) return;
   if (schemas.empty()) throw bad("tool_choice", "no tool in 'tools' is named '" + named + "'.");
   const plain_json* parallel = field(body, "parallel_tool_calls");
   if (parallel && !parallel->is_boolean()) throw bad("parallel_tool_calls", "expected a boolean.");
   form.is_parallel = named.empty() && (!parallel || parallel->get<bool>());
   out->grammar_text = tool_call_gbnf(schemas, form);
   out->grammar_param = "tool_choice";
+  if (!is_forced) {
+    StartedGbnf optional = optional_calls_gbnf(std::move(out->grammar_text));
+    out->grammar_text = std::move(optional.text);
+    out->grammar_start = std::move(optional.start);
+    out->grammar_param = "tools";
+  }
 }
 
 void parse_response_format(const plain_json& format, ConstraintFields* out) {
@@ -149,12 +166,20 @@ ConstraintFields parse_constraint_fields(const plain_json& body, ToolCallSyntax 
   }
   const std::string before_tools = out.grammar_param;
   ConstraintFields tool_fields;
-  parse_forced_tool_choice(body, {syntax, true, starts_in_reasoning}, &tool_fields);
+  parse_tool_choice(body, {syntax, true}, &tool_fields);
   if (!tool_fields.grammar_text.empty()) {
     if (!before_tools.empty())
-      throw bad("tool_choice", "a forced tool call cannot be combined with '" + before_tools + "'.");
-    out.grammar_text = tool_fields.grammar_text;
+      throw bad(tool_fields.grammar_param, tool_fields.grammar_param == "tools"
+                                               ? "strict tools cannot be combined with '" + before_tools + "'."
+                                               : "a forced tool call cannot be combined with '" + before_tools + "'.");
+    out.grammar_text = std::move(tool_fields.grammar_text);
+    out.grammar_start = std::move(tool_fields.grammar_start);
     out.grammar_param = tool_fields.grammar_param;
+  }
+  if (starts_in_reasoning && !out.grammar_text.empty()) {
+    StartedGbnf answer = after_reasoning_gbnf({std::move(out.grammar_text), out.grammar_start});
+    out.grammar_text = std::move(answer.text);
+    out.grammar_start = std::move(answer.start);
   }
   if (const plain_json* bias = field(body, "logit_bias")) out.logit_bias = parse_logit_bias(*bias);
   if (const plain_json* min_tokens = field(body, "min_tokens")) {
@@ -177,7 +202,7 @@ void apply_constraint_fields(const ConstraintFields& fields, GenerationRequest* 
   TokenConstraints& constraints = request->constraints;
   if (!fields.grammar_text.empty()) {
     try {
-      constraints.grammar = Grammar::parse(fields.grammar_text);
+      constraints.grammar = Grammar::parse(fields.grammar_text, fields.grammar_start);
       // Its first expansion, here rather than in the engine, so a grammar too ambiguous to start is
       // this request's 400 before any reply (tokens play no part in it).
       GrammarMatcher(constraints.grammar, std::make_shared<TokenVocabulary>(std::vector<std::string>{})).start();
@@ -191,34 +216,44 @@ void apply_constraint_fields(const ConstraintFields& fields, GenerationRequest* 
   request->ignore_eos = request->ignore_eos || fields.ignore_eos;
 }
 
-PredictionUsage prediction_usage(const std::vector<int32_t>& prediction, const std::vector<int32_t>& completion) {
+PredictionUsage prediction_usage(const std::vector<int32_t>& prediction, const std::vector<int32_t>& completion,
+                                 int64_t max_steps) {
   // Myers' greedy diff: the furthest reaching path for each number of edits d, O((n + m) * d), so
-  // a close rewrite costs little however long it is.
+  // a close rewrite costs little however long it is. A far one could cost (n + m)^2: past
+  // max_steps the count is a common subsequence found greedily instead (a lower bound).
   const int64_t n = int64_t(prediction.size()), m = int64_t(completion.size());
   const int64_t max_d = n + m;
   std::vector<int64_t> v(size_t(2 * max_d + 3), 0);
   const int64_t offset = max_d + 1;
-  int64_t edits = max_d;
-  for (int64_t d = 0; d <= max_d; ++d) {
-    bool done = false;
+  int64_t steps = 0;
+  for (int64_t d = 0; d <= max_d && steps <= max_steps; ++d) {
     for (int64_t k = -d; k <= d; k += 2) {
       int64_t x = (k == -d || (k != d && v[size_t(offset + k - 1)] < v[size_t(offset + k + 1)]))
                       ? v[size_t(offset + k + 1)]
                       : v[size_t(offset + k - 1)] + 1;
       int64_t y = x - k;
+      const int64_t x0 = x;
       while (x < n && y < m && prediction[size_t(x)] == completion[size_t(y)]) ++x, ++y;
+      steps += 1 + (x - x0);
       v[size_t(offset + k)] = x;
       if (x >= n && y >= m) {
-        done = true;
-        break;
+        const int64_t common = (n + m - d) / 2;
+        return {common, n - common};
       }
     }
-    if (done) {
-      edits = d;
-      break;
-    }
   }
-  const int64_t common = (n + m - edits) / 2;
+  // Each completion token matched to its next occurrence in the prediction, O(m log n).
+  std::unordered_map<int32_t, std::vector<int64_t>> positions;
+  for (int64_t i = 0; i < n; ++i) positions[prediction[size_t(i)]].push_back(i);
+  int64_t common = 0, next = 0;
+  for (int32_t token : completion) {
+    const auto found = positions.find(token);
+    if (found == positions.end()) continue;
+    const auto at = std::lower_bound(found->second.begin(), found->second.end(), next);
+    if (at == found->second.end()) continue;
+    ++common;
+    next = *at + 1;
+  }
   return {common, n - common};
 }
 

@@ -16,8 +16,9 @@
 namespace tf::server {
 
 struct ConstraintFields {
-  std::string grammar_text;   // GBNF; empty: free text
-  std::string grammar_param;  // the parameter it came from, named in errors
+  std::string grammar_text;            // GBNF; empty: free text
+  std::string grammar_start = "root";  // the rule the reply matches
+  std::string grammar_param;           // the parameter it came from, named in errors
   std::vector<std::pair<int32_t, float>> logit_bias;  // ascending by token
   int64_t min_tokens = 0;
   std::vector<int32_t> stop_token_ids;
@@ -26,7 +27,8 @@ struct ConstraintFields {
 };
 
 // Reads the fields above from a request body; throws ApiError naming the parameter. A forced tool
-// call is written in the chat template's `syntax`, after the reasoning when the prompt opened it.
+// call is written in the chat template's `syntax`; where the prompt opened the reasoning, every
+// grammar (a forced call, response_format, grammar) constrains the answer after it.
 ConstraintFields parse_constraint_fields(const nlohmann::ordered_json& body,
                                          ToolCallSyntax syntax = ToolCallSyntax::qwen3_json,
                                          bool starts_in_reasoning = false);
@@ -36,11 +38,13 @@ ConstraintFields parse_constraint_fields(const nlohmann::ordered_json& body,
 void apply_constraint_fields(const ConstraintFields& fields, GenerationRequest* request);
 
 // Predicted Outputs' usage, as OpenAI defines it: prediction tokens that appear in the completion
-// (the longest common subsequence of the two) and those that do not.
+// (the longest common subsequence of the two) and those that do not. Exact within max_steps of
+// diff work (any rewrite a few thousand edits from its prediction); past that, a lower bound.
 struct PredictionUsage {
   int64_t accepted = 0;
   int64_t rejected = 0;
 };
-PredictionUsage prediction_usage(const std::vector<int32_t>& prediction, const std::vector<int32_t>& completion);
+PredictionUsage prediction_usage(const std::vector<int32_t>& prediction, const std::vector<int32_t>& completion,
+                                 int64_t max_steps = int64_t(1) << 25);
 
 }  // namespace tf::server

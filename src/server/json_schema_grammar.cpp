@@ -53,6 +53,12 @@ std::string text_without_gbnf(const std::string& name, std::string_view word) {
   return out;
 }
 
+// A prefix of rule names that `grammar` does not use (rule names are words of letters, digits and '-').
+std::string unused_rule_prefix(const std::string& grammar, std::string prefix) {
+  while (grammar.find(prefix) != std::string::npos) prefix += "-x";
+  return prefix;
+}
+
 // A regex (JSON Schema `pattern`, ECMA-262 subset) over a string's characters, as a GBNF
 // expression. Characters that JSON must escape (", \, controls) are not matched by classes.
 class PatternConverter {
@@ -567,14 +573,28 @@ std::string tool_call_gbnf(const std::vector<ToolSchema>& tools, const ToolCallF
   }
   std::string call = "tool-call ::= " + calls[0];
   for (size_t i = 1; i < calls.size(); ++i) call += " | " + calls[i];
-  // A prompt that opened <think> leaves the reasoning to the model; the call follows its close,
-  // after the blank line the template writes there.
-  const std::string reasoning = form.starts_in_reasoning ? "think-text-0 \"</think>\\n\\n\" " : "";
   const std::string calls_rule = form.is_parallel ? "tool-call (\"\\n\" tool-call)*" : "tool-call";
-  std::string grammar = "root ::= " + reasoning + calls_rule + "\n" + call + "\n" + kCommonRules + rules;
+  std::string grammar = "root ::= " + calls_rule + "\n" + call + "\n" + kCommonRules + rules;
   if (form.syntax == ToolCallSyntax::qwen3_5_xml)
     grammar += "xml-name ::= [^<>\\n]+\n" + text_without_gbnf("xml-text", "</parameter>");
-  if (form.starts_in_reasoning) grammar += text_without_gbnf("think-text", "</think>");
+  return grammar;
+}
+
+StartedGbnf after_reasoning_gbnf(StartedGbnf answer) {
+  const std::string prefix = unused_rule_prefix(answer.text, "reasoning");
+  StartedGbnf grammar{std::move(answer.text), prefix + "-then-answer"};
+  grammar.text += "\n" + grammar.start + " ::= " + prefix + "-text-0 \"</think>\\n\\n\" " + answer.start + "\n" +
+                  text_without_gbnf(prefix + "-text", "</think>");
+  return grammar;
+}
+
+StartedGbnf optional_calls_gbnf(std::string calls) {
+  const std::string prefix = unused_rule_prefix(calls, "free");
+  StartedGbnf grammar{std::move(calls), prefix + "-then-calls"};
+  // The <think> block may hold "<tool_call>" (reasoning quotes it); the text after it may not.
+  grammar.text += "\n" + grammar.start + " ::= (\"<think>\" " + prefix + "-thought-0 \"</think>\")? " + prefix +
+                  "-text-0 root?\n" + text_without_gbnf(prefix + "-thought", "</think>") +
+                  text_without_gbnf(prefix + "-text", "<tool_call>");
   return grammar;
 }
 

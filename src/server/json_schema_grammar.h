@@ -31,11 +31,24 @@ struct ToolSchema {
 enum class ToolCallSyntax { qwen3_json, qwen3_5_xml };
 struct ToolCallForm {
   ToolCallSyntax syntax = ToolCallSyntax::qwen3_json;
-  bool is_parallel = true;           // one or more calls, separated by a newline; else exactly one
-  bool starts_in_reasoning = false;  // the prompt opened <think>: free reasoning, "</think>\n\n", then the calls
+  bool is_parallel = true;  // one or more calls, separated by a newline; else exactly one
 };
 // tool_choice "required" (every tool) or a named function (one): the reply is tool-call blocks in
 // the template's syntax, each naming one of `tools` with the parameters its schema requires.
 std::string tool_call_gbnf(const std::vector<ToolSchema>& tools, const ToolCallForm& form);
+
+// GBNF text and the rule a reply must match.
+struct StartedGbnf {
+  std::string text;
+  std::string start = "root";
+};
+// For a prompt that opened <think>: the reasoning stays the model's own, free up to "</think>" and
+// the blank line the template writes after it; `answer` (rooted at `root`) constrains what follows.
+// The added rules take names `answer` does not use.
+StartedGbnf after_reasoning_gbnf(StartedGbnf answer);
+// tool_choice "auto" with strict tools: free text (a <think> block, then any text without
+// "<tool_call>"), then optionally the calls of `calls` (rooted at `root`): a reply may call or
+// not, and where it opens a call, the call follows its tool's schema.
+StartedGbnf optional_calls_gbnf(std::string calls);
 
 }  // namespace tf::server

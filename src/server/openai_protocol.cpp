@@ -98,6 +98,8 @@ CompletionRequest parse_common(const json& body, Endpoint endpoint,
   request.stop = parse_stop(fields);
   request.is_stream = fields.boolean("stream").value_or(false);
   if (const json* options = fields.object("stream_options")) {
+    if (!request.is_stream)
+      throw invalid("stream_options", "'stream_options' is only allowed when 'stream' is true.");
     const FieldReader stream_options(*options, "stream_options.");
     request.include_usage = stream_options.boolean("include_usage").value_or(false);
   }
@@ -458,7 +460,8 @@ json final_chunk_json(const ReplyHeader& header, int64_t index, const ReplySumma
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = wire_finish_reason(summary.finish_reason, has_tool_calls);
   chunk["choices"] = json::array({std::move(choice)});
-  chunk["usage"] = usage_json(summary);
+  // No usage here: a stream reports it once, for every choice, in the include_usage chunk (a
+  // client that reads the last usage it saw would take one choice's for the request's).
   add_reply_figures(chunk, summary, seed);
   return chunk;
 }

@@ -167,7 +167,7 @@ json choice_json(const ReplyHeader& header, int64_t index, const AssembledReply&
 json reply_json(const ReplyHeader& header, json choices, const ReplySummary& first, const json& usage);
 
 // Stream chunks: the opening one (chat: the assistant role), deltas (reasoning, content, tool-call
-// deltas), a choice's final one with finish_reason, usage, timings and token_sha, and the
+// deltas), a choice's final one with finish_reason, timings and token_sha (no usage), and the
 // include_usage one with empty choices (and the first choice's figures, as a reply's top level has).
 json opening_chunk_json(const ReplyHeader& header, int64_t index);
 json delta_chunk_json(const ReplyHeader& header, int64_t index, const ReplyPiece& piece, const json& logprobs);

@@ -67,10 +67,12 @@ test('chat completion, streamed with include_usage, equals the whole reply', { t
     assert.equal(final.choices[0].finish_reason, whole.choices[0].finish_reason);
     assert.equal(final.token_sha, whole.token_sha);
     assert.equal(final.seed, 42);
-    assertReplyFigures(final, 12);
     const usageChunk = chunks.at(-1);
     assert.deepEqual(usageChunk.choices, []);
     assert.deepEqual(usageChunk.usage, whole.usage);
+    // Usage comes once, in the include_usage chunk, never with a choice's last chunk.
+    assert.equal(final.usage, undefined);
+    assertReplyFigures({ ...final, usage: usageChunk.usage }, 12);
     assert.equal(usageChunk.token_sha, whole.token_sha);
   });
 

@@ -62,7 +62,7 @@ test('streamed: the chunks\' provenance adds up to the same list', { timeout: 60
   const final = events.find((event) => event.choices?.[0]?.finish_reason);
   assert.equal(final.token_sha, whole.json.token_sha);
   assert.deepEqual(provenance, whole.json.choices[0].provenance);
-  checkProvenance(provenance, final);
+  checkProvenance(provenance, events.at(-1));  // the include_usage chunk
   const text = events.map((event) => event.choices?.[0]?.delta?.content ?? '').join('');
   assert.equal(text, whole.json.choices[0].message.content);
 });

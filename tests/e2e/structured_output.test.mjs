@@ -189,6 +189,7 @@ describe('bad values name their parameter', () => {
     ['ignore_eos with a grammar', { ignore_eos: true, response_format: { type: 'json_object' } }, 'ignore_eos'],
     ['prediction type', { prediction: { type: 'patch', content: 'x' } }, 'prediction.type'],
     ['prediction content', { prediction: { type: 'content', content: 7 } }, 'prediction.content'],
+    ['prediction longer than the context', { prediction: { type: 'content', content: 'x y '.repeat(50000) } }, 'prediction'],
     ['tool_choice required without tools', { tool_choice: 'required' }, 'tool_choice'],
     ['tool_choice naming no tool', { tool_choice: { type: 'function', function: { name: 'x' } },
       tools: [{ type: 'function', function: { name: 'y' } }] }, 'tool_choice.function.name'],

@@ -131,7 +131,8 @@ describe('Qwen3 template: JSON tool calls and <think> reasoning', () => {
     const file = '<think>\nnames become paths\n</think>\n\nimport os\n\n\ndef list_files(root):\n    names = []\n    return names\n';
     const whole = (await ask(file)).choices[0];
     assert.equal(whole.message.reasoning_content, 'names become paths');
-    assert.equal(whole.message.content, 'import os\n\n\ndef list_files(root):\n    paths = []\n    return paths');
+    // With tools and no call, the reply's own trailing newline is content, as without tools.
+    assert.equal(whole.message.content, 'import os\n\n\ndef list_files(root):\n    paths = []\n    return paths\n');
     assert.equal(whole.finish_reason, 'stop');
     const { message, finishReason } = await assembleStream(await ask(file, { stream: true }));
     assert.equal(finishReason, 'stop');
