@@ -38,9 +38,6 @@ constexpr int64_t kRowChunk = 60;
 // Columns per unit of work a thread takes; every tile width divides it.
 constexpr int64_t kColumnBlock = 8;
 
-// Columns whose weights several rows share while they sit in L2 (64 rows of 1-3 KB).
-constexpr int64_t kPanelColumns = 64;
-
 // Decoders of one weight layout. group(col, k) prepares column col from input k on (a quantized
 // group, or the whole row when dense); block<W>(group, k, even, odd) decodes inputs k..k+31 of a
 // block into the lanes' first (even) and second (odd) inputs.
@@ -408,7 +405,7 @@ struct DecodedTiles {
 };
 struct Bf16DotTiles {
   static constexpr int kWidth = 16;
-  // Undecoded weights leave registers for more rows: each panel is read from L2 once per 6 rows.
+  // Undecoded weights leave registers for more rows: each tile of columns is read from L1 once per 6 rows.
   static constexpr TileShape kTile = {int(kBf16GroupRows), 4};
   static_assert(kRowChunk % kBf16GroupRows == 0, "chunks must start the tiles' groups of rows");
   static constexpr int kSingleCols = 8;
@@ -451,37 +448,29 @@ TF_INLINE void linear_column_blocks(const LinearArgs& a, const Weights& weights,
       }
       continue;
     }
-    if constexpr (Weights::kIsQuantized) {
-      // Quantized columns are dequantized once into f32 (L1) for all the chunk's row tiles instead
-      // of once per tile (a multiply and an add per weight, and a tile's scales and biases would
-      // not fit in registers beside its accumulators).
-      thread_local std::vector<float> dequantized;
-      dequantized.resize(size_t(kTile.cols * a.k));
-      const int64_t col_begin = block_begin * kColumnBlock, col_end = std::min(a.n, block_end * kColumnBlock);
-      for (int64_t col = col_begin; col < col_end; col += kTile.cols) {
-        dequantize_columns<W>(weights, a.k, a.n, col, kTile.cols, dequantized.data());
-        const DecodedWeights decoded{dequantized.data(), a.k, col};
-        int64_t row = chunk;
-        for (; row + kTile.rows <= chunk_end; row += kTile.rows)
-          Tiles::template run<DecodedWeights, kTile.rows, kTile.cols>(a, decoded, row, col);
-        linear_remainder_rows<Tiles, DecodedWeights, kTile.rows - 1, kTile.cols>(a, decoded, row, chunk_end - row,
-                                                                                 col);
-      }
-      continue;
-    }
-    // Panels of columns small enough to stay in L2: each panel's weights come from memory once
-    // for all the chunk's rows, and within it a tile's rows of x stay in L1 while the panel's
-    // weights (half the bytes of f32 inputs) stream past them from L2.
-    const int64_t col_begin = block_begin * kColumnBlock, col_end = std::min(a.n, block_end * kColumnBlock);
-    for (int64_t panel = col_begin; panel < col_end; panel += kPanelColumns) {
-      const int64_t panel_end = std::min(col_end, panel + kPanelColumns);
+    // Each tile of columns takes every row tile of the chunk in turn: its weights come from memory
+    // once and then from L1, while the next tile's prefetches have all the row tiles' time to
+    // arrive (bench/receipts/cpu-linear-columns-outer.md).
+    const auto row_tiles = [&]<class ColumnWeights>(const ColumnWeights& columns, int64_t col)
+                               __attribute__((always_inline)) {
       int64_t row = chunk;
       for (; row + kTile.rows <= chunk_end; row += kTile.rows)
-        for (int64_t col = panel; col < panel_end; col += kTile.cols)
-          Tiles::template run<Weights, kTile.rows, kTile.cols>(a, weights, row, col);
-      if (row < chunk_end)
-        for (int64_t col = panel; col < panel_end; col += kTile.cols)
-          linear_remainder_rows<Tiles, Weights, kTile.rows - 1, kTile.cols>(a, weights, row, chunk_end - row, col);
+        Tiles::template run<ColumnWeights, kTile.rows, kTile.cols>(a, columns, row, col);
+      linear_remainder_rows<Tiles, ColumnWeights, kTile.rows - 1, kTile.cols>(a, columns, row, chunk_end - row, col);
+    };
+    const int64_t col_begin = block_begin * kColumnBlock, col_end = std::min(a.n, block_end * kColumnBlock);
+    for (int64_t col = col_begin; col < col_end; col += kTile.cols) {
+      if constexpr (Weights::kIsQuantized) {
+        // Quantized columns are dequantized once into f32 (L1) for all the chunk's row tiles instead
+        // of once per tile (a multiply and an add per weight, and a tile's scales and biases would
+        // not fit in registers beside its accumulators).
+        thread_local std::vector<float> dequantized;
+        dequantized.resize(size_t(kTile.cols * a.k));
+        dequantize_columns<W>(weights, a.k, a.n, col, kTile.cols, dequantized.data());
+        row_tiles(DecodedWeights{dequantized.data(), a.k, col}, col);
+      } else {
+        row_tiles(weights, col);
+      }
     }
   }
 }
