@@ -212,6 +212,27 @@ TEST(HybridLoader, ATensorTheConfigDoesNotUseIsAnErrorNamingTheField) {
   test::expect_error_naming([&] { load_model(tied, {}); }, {"lm_head.weight", "tie_word_embeddings"});
   fs::remove_all(tied);
   EXPECT_NO_THROW(load_model(test::hybrid_model_dir("qwen3.5-tiny-a"), {}));
+
+  // Layer 0 of tiny-b is linear; an attention projection beside its DeltaNet names layer_types.
+  const fs::path mixed = fs::temp_directory_path() / ("tf-hybrid-mixed-" + std::to_string(::getpid()));
+  fs::remove_all(mixed);
+  fs::create_directories(mixed);
+  const std::string from = test::fixture_model("qwen3.5-tiny-b");
+  fs::copy(from + "/config.json", mixed / "config.json");
+  {
+    const Checkpoint checkpoint = Checkpoint::open(from);
+    std::vector<TensorToWrite> tensors;
+    for (const std::string& name : checkpoint.names()) {
+      const TensorView& t = checkpoint.get(name);
+      tensors.push_back({name, t.dtype, t.shape, t.data, t.n_bytes});
+    }
+    const TensorView& norm = checkpoint.get("model.norm.weight");
+    tensors.push_back({"model.layers.0.self_attn.q_norm.weight", norm.dtype, norm.shape, norm.data, norm.n_bytes});
+    write_safetensors((mixed / "model.safetensors").string(), tensors);
+  }
+  test::expect_error_naming([&] { load_model(mixed.string(), {}); },
+                            {"model.layers.0.self_attn.q_norm.weight", "layer 0 is \"linear_attention\"", "layer_types"});
+  fs::remove_all(mixed);
 }
 
 // The layout mlx-lm saves: the text model under language_model.model.* (its head under

@@ -166,6 +166,12 @@ TEST(StopMatcher, AClosingStringEndsTheReplyOutsideTheQuietSections) {
   // Not starting in the reasoning: a <think> the model opens quiets it the same way.
   StopMatcher opened({}, ClosingString{"</tool_call>", "<think>", "</think>", false});
   EXPECT_EQ(run_all(opened, {"<think>a </tool_call></think>b</tool_call>c"}), "<think>a </tool_call></think>b</tool_call>");
+  // A <think> later in the reply is text, not reasoning (the reply parser reads it so), and after
+  // the reasoning closes it never reopens.
+  StopMatcher later({}, ClosingString{"</tool_call>", "<think>", "</think>", false});
+  EXPECT_EQ(run_all(later, bytes_of("a <think> b</tool_call>c")), "a <think> b</tool_call>");
+  StopMatcher reopened({}, call_close);
+  EXPECT_EQ(run_all(reopened, {"r</think>\n<think>x</tool_call>y"}), "r</think>\n<think>x</tool_call>");
   // Outside any reasoning at once.
   StopMatcher plain({}, ClosingString{"</tool_call>", "<think>", "</think>", false});
   EXPECT_EQ(run_all(plain, bytes_of("x</tool_call>y")), "x</tool_call>");

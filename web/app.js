@@ -398,8 +398,15 @@ function askForKey(reason) {
   $('api-key').focus();
 }
 
-// Polls /health while the model loads, then asks /v1/models for the model's name.
-async function connect() {
+// Polls /health while the model loads, then asks /v1/models for the model's name; one poll at a
+// time (a failed reply and a new key may both ask for one).
+let connecting = null;
+function connect() {
+  connecting ??= pollServer().finally(() => { connecting = null; });
+  return connecting;
+}
+
+async function pollServer() {
   for (;;) {
     try {
       const response = await fetch('/health');

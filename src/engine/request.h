@@ -24,9 +24,10 @@ struct TokenConstraints {
   bool is_empty() const { return !grammar && logit_bias.empty() && min_tokens == 0 && stop_token_ids.empty(); }
 };
 
-// A string that ends the reply where it completes and stays in it, except inside sections from
+// A string that ends the reply where it completes and stays in it, except inside the section from
 // quiet_open to quiet_close, where it is only quoted ("</tool_call>" ends a reply of one call, not
-// a thought that mentions it); the reply starts inside such a section when starts_quiet.
+// a thought that mentions it): the reply starts inside it when starts_quiet, or opens it when the
+// reply begins with quiet_open (as a Qwen3 reply opens <think>).
 struct ClosingString {
   std::string text;
   std::string quiet_open;

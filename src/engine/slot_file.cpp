@@ -82,7 +82,8 @@ int64_t write_slot_file(const std::string& path, const SlotSnapshot& s, const Mo
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
     fail("the slot file " + path + " is taken by something that is not a file (choose another name)");
   // A temporary file of this writer's own: two saves to one name at once must not write into one
-  // file (one would rename the other's bytes); the last rename wins whole.
+  // file (one would rename the other's bytes); the last rename wins whole. mkstemp's mode, 0600,
+  // stays: a slot holds a conversation.
   std::string temporary = path + ".tmp-XXXXXX";
   const int fd = ::mkstemp(temporary.data());
   if (fd < 0) fail("cannot create a temporary file beside the slot file " + path + ": " + std::strerror(errno));

@@ -159,7 +159,7 @@ int64_t Engine::restore_slot(int32_t id, SlotSnapshot snapshot) {
     // Only whole blocks of this storage's form come back; another form's K/V (another backend)
     // would not be the bits this machine computes, so those positions are prefilled again.
     int64_t n_restored = 0;
-    if (same_form) {
+    if (same_form && impl.options.prompt_cache) {  // without the prefix cache no lane would read them
       const BlockKey root = root_block_key(impl.options.model_id, snapshot.cache_salt);
       const auto keys = block_keys(root, snapshot.tokens, int64_t(snapshot.tokens.size()), block_size);
       int64_t n = std::min({snapshot.n_blocks, int64_t(keys.size()), kv.n_free_blocks()});

@@ -50,10 +50,11 @@ size_t StopMatcher::find_closing(const std::string& text) {
   const size_t longest = std::max({c.text.size(), c.quiet_open.size(), c.quiet_close.size()});
   for (size_t i = 0; i < text.size(); ++i) {
     recent_ += text[i];
+    ++n_scanned_;
     if (is_quiet_) {
       is_quiet_ = !ends_with(c.quiet_close);
-    } else if (ends_with(c.quiet_open) && !c.quiet_close.empty()) {
-      is_quiet_ = true;
+    } else if (n_scanned_ == c.quiet_open.size() && ends_with(c.quiet_open) && !c.quiet_close.empty()) {
+      is_quiet_ = true;  // only a reply that opens with the marker reasons, as the reply parser reads it
     } else if (ends_with(c.text)) {
       return i + 1;
     }

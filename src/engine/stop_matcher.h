@@ -15,7 +15,8 @@ class StopMatcher {
   explicit StopMatcher(std::vector<std::string> stop_strings, std::optional<ClosingString> closing = std::nullopt);
 
   // Appends newly decoded text. Returns the text that is now safe to send.
-  // After a stop string is found, is_stopped() is true and nothing more is released.
+  // After a stop string (or the closing string) is found, is_stopped() is true and nothing more is
+  // released.
   std::string push(const std::string& text);
   // At the end of the reply (no stop found): releases everything held back.
   std::string flush();
@@ -33,7 +34,8 @@ class StopMatcher {
   bool stopped_ = false;
   std::optional<ClosingString> closing_;
   bool is_quiet_ = false;
-  std::string recent_;  // the last bytes scanned, enough to see a marker across pieces
+  std::string recent_;     // the last bytes scanned, enough to see a marker across pieces
+  size_t n_scanned_ = 0;   // bytes of the reply scanned so far
 };
 
 }  // namespace tf

@@ -19,10 +19,9 @@ struct GrammarSymbol {
 
 class Grammar {
  public:
-  // GBNF: `name ::= alternatives` rules (root rule `root`), "literals", [classes] with ranges and
+  // GBNF: `name ::= alternatives` rules (the reply matches `start`, `root` unless named), "literals", [classes] with ranges and
   // ^, `.`, ( groups ), postfix * + ? {m} {m,} {m,n}, # comments. Throws tf::Error naming the
   // line and column; refuses undefined rules and left recursion (also through empty repetitions).
-  // `start` names the rule a reply must match.
   static std::shared_ptr<const Grammar> parse(std::string_view text, std::string_view start = "root");
 
   // Each alternative is a run of symbols in `code` that ends with an `end` symbol.

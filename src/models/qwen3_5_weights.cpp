@@ -176,18 +176,14 @@ Qwen35Weights bind_qwen3_5_weights(const Checkpoint& checkpoint, const ModelConf
   const std::string config_path = checkpoint.dir() + "/config.json";
   const std::string layers = prefixes.text + "layers.";
   checkpoint.check_all_used([&](const std::string& name) -> std::string {
-    if (name.starts_with("model.visual.") || name.starts_with("visual.")) return "";
+    for (const char* vision : {"model.visual.", "visual.", "vision_tower.", "model.vision_tower."})
+      if (name.starts_with(vision)) return "";
     if (name == prefixes.lm_head + ".weight" && config.tie_word_embeddings)
       return "\"tie_word_embeddings\" in " + config_path + " is true, so the embedding is the LM head";
-    if (name.starts_with(layers)) {
-      const size_t dot = name.find('.', layers.size());
-      const std::string digits = name.substr(layers.size(), dot - layers.size());
-      const bool is_index = dot != std::string::npos && !digits.empty() && digits.size() < 10 &&
-                            digits.find_first_not_of("0123456789") == std::string::npos;
-      const int64_t layer = is_index ? std::stoll(digits) : -1;
-      const std::string rest = is_index ? name.substr(dot + 1) : "";
-      if (layer >= 0 && layer < config.n_layers && (rest.starts_with("self_attn.") || rest.starts_with("linear_attn.")))
-        return "layer " + digits + " is " +
+    if (const int64_t layer = layer_index_of(name, layers); layer >= 0 && layer < config.n_layers) {
+      const std::string rest = name.substr(name.find('.', layers.size()) + 1);
+      if (rest.starts_with("self_attn.") || rest.starts_with("linear_attn."))
+        return "layer " + std::to_string(layer) + " is " +
                (h.layer_kinds[size_t(layer)] == LayerKind::full_attention ? "\"full_attention\"" : "\"linear_attention\"") +
                " in \"layer_types\" of " + config_path + ", which has no tensor of that name";
     }

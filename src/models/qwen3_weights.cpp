@@ -24,20 +24,21 @@ void check_dtype_and_alignment(const Checkpoint& checkpoint, const TensorView& t
 
 }  // namespace
 
+int64_t layer_index_of(const std::string& name, const std::string& layer_prefix) {
+  if (!name.starts_with(layer_prefix)) return -1;
+  const size_t dot = name.find('.', layer_prefix.size());
+  const std::string digits = name.substr(layer_prefix.size(), dot - layer_prefix.size());
+  if (dot == std::string::npos || digits.empty() || digits.size() >= 10 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
+    return -1;
+  return std::stoll(digits);
+}
+
 std::string unused_tensor_reason(const std::string& name, const std::string& layer_prefix, int64_t n_layers,
                                  const std::string& config_path, const std::string& architecture) {
-  if (name.starts_with(layer_prefix)) {
-    const std::string rest = name.substr(layer_prefix.size());
-    const size_t dot = rest.find('.');
-    const std::string digits = rest.substr(0, dot);
-    if (dot != std::string::npos && !digits.empty() && digits.size() < 10 &&
-        digits.find_first_not_of("0123456789") == std::string::npos) {
-      const int64_t layer = std::stoll(digits);
-      if (layer >= n_layers)
-        return "it belongs to layer " + digits + " but \"num_hidden_layers\" in " + config_path + " is " +
-               std::to_string(n_layers) + " (the checkpoint has more layers than the config uses)";
-    }
-  }
+  if (const int64_t layer = layer_index_of(name, layer_prefix); layer >= n_layers)
+    return "it belongs to layer " + std::to_string(layer) + " but \"num_hidden_layers\" in " + config_path + " is " +
+           std::to_string(n_layers) + " (the checkpoint has more layers than the config uses)";
   return "a " + architecture + " of the shape in " + config_path + " (\"architectures\", \"num_hidden_layers\", "
          "\"tie_word_embeddings\", \"quantization\") has no tensor of that name";
 }

@@ -40,6 +40,8 @@ Qwen3Weights bind_qwen3_weights(const Checkpoint& checkpoint, const ModelConfig&
 // architecture has no use for. `config_path` is the config.json the message names.
 std::string unused_tensor_reason(const std::string& name, const std::string& layer_prefix, int64_t n_layers,
                                  const std::string& config_path, const std::string& architecture);
+// The layer a tensor named LAYER_PREFIX{i}.REST belongs to, or -1.
+int64_t layer_index_of(const std::string& name, const std::string& layer_prefix);
 
 // One norm gain NAME of n floats (f32, f16 or bf16), checked for shape, dtype and alignment.
 WeightVector bind_vector(const Checkpoint& checkpoint, const std::string& name, int64_t n);

@@ -154,7 +154,8 @@ std::string prediction_content(const plain_json& prediction) {
 
 }  // namespace
 
-ConstraintFields parse_constraint_fields(const plain_json& body, ToolCallSyntax syntax, bool starts_in_reasoning) {
+ConstraintFields parse_constraint_fields(const plain_json& body, std::optional<ToolCallSyntax> tool_syntax,
+                                         bool starts_in_reasoning) {
   ConstraintFields out;
   if (const plain_json* format = field(body, "response_format")) parse_response_format(*format, &out);
   if (const plain_json* grammar = field(body, "grammar")) {
@@ -166,12 +167,12 @@ ConstraintFields parse_constraint_fields(const plain_json& body, ToolCallSyntax 
   }
   const std::string before_tools = out.grammar_param;
   ConstraintFields tool_fields;
-  parse_tool_choice(body, {syntax, true}, &tool_fields);
+  if (tool_syntax) parse_tool_choice(body, {*tool_syntax, true}, &tool_fields);
+  // Under "auto" the client's own response_format or grammar wins over strict tools' calls.
+  if (tool_fields.grammar_param == "tools" && !before_tools.empty()) tool_fields = ConstraintFields();
   if (!tool_fields.grammar_text.empty()) {
     if (!before_tools.empty())
-      throw bad(tool_fields.grammar_param, tool_fields.grammar_param == "tools"
-                                               ? "strict tools cannot be combined with '" + before_tools + "'."
-                                               : "a forced tool call cannot be combined with '" + before_tools + "'.");
+      throw bad("tool_choice", "a forced tool call cannot be combined with '" + before_tools + "'.");
     out.grammar_text = std::move(tool_fields.grammar_text);
     out.grammar_start = std::move(tool_fields.grammar_start);
     out.grammar_param = tool_fields.grammar_param;

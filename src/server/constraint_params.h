@@ -27,10 +27,11 @@ struct ConstraintFields {
 };
 
 // Reads the fields above from a request body; throws ApiError naming the parameter. A forced tool
-// call is written in the chat template's `syntax`; where the prompt opened the reasoning, every
-// grammar (a forced call, response_format, grammar) constrains the answer after it.
+// call is written in the chat template's `tool_syntax` (none: a text completion, which has no
+// tools); where the prompt opened the reasoning, every grammar (a forced call, response_format,
+// grammar) constrains the answer after it.
 ConstraintFields parse_constraint_fields(const nlohmann::ordered_json& body,
-                                         ToolCallSyntax syntax = ToolCallSyntax::qwen3_json,
+                                         std::optional<ToolCallSyntax> tool_syntax = ToolCallSyntax::qwen3_json,
                                          bool starts_in_reasoning = false);
 
 // Compiles the grammar and fills the request's TokenConstraints (and ignore_eos); a grammar that

@@ -280,7 +280,8 @@ struct HttpServer::Impl {
                      content.str(),
                      {{"Cache-Control", "no-cache"},
                       {"Content-Security-Policy",
-                       "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"},
+                       "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; "
+                       "form-action 'none'"},
                       {"X-Content-Type-Options", "nosniff"},
                       {"X-Frame-Options", "DENY"},
                       {"Referrer-Policy", "no-referrer"}}};

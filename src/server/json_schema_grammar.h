@@ -33,8 +33,9 @@ struct ToolCallForm {
   ToolCallSyntax syntax = ToolCallSyntax::qwen3_json;
   bool is_parallel = true;  // one or more calls, separated by a newline; else exactly one
 };
-// tool_choice "required" (every tool) or a named function (one): the reply is tool-call blocks in
-// the template's syntax, each naming one of `tools` with the parameters its schema requires.
+// Tool-call blocks in the template's syntax, each naming one of `tools` with the parameters its
+// schema requires: the whole reply for tool_choice "required" (every tool) or a named function
+// (one), the calls after optional_calls_gbnf's text for strict tools under "auto".
 std::string tool_call_gbnf(const std::vector<ToolSchema>& tools, const ToolCallForm& form);
 
 // GBNF text and the rule a reply must match.

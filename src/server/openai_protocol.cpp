@@ -263,7 +263,7 @@ CompletionRequest parse_chat_request(const json& body, const ProtocolLimits& lim
 CompletionRequest parse_completion_request(const json& body, const ProtocolLimits& limits) {
   CompletionRequest request = parse_common(body, Endpoint::completion, limits);
   const FieldReader fields(body);
-  request.constraints = parse_constraint_fields(body);
+  request.constraints = parse_constraint_fields(body, std::nullopt);  // a text completion has no tools
   parse_prompt(fields, request);
   if (auto n_logprobs = fields.integer("logprobs", 0, max_completion_logprobs))
     request.n_top_logprobs = int32_t(*n_logprobs);
