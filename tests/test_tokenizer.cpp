@@ -52,6 +52,13 @@ TEST(Tokenizer, EncodeMatchesReference) {
   }
 }
 
+// \s is the White_Space property, as in the reference: U+180E (MONGOLIAN VOWEL SEPARATOR, no
+// longer a space since Unicode 6.3, but in PCRE2's \h) does not split text (ids from tokenizers 0.23).
+TEST(Tokenizer, MongolianVowelSeparatorIsNotWhiteSpace) {
+  EXPECT_EQ(qwen3()->encode("a \u180Eb"), (std::vector<int32_t>{64, 86089, 254, 236, 65}));
+  EXPECT_EQ(qwen3()->encode("\u180E's"), (std::vector<int32_t>{123970, 236, 6, 82}));
+}
+
 TEST(Tokenizer, DecodeMatchesReference) {
   for (const auto& row : vectors()) {
     const std::string text = row["text"];

@@ -18,13 +18,56 @@ struct RegexSplitter::Compiled {
   ~Compiled() { pcre2_code_free(code); }
 };
 
-RegexSplitter::RegexSplitter(const std::string& pattern, const std::string& file_path)
+namespace {
+
+// The White_Space property as a class body (utf8::is_unicode_whitespace's set): what \s means to
+// the tokenizers library's regex. PCRE2's \s adds U+180E (its \h list), which would split text
+// there that the reference keeps whole.
+constexpr const char* kWhiteSpace =
+    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+
+// `pattern` with each \s and \S spelled as the White_Space class (a \S inside a class stays:
+// a class cannot hold a negated one).
+std::string with_white_space_classes(const std::string& pattern) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char next = pattern[++i];
+      if (next == 's') out += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
+      else if (next == 'S' && !in_class) out += "[^" + std::string(kWhiteSpace) + "]";
+      else out += {c, next};
+      continue;
+    }
+    if (c == '[' && !in_class) {
+      in_class = true;
+      out += c;
+      // A ']' (or '^]') right after the opening bracket is a member, not the end.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+      continue;
+    }
+    if (c == ']' && in_class) in_class = false;
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+RegexSplitter::RegexSplitter(const std::string& source_pattern, const std::string& file_path)
     : compiled_(std::make_unique<Compiled>()) {
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
-  compiled_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                  PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
+  const auto compile = [&](const std::string& pattern) {
+    return pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
+                         &error_code, &error_offset, nullptr);
+  };
+  compiled_->code = compile(with_white_space_classes(source_pattern));
   if (compiled_->code == nullptr) {
+    // The error as the file's own pattern gives it (an offset into what the file says).
+    if (pcre2_code* original = compile(source_pattern)) pcre2_code_free(original);
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
     fail_in_file(file_path, "pre_tokenizer.pattern.Regex",
