@@ -273,8 +273,9 @@ void register_serve_command(CLI::App& app) {
                       "as qwen3, qwen3.5 or chatml")
       ->envname("TF_CHAT_TEMPLATE")->capture_default_str();
   command->add_flag("--special-tokens-in-user-text", flags->is_special_in_user_text,
-                    "Match special tokens (<|im_start|>, ...) written inside user and tool messages; by default "
-                    "they are encoded as plain text, so a user cannot write the prompt's structure")
+                    "Match special tokens (<|im_start|>, ...) written inside messages and tool definitions (the "
+                    "system prompt's always are); by default they are encoded as plain text, so a client cannot "
+                    "write the prompt's structure")
       ->envname("TF_SPECIAL_TOKENS_IN_USER_TEXT");
   command->add_flag("--bench-extensions", flags->bench_extensions,
                     "Accept \"replay\" in requests: a reply the replay proposer drafts, so benchmarks can force "

@@ -15,7 +15,8 @@ class Writer {
     rendered_.text += text;
     return *this;
   }
-  // Text from a user or tool message: special tokens are not matched inside it.
+  // Text the client sent (a message's content or reasoning, a tool call, a tool's definition; not
+  // the system prompt, the operator's): special tokens are not matched inside it.
   void literal(std::string_view text) {
     const size_t begin = rendered_.text.size();
     rendered_.text += text;

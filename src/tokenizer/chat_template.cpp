@@ -68,10 +68,10 @@ RenderedChat render_chatml(const std::vector<ChatMessage>& messages, const ChatO
   chat_render::Writer out;
   for (const ChatMessage& message : messages) {
     out += "<|im_start|>" + message.role + "\n";
-    if (message.role == "user" || message.role == "tool")
-      out.literal(message.content);
-    else
+    if (message.role == "system")
       out += message.content;
+    else
+      out.literal(message.content);
     out += "<|im_end|>\n";
   }
   if (options.add_generation_prompt) out += "<|im_start|>assistant\n";

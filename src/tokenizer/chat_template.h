@@ -38,8 +38,9 @@ struct ChatOptions {
 
 struct RenderedChat {
   std::string text;
-  // Where user and tool message text landed: special tokens are not matched inside these spans,
-  // so a user cannot write <|im_start|>system into the prompt's structure.
+  // Where the client's text landed (messages but the system prompt, tool calls, tool definitions):
+  // special tokens are not matched inside these spans, so no message or tool description can write
+  // <|im_start|>system into the prompt's structure.
   std::vector<TextSpan> literal_spans;
 };
 

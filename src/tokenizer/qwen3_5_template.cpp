@@ -32,7 +32,10 @@ void render_system(const std::vector<ChatMessage>& messages, const ChatOptions& 
   }
   out += "<|im_start|>system\n";
   out += tools_preamble;
-  for (const auto& tool : options.tools) out += "\n" + python_json_dumps(tool);
+  for (const auto& tool : options.tools) {
+    out += "\n";
+    out.literal(python_json_dumps(tool));
+  }
   out += "\n</tools>";
   out += call_instructions;
   if (!content.empty()) out += "\n\n" + content;
@@ -46,13 +49,16 @@ void render_tool_calls(const ChatMessage& message, std::string_view content, siz
       out += python_strip(std::string(content)).empty() ? "<tool_call>\n<function=" : "\n\n<tool_call>\n<function=";
     else
       out += "\n<tool_call>\n<function=";
-    out += call.name + ">\n";
+    out.literal(call.name);
+    out += ">\n";
     if (!call.arguments.is_object())
       fail("chat message " + std::to_string(index) + ": tool call " + std::to_string(i) +
            " needs its arguments as a JSON object (this template writes one <parameter> per key)");
     for (const auto& [key, value] : call.arguments.items()) {
-      out += "<parameter=" + key + ">\n";
-      out += value.is_string() ? value.get<std::string>() : python_json_dumps(value);
+      out += "<parameter=";
+      out.literal(key);
+      out += ">\n";
+      out.literal(value.is_string() ? value.get<std::string>() : python_json_dumps(value));
       out += "\n</parameter>\n";
     }
     out += "</function>\n</tool_call>";
@@ -70,8 +76,12 @@ void render_assistant(const ChatMessage& message, size_t index, bool is_thinking
   }
   reasoning = python_strip(reasoning);
   out += "<|im_start|>assistant\n";
-  if (is_thinking_shown) out += "<think>\n" + reasoning + "\n</think>\n\n";
-  out += content;
+  if (is_thinking_shown) {
+    out += "<think>\n";
+    out.literal(reasoning);
+    out += "\n</think>\n\n";
+  }
+  out.literal(content);
   render_tool_calls(message, content, index, out);
   out += "<|im_end|>\n";
 }

@@ -26,7 +26,10 @@ void render_system(const std::vector<ChatMessage>& messages, const ChatOptions& 
   out += "<|im_start|>system\n";
   if (has_system) out += messages[0].content + "\n\n";
   out += tools_preamble;
-  for (const auto& tool : options.tools) out += "\n" + python_json_dumps(tool);
+  for (const auto& tool : options.tools) {
+    out += "\n";
+    out.literal(python_json_dumps(tool));
+  }
   out += tools_epilogue;
 }
 
@@ -44,17 +47,19 @@ void render_assistant(const ChatMessage& message, bool is_after_last_query, bool
   out += "<|im_start|>assistant\n";
   if (is_after_last_query && (is_last || !reasoning.empty())) {
     out += "<think>\n";
-    out += strip_newlines(reasoning);
+    out.literal(strip_newlines(reasoning));
     out += "\n</think>\n\n";
-    out += lstrip_newlines(content);
+    out.literal(lstrip_newlines(content));
   } else {
-    out += content;
+    out.literal(content);
   }
   for (size_t i = 0; i < message.tool_calls.size(); ++i) {
     const ChatToolCall& call = message.tool_calls[i];
     if ((i == 0 && !content.empty()) || i > 0) out += "\n";
-    out += "<tool_call>\n{\"name\": \"" + call.name + "\", \"arguments\": ";
-    out += call.arguments.is_string() ? call.arguments.get<std::string>() : python_json_dumps(call.arguments);
+    out += "<tool_call>\n{\"name\": \"";
+    out.literal(call.name);
+    out += "\", \"arguments\": ";
+    out.literal(call.arguments.is_string() ? call.arguments.get<std::string>() : python_json_dumps(call.arguments));
     out += "}\n</tool_call>";
   }
   out += "<|im_end|>\n";
