@@ -537,6 +537,10 @@ TEST(OpenAiProtocol, ToolsKeepTheirKeyOrderAndToolCallsParse) {
   EXPECT_EQ(qwen3_5.messages[2].tool_calls[0].arguments["city"], "Oslo");  // one <parameter> per key
   body["messages"][2]["tool_calls"][0]["function"]["arguments"] = "[1, 2]";
   EXPECT_EQ(error_of([&] { parse_chat_request(body, limits); }).param, "messages[2].tool_calls[0].function.arguments");
+  body["messages"][2]["tool_calls"][0]["function"]["arguments"] = "{\"n\": 1e400}";  // an object nlohmann cannot hold
+  const ApiError overflow = error_of([&] { parse_chat_request(body, limits); });
+  EXPECT_EQ(overflow.param, "messages[2].tool_calls[0].function.arguments");
+  EXPECT_NE(std::string(overflow.what()).find("not valid JSON"), std::string::npos) << overflow.what();
   limits.chat_family = ChatTemplateFamily::chatml;
   EXPECT_EQ(error_of([&] { parse_chat_request(chat_body({{"tools", json::array({weather_tool()})}}), limits); }).param,
             "tools");

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "core/json_error_text.h"
 #include "core/json_nesting.h"
 
 namespace tf::server {
@@ -66,7 +67,12 @@ std::vector<ChatToolCall> parse_tool_calls(const json& calls, const std::string&
       if (json_nesting_depth(text) > kMaxJsonNesting)
         throw invalid(arguments_param, "Invalid '" + arguments_param + "': the arguments nest deeper than " +
                                            std::to_string(kMaxJsonNesting) + " levels.");
-      call.arguments = json::parse(text, nullptr, /*allow_exceptions=*/false);
+      try {
+        call.arguments = json::parse(text);
+      } catch (const json::exception& error) {  // say why (a number past a double's range, say)
+        throw invalid(arguments_param, "Invalid '" + arguments_param + "': the arguments are not valid JSON (" +
+                                           json_error_text(error.what()) + ").");
+      }
       if (!call.arguments.is_object())
         throw invalid(arguments_param, "Invalid '" + arguments_param + "': this model's chat template writes "
                                        "each argument as a parameter, so the arguments must be a JSON object.");
