@@ -79,18 +79,20 @@ void LaneConstraint::prune(DraftTree* tree) {
   }
   std::vector<uint8_t> keep(size_t(tree->size()), 0);
   std::vector<GrammarState> states(size_t(tree->size()));
-  try {
-    for (int32_t node = 0; node < tree->size(); ++node) {
-      const int32_t parent = tree->parents[size_t(node)];
-      if (parent >= 0 && !keep[size_t(parent)]) continue;
-      const GrammarState& from = parent < 0 ? state_ : states[size_t(parent)];
+  for (int32_t node = 0; node < tree->size(); ++node) {
+    const int32_t parent = tree->parents[size_t(node)];
+    if (parent >= 0 && !keep[size_t(parent)]) continue;
+    const GrammarState& from = parent < 0 ? state_ : states[size_t(parent)];
+    // A draft the grammar cannot follow (too ambiguous there, or for its row's mask) is dropped
+    // like a dead one: only the reply's own state may fail the reply, or a draft would turn a reply
+    // into an error. (The reply that takes that token anyway fails at it, drafted or not.)
+    try {
       states[size_t(node)] = matcher_->advance_token(from, tree->tokens[size_t(node)]);
       keep[size_t(node)] = !states[size_t(node)].is_dead();
+      if (keep[size_t(node)]) matcher_->allowed_tokens(states[size_t(node)]);  // its row's mask, later
+    } catch (const Error&) {
+      keep[size_t(node)] = 0;
     }
-  } catch (const Error& error) {
-    failure_ = error.what();
-    tree->clear();
-    return;
   }
   for (size_t node = 0; node < states.size(); ++node)
     if (keep[node]) node_states_.push_back(std::move(states[node]));

@@ -39,3 +39,28 @@ test('the embedded model, its drafter and long copy serve a rename; drafting cha
     assert.ok(after[key] > (before[key] ?? 0), `${proposer} drafted nothing`);
   }
 });
+
+// A grammar that grows too ambiguous along a draft (long copy proposes the prompt's run of x's,
+// which the bias keeps the model from writing) drops that draft: the reply is the undrafted one,
+// not an error blamed on the grammar.
+test('a draft the grammar cannot follow is dropped, not the reply', { timeout: 120_000 }, async () => {
+  const vocab = JSON.parse(fs.readFileSync(path.join(sourceDir, 'models/tensorfold-code-target/tokenizer.json'))).model.vocab;
+  const logitBias = Object.fromEntries(Object.entries(vocab)
+    .filter(([piece]) => piece.startsWith('x') || piece.startsWith('\u0120x')).map(([, id]) => [String(id), -100]));
+  const body = {
+    prompt: 'ab xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx.\n'.repeat(6), max_tokens: 40, temperature: 0,
+    grammar: 'root ::= "ab " a\na ::= "x" a "y" | "x" a "z" | "."', logit_bias: logitBias, return_token_ids: true,
+  };
+  const ask = async (extra) => {
+    const response = await fetch(`${server.baseUrl}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, ...extra }),
+    });
+    return { status: response.status, json: await response.json() };
+  };
+  const plain = await ask({ draft: false });
+  assert.equal(plain.status, 200, JSON.stringify(plain.json));
+  const drafted = await ask({});
+  assert.equal(drafted.status, 200, JSON.stringify(drafted.json));
+  assert.equal(drafted.json.token_sha, plain.json.token_sha);
+  assert.deepEqual(drafted.json.completion_token_ids, plain.json.completion_token_ids);
+});
