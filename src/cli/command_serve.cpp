@@ -1,5 +1,6 @@
 // `tensorfold serve`: the OpenAI-compatible HTTP server. Flags, their checks, and signals.
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -56,6 +57,8 @@ struct ServeFlags {
   bool bench_extensions = false;
   std::string web_dir = default_web_dir();
   std::string slot_save_path;
+  int64_t slot_save_max = server::ServerOptions{}.max_saved_slots;
+  std::vector<std::string> allowed_hosts;
   std::vector<std::string> served_model_names;
   std::string chat_template = "auto";
   bool is_special_in_user_text = false;
@@ -64,6 +67,28 @@ struct ServeFlags {
 
 void require(bool is_ok, const std::string& message) {
   if (!is_ok) fail(message);
+}
+
+// Each connection is a file descriptor: with fewer open files allowed than connections, clients past
+// the limit would hang unanswered instead of hearing 503. The soft limit is raised as far as the hard
+// one allows; past that, fewer connections, said once.
+int connections_within_open_file_limit(int max_connections) {
+  constexpr rlim_t kSpare = 64;  // model files, slot files, the listener, stdio
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return max_connections;
+  const rlim_t wanted = rlim_t(max_connections) + kSpare;
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < wanted) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= wanted) return max_connections;
+  const int fitting = int(std::max<rlim_t>(1, limit.rlim_cur > kSpare ? limit.rlim_cur - kSpare : 1));
+  std::fprintf(stderr,
+               "tensorfold: warning: the open-file limit (ulimit -n) is %llu, so at most %d connections at once "
+               "(--max-connections %d)\n",
+               static_cast<unsigned long long>(limit.rlim_cur), fitting, max_connections);
+  return fitting;
 }
 
 // Every flag is checked here (the shared ones in serving_options), once, with a message that says
@@ -149,11 +174,26 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
             "--slot-save-path must be an existing directory; got '" + flags.slot_save_path + "'.");
     options.slot_save_path = std::filesystem::absolute(flags.slot_save_path).lexically_normal().string();
   }
+  require(flags.slot_save_max >= 1, "--slot-save-max must be at least 1; got " + std::to_string(flags.slot_save_max) + ".");
+  options.max_saved_slots = flags.slot_save_max;
+  for (const std::string& name : flags.allowed_hosts)
+    require(!name.empty() && name.find_first_of(" /:[]") == std::string::npos,
+            "--allowed-host takes a host name or address without a port (or *); got '" + name + "'.");
+  options.allowed_hosts = flags.allowed_hosts;
   options.served_model_names = flags.served_model_names;
   options.is_special_in_user_text = flags.is_special_in_user_text;
-  // Each live or queued request may hold a worker; a few more serve /tokenize and /detokenize.
+  // Each live or queued request may hold a worker; a few more serve /tokenize, /detokenize and slots.
   options.n_http_threads =
-      std::min<int64_t>(max_http_threads, int64_t(flags.n_parallel) + flags.max_queue + 4);
+      std::min<int64_t>(max_http_threads, int64_t(flags.n_parallel) + flags.max_queue + options.max_side_jobs);
+  options.max_connections = connections_within_open_file_limit(options.max_connections);
+  options.max_connections_per_peer = std::min(options.max_connections_per_peer, options.max_connections);
+  const bool is_loopback = flags.host == "localhost" || flags.host == "::1" ||
+                           (flags.host.starts_with("127.") && flags.host.find_first_not_of("0123456789.") == std::string::npos);
+  if (!is_loopback && flags.api_key.empty())
+    std::fprintf(stderr,
+                 "tensorfold: warning: listening on %s without --api-key: anyone who can reach this address can use "
+                 "the model and its slots\n",
+                 flags.host.c_str());
   return options;
 }
 
@@ -223,8 +263,15 @@ void register_serve_command(CLI::App& app) {
   command->add_option("--slot-save-path", flags->slot_save_path,
                       "Directory where POST /slots/{id}?action=save|restore keeps saved slots (off unless given)")
       ->envname("TF_SLOT_SAVE_PATH");
+  command->add_option("--slot-save-max", flags->slot_save_max,
+                      "Most saved slots kept under --slot-save-path; saving a new name past it answers 400")
+      ->envname("TF_SLOT_SAVE_MAX")->capture_default_str();
   command->add_option("--host", flags->host, "Address to listen on")
       ->envname("TF_HOST")->capture_default_str();
+  command->add_option("--allowed-host", flags->allowed_hosts,
+                      "A host name requests may use (Host header, and the Origin of a web page) besides localhost "
+                      "and the --host address, e.g. the name a reverse proxy forwards; * allows any. Repeatable")
+      ->envname("TF_ALLOWED_HOST")->delimiter(',');
   command->add_option("--port", flags->port, "Port to listen on (0: any free port)")
       ->envname("TF_PORT")->capture_default_str();
   CLI::Option* api_key = command->add_option("--api-key", flags->api_key,

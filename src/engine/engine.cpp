@@ -225,6 +225,12 @@ void Engine::Impl::run() {
     std::lock_guard<std::mutex> lock(mutex);
     stats.lanes_live = int64_t(lanes.size());
     record_pool_stats();
+    for (const auto& lane : lanes) {  // /slots shows a running request's progress, not its predecessor's
+      if (lane->slot < 0) continue;
+      SlotInfo& info = slot_records.at(size_t(lane->slot)).info;
+      info.n_tokens = std::min(lane->n_cached, int64_t(lane->tokens.size()));
+      info.timings = lane->timings;
+    }
   }
   // Shutting down: everyone still waiting hears that their request ended.
   for (auto& lane : lanes) finish(*lane, FinishReason::cancelled);

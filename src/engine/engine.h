@@ -112,8 +112,8 @@ struct SlotInfo {
   uint64_t request_id = 0;    // the request running or last run (0: none yet)
   int64_t n_prompt = 0;       // its prompt tokens
   int64_t n_prompt_cached = 0;  // ...of which the prefix cache served
-  int64_t n_tokens = 0;       // idle: the remembered sequence (save writes it)
-  ReplyTimings timings;       // the last finished request's
+  int64_t n_tokens = 0;       // idle: the remembered sequence (save writes it); processing: committed so far
+  ReplyTimings timings;       // idle: the last finished request's; processing: the running one's so far
 };
 
 // A slot's sequence with the K/V of its longest cached prefix of full blocks, in the storage's own

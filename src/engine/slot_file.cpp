@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -86,7 +87,8 @@ int64_t write_slot_file(const std::string& path, const SlotSnapshot& s, const Mo
   // stays: a slot holds a conversation.
   std::string temporary = path + ".tmp-XXXXXX";
   const int fd = ::mkstemp(temporary.data());
-  if (fd < 0) fail("cannot create a temporary file beside the slot file " + path + ": " + std::strerror(errno));
+  if (fd < 0)
+    throw std::runtime_error("cannot create a temporary file beside the slot file " + path + ": " + std::strerror(errno));
   bool is_written = true;
   for (size_t at = 0; at < bytes.size() && is_written;) {
     const ssize_t n = ::write(fd, bytes.data() + at, bytes.size() - at);
@@ -97,11 +99,11 @@ int64_t write_slot_file(const std::string& path, const SlotSnapshot& s, const Mo
   is_written = ::close(fd) == 0 && is_written;
   if (!is_written) {
     std::filesystem::remove(temporary, ec);  // no half-written file left behind
-    fail("cannot write the slot file " + temporary + " (is the disk full?)");
+    throw std::runtime_error("cannot write the slot file " + temporary + " (is the disk full?)");
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     std::filesystem::remove(temporary, ec);
-    fail("cannot rename " + temporary + " to " + path);
+    throw std::runtime_error("cannot rename " + temporary + " to " + path + ": " + std::strerror(errno));
   }
   return int64_t(bytes.size());
 }
@@ -111,7 +113,7 @@ SlotSnapshot read_slot_file(const std::string& path, const ModelIdentity& model,
   if (!std::filesystem::exists(path, ec)) fail("there is no saved slot " + path);
   require_regular_file(path, "the saved slot");
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read the saved slot " + path);
+  if (!in) throw std::runtime_error("cannot read the saved slot " + path + ": " + std::strerror(errno));
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (n_bytes) *n_bytes = int64_t(bytes.size());
   auto refuse = [&](const std::string& why) -> void { fail("the saved slot " + path + " " + why); };

@@ -21,10 +21,12 @@ struct ModelIdentity {
 constexpr int kSlotFileVersion = 2;  // 2: a recurrent model's state
 
 // Writes atomically (a temporary file renamed over `path`); returns the bytes written. Throws
-// tf::Error when the file cannot be written.
+// tf::Error when the name is taken by something that is not a file, std::runtime_error when the
+// disk fails (a fault of the machine's, not of the request).
 int64_t write_slot_file(const std::string& path, const SlotSnapshot& snapshot, const ModelIdentity& model);
 // Reads and checks a file written by write_slot_file for `model`; throws tf::Error naming what is
-// wrong (not a slot file, another version, another model, truncated, corrupt).
+// wrong (not a slot file, another version, another model, truncated, corrupt); std::runtime_error
+// when an existing file cannot be read.
 SlotSnapshot read_slot_file(const std::string& path, const ModelIdentity& model, int64_t* n_bytes = nullptr);
 
 }  // namespace tf

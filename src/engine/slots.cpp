@@ -21,6 +21,7 @@ int32_t Engine::Impl::take_slot(const Lane& lane) {
     record.info.n_prompt = lane.n_prompt;
     record.info.n_prompt_cached = lane.n_cached;
     record.info.n_tokens = 0;
+    record.info.timings = ReplyTimings{};  // the run's own, round by round (Impl::run)
     record.tokens.clear();
     return record.info.id;
   }

@@ -9,7 +9,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cerrno>
+#include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -56,6 +59,7 @@ HttpReply json_reply(int status, const json& body) { return HttpReply{status, "a
 HttpReply error_reply(const ApiError& error) {
   HttpReply reply = json_reply(error.status, error_body(error));
   if (error.status == 503) reply.headers.emplace_back("Retry-After", "1");
+  if (error.status == 401) reply.headers.emplace_back("WWW-Authenticate", "Bearer");  // RFC 9110: says which scheme
   return reply;
 }
 
@@ -66,6 +70,30 @@ bool is_same_secret(std::string_view given, const std::string& expected) {
     difference |= static_cast<unsigned char>(given[i] ^ expected[i % expected.size()]);
   return difference == 0;
 }
+
+std::string lower_ascii(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// The name part of a Host header or an origin's authority ("[::1]:8080" -> "::1", "a.b:80" -> "a.b"),
+// lower-cased.
+std::string host_name_of(std::string_view authority) {
+  if (!authority.empty() && authority.front() == '[') {
+    const size_t close = authority.find(']');
+    return lower_ascii(authority.substr(1, close == std::string_view::npos ? std::string_view::npos : close - 1));
+  }
+  return lower_ascii(authority.substr(0, authority.find(':')));
+}
+
+bool is_loopback_name(const std::string& name) {
+  const bool is_localhost = name == "localhost" || (name.size() > 10 && name.ends_with(".localhost"));
+  const bool is_dotted_ipv4 = name.find_first_not_of("0123456789.") == std::string::npos;
+  return is_localhost || name == "::1" || (is_dotted_ipv4 && name.starts_with("127."));
+}
+
+bool is_wildcard_address(const std::string& host) { return host == "0.0.0.0" || host == "::" || host.empty(); }
 
 }  // namespace
 
@@ -81,12 +109,14 @@ struct HttpServer::Impl {
     bool needs_model;     // answered 503 while the model loads
     RouteHandler answer;  // quick routes
     WorkerHandler work;   // routes that wait on the engine or chew a large body
+    bool is_side_job = false;  // a worker route that is not a completion: at most max_side_jobs at once
   };
 
   ServerOptions options;
   std::vector<Route> routes;
   int64_t started_at = int64_t(std::time(nullptr));
   InFlightRequests in_flight;
+  std::atomic<int> side_jobs{0};  // side-job routes running or waiting for a worker
 
   std::atomic<LoadState> load_state{LoadState::loading};
   std::atomic<double> load_fraction{0.0};  // of the weights read, while loading
@@ -132,18 +162,19 @@ struct HttpServer::Impl {
         {"POST", std::regex("/v1/chat/completions"), false, true, nullptr, completion(Endpoint::chat)},
         {"POST", std::regex("/v1/completions"), false, true, nullptr, completion(Endpoint::completion)},
         {"POST", std::regex("/tokenize"), false, true, nullptr,
-         [this](auto& req, auto& exchange) { exchange.reply(tokenize(req)); }},
+         [this](auto& req, auto& exchange) { exchange.reply(tokenize(req)); }, true},
         {"POST", std::regex("/detokenize"), false, true, nullptr,
-         [this](auto& req, auto& exchange) { exchange.reply(detokenize(req)); }},
+         [this](auto& req, auto& exchange) { exchange.reply(detokenize(req)); }, true},
         {"GET", std::regex("/slots"), false, true,
          [this](auto&, auto&) { return json_reply(200, slots_json(*context->engine)); }, nullptr},
         // Saving and restoring wait for the engine thread: a worker's job.
         {"POST", std::regex("/slots/([^/]+)"), false, true, nullptr,
          [this](auto& req, auto& exchange) {
            const json body = req.body.empty() ? json::object() : parse_body(req.body);
-           exchange.reply(json_reply(
-               200, slot_action(*context->engine, *stack, options.slot_save_path, req.path, req.target, body)));
-         }},
+           const SlotStore store{options.slot_save_path, options.max_saved_slots};
+           exchange.reply(json_reply(200, slot_action(*context->engine, *stack, store, req.path, req.target, body)));
+         },
+         true},
     };
   }
 
@@ -204,18 +235,61 @@ struct HttpServer::Impl {
     return reply;
   }
 
-  // Before any body byte is read: the route exists and the key is right.
+  // Before any body byte is read: the Host and Origin are this server's, the route exists and the
+  // key is right (the routes are the OpenAI API's: saying one is unknown reveals nothing).
   std::optional<HttpReply> check_head(const HttpRequest& head) const {
-    std::smatch match;
-    const Route* route = find_route(head, match);
-    if (!route) return no_route_reply(head);
-    if (route->is_public || options.api_key.empty()) return std::nullopt;
     try {
-      check_api_key(head);
+      check_host_and_origin(head);
+      std::smatch match;
+      const Route* route = find_route(head, match);
+      if (!route) return no_route_reply(head);
+      if (!route->is_public && !options.api_key.empty()) check_api_key(head);
       return std::nullopt;
     } catch (const ApiError& error) {
       return error_reply(error);
     }
+  }
+
+  bool is_allowed_host_name(const std::string& name) const {
+    if (is_loopback_name(name) || name == lower_ascii(options.host)) return true;
+    for (const std::string& allowed : options.allowed_hosts)
+      if (allowed == "*" || lower_ascii(allowed) == name) return true;
+    return options.allowed_hosts.empty() && is_wildcard_address(options.host);
+  }
+
+  // A page on another site may send simple requests (a form's POST) and a rebinding DNS name may
+  // point at this address: neither gets past here. Only what a browser sends is checked (it always
+  // sends Origin with a POST, and Sec-Fetch-* with every request); curl and SDKs name hosts freely.
+  void check_host_and_origin(const HttpRequest& head) const {
+    const std::string_view host = head.header("host"), origin = head.header("origin");
+    const bool is_from_browser =
+        !origin.empty() || !head.header("sec-fetch-site").empty() || !head.header("sec-fetch-mode").empty();
+    if (!is_from_browser) return;
+    if (!is_allowed_host_name(host_name_of(host))) {
+      throw ApiError(403,
+                     "This server does not answer for the host '" + host_name_of(host) +
+                         "' (it answers for localhost and its own address); start it with --allowed-host NAME to "
+                         "serve that name.",
+                     "invalid_request_error", "", "host_not_allowed");
+    }
+    if (origin.empty()) return;
+    const size_t scheme_end = origin.find("://");
+    const std::string origin_host =
+        scheme_end == std::string_view::npos ? std::string() : host_name_of(origin.substr(scheme_end + 3));
+    // The page's own site (the Host it asked, already checked), or a name this server answers for
+    // other than by a wildcard bind ("null", from a sandboxed or file page, is neither).
+    const bool is_same_site = !origin_host.empty() && !host.empty() && origin_host == host_name_of(host);
+    const bool is_named = !origin_host.empty() && (is_loopback_name(origin_host) ||
+                                                   origin_host == lower_ascii(options.host) ||
+                                                   std::any_of(options.allowed_hosts.begin(), options.allowed_hosts.end(),
+                                                               [&](const std::string& allowed) {
+                                                                 return allowed == "*" || lower_ascii(allowed) == origin_host;
+                                                               }));
+    if (!is_same_site && !is_named)
+      throw ApiError(403,
+                     "Requests from pages of another site (Origin '" + std::string(origin.substr(0, 200)) +
+                         "') are refused; start the server with --allowed-host NAME to accept that site.",
+                     "invalid_request_error", "", "origin_not_allowed");
   }
 
   // An exception a route let out, answered in the OpenAI shape.
@@ -237,12 +311,20 @@ struct HttpServer::Impl {
     } catch (const std::exception& error) {
       return answer_error(request, *exchange, error);
     }
-    transport->run_on_worker([route, request = std::move(request), exchange] {
+    // A side job (a huge /tokenize, a slot save) must not take the workers completions need.
+    if (route->is_side_job && side_jobs.fetch_add(1) >= options.max_side_jobs) {
+      side_jobs.fetch_sub(1);
+      return exchange->reply(error_reply(ApiError(
+          503, "The server is busy with other tokenize, detokenize and slot requests; retry shortly.", "server_error",
+          "", "server_busy")));
+    }
+    transport->run_on_worker([this, route, request = std::move(request), exchange] {
       try {
         route->work(request, *exchange);
       } catch (const std::exception& error) {
         answer_error(request, *exchange, error);
       }
+      if (route->is_side_job) side_jobs.fetch_sub(1);
     });
   }
 
@@ -267,11 +349,14 @@ struct HttpServer::Impl {
   }
 
   HttpReply page_file(const char* name, const char* type) const {
-    std::ifstream in(options.web_dir + "/" + name, std::ios::binary);
+    const std::string path = options.web_dir + "/" + name;
+    std::error_code ec;
     // The folder is the operator's to know, not a client's (this route needs no key).
-    if (options.web_dir.empty() || !in)
+    if (options.web_dir.empty() || !std::filesystem::is_regular_file(path, ec))
       throw ApiError(404, std::string("This server has no chat page (") + name + " is not in its --web-dir).",
                      "invalid_request_error", "", "not_found");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));  // ours: a 500, logged
     std::ostringstream content;
     content << in.rdbuf();
     // The page keeps an API key: only its own files run in it, and no other site may frame it.

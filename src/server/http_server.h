@@ -38,6 +38,12 @@ struct ServerOptions {
   std::chrono::milliseconds shutdown_timeout{5'000};  // stop(): replies in flight get this long to end
   std::string web_dir;               // the chat page's files (index.html, app.js, app.css); empty: none
   std::string slot_save_path;        // where POST /slots saves and restores; empty: saving is off
+  int64_t max_saved_slots = 256;     // files under slot_save_path; a new name past it answers 400
+  // Host names (or "*": any) a request's Host and Origin may name besides the loopback ones and the
+  // bound address, so no web page can reach the server through another name (DNS rebinding) or
+  // send it a request from another site; a wildcard bind (0.0.0.0, ::) allows any unless some are given.
+  std::vector<std::string> allowed_hosts;
+  int max_side_jobs = 4;             // /tokenize, /detokenize and slot actions at once; more answer 503
   std::vector<std::string> served_model_names;  // the model's API names; empty: its directory's name
   bool is_special_in_user_text = false;  // match special tokens written in user and tool messages
 };

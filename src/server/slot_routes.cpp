@@ -1,6 +1,7 @@
 #include "server/slot_routes.h"
 
 #include <chrono>
+#include <filesystem>
 #include <regex>
 
 #include "app/serving_stack.h"
@@ -28,6 +29,17 @@ std::string slot_path(const std::string& save_dir, const nlohmann::json& body) {
   if (!name->is_string() || !std::regex_match(name->get<std::string>(), allowed))
     throw invalid("name", "Invalid 'name': use 1 to 64 letters, digits, '_' or '-'.");
   return save_dir + "/" + name->get<std::string>() + ".tfslot";
+}
+
+// The saved slots in the folder (files named NAME.tfslot; temporaries and anything else aside).
+int64_t saved_slot_count(const std::string& save_dir) {
+  int64_t n = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(save_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    n += name.size() > 7 && name.compare(name.size() - 7, 7, ".tfslot") == 0;
+  }
+  return n;
 }
 
 }  // namespace
@@ -60,8 +72,9 @@ std::string query_value(const std::string& target, const std::string& name) {
   return "";
 }
 
-nlohmann::json slot_action(Engine& engine, const ServingStack& stack, const std::string& save_dir,
-                           const std::string& path, const std::string& target, const nlohmann::json& body) {
+nlohmann::json slot_action(Engine& engine, const ServingStack& stack, const SlotStore& store, const std::string& path,
+                           const std::string& target, const nlohmann::json& body) {
+  const std::string& save_dir = store.dir;
   const std::string id_text = path.substr(path.rfind('/') + 1);
   const std::string action = query_value(target, "action");
   static const std::regex digits("[0-9]{1,9}");
@@ -81,6 +94,11 @@ nlohmann::json slot_action(Engine& engine, const ServingStack& stack, const std:
     const std::string path = slot_path(save_dir, body);
     const std::string name = body["name"].get<std::string>();
     if (action == "save") {
+      std::error_code ec;
+      if (!std::filesystem::exists(path, ec) && saved_slot_count(save_dir) >= store.max_files)
+        throw invalid("name", "This server keeps at most " + std::to_string(store.max_files) +
+                                  " saved slots (--slot-save-max); save under a name already used, or ask its "
+                                  "operator to remove some.");
       SlotSnapshot snapshot;
       try {
         snapshot = engine.save_slot(id);

@@ -16,9 +16,17 @@ namespace tf::server {
 
 nlohmann::json slots_json(const Engine& engine);
 
+// Where saved slots go: `dir` empty: saving is off. At most `max_files` of them, so clients cannot
+// fill the disk; saving over an existing name is always allowed.
+struct SlotStore {
+  std::string dir;
+  int64_t max_files = 256;
+};
+
 // POST /slots/{id}?action=...: `path` and `target` as sent (the id from the path, the action from
-// the query); `save_dir` empty: saving is off. Throws ApiError.
-nlohmann::json slot_action(Engine& engine, const ServingStack& stack, const std::string& save_dir,
-                           const std::string& path, const std::string& target, const nlohmann::json& body);
+// the query). Throws ApiError for the request's faults; a disk that fails throws std::runtime_error
+// (a 500, logged).
+nlohmann::json slot_action(Engine& engine, const ServingStack& stack, const SlotStore& store, const std::string& path,
+                           const std::string& target, const nlohmann::json& body);
 
 }  // namespace tf::server

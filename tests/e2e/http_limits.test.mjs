@@ -157,6 +157,41 @@ describe('the HTTP layer at its limits', () => {
     for (const s of [...held, over]) s.socket.destroy();
   });
 
+  test('another host (DNS rebinding) or another site\'s page (a cross-site form) is refused 403; this server\'s names and page pass', { timeout: 20_000 }, async () => {
+    const send = async (text) => {
+      const socket = rawSocket(server.port);
+      await socket.connected;
+      socket.socket.write(text);
+      await socket.waitFor(hasWholeReply);
+      socket.socket.destroy();
+      return socket.data;
+    };
+    const port = server.port;
+    // A browser's request (Sec-Fetch-*, Origin) under a rebound name; curl may name any host.
+    const evilHost = await send(`GET /v1/models HTTP/1.1\r\nHost: rebind.attacker.example:${port}\r\n` +
+      `Sec-Fetch-Site: same-origin\r\nSec-Fetch-Mode: cors\r\nAuthorization: Bearer ${apiKey}\r\n\r\n`);
+    assert.equal(statusOf(evilHost), 403, evilHost);
+    assert.equal(jsonOf(evilHost).error.code, 'host_not_allowed');
+    assert.equal(statusOf(await send(`GET /health HTTP/1.1\r\nHost: x\r\n\r\n`)), 200);
+    const body = JSON.stringify({ prompt: 'a', max_tokens: 1 });
+    const form = (origin) => `POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nOrigin: ${origin}\r\n` +
+      `Authorization: Bearer ${apiKey}\r\nContent-Type: text/plain\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+    for (const origin of ['https://attacker.example', 'null', 'http://127.0.0.1.attacker.example']) {
+      const crossSite = await send(form(origin));
+      assert.equal(statusOf(crossSite), 403, `${origin}: ${crossSite}`);
+      assert.equal(jsonOf(crossSite).error.code, 'origin_not_allowed');
+    }
+    assert.equal(statusOf(await send(form(`http://127.0.0.1:${port}`))), 200, 'the server\'s own page');
+    for (const name of [`localhost:${port}`, `[::1]:${port}`, `127.0.0.1:${port}`])
+      assert.equal(statusOf(await send(`GET /health HTTP/1.1\r\nHost: ${name}\r\nSec-Fetch-Mode: navigate\r\n\r\n`)), 200, name);
+  });
+
+  test('a request without the key is 401 with WWW-Authenticate: Bearer (RFC 9110)', { timeout: 10_000 }, async () => {
+    const refused = await request(server, '/v1/models', { method: 'GET' });
+    assert.equal(refused.status, 401, refused.text);
+    assert.equal(refused.headers.get('www-authenticate'), 'Bearer');
+  });
+
   test('pipelined requests are all answered, in order, on one connection', { timeout: 10_000 }, async () => {
     const raw = rawSocket(server.port);
     await raw.connected;
@@ -264,6 +299,24 @@ async function terminate(server) {
   const code = await exited;
   return { code, exitMs: Date.now() - signalled };
 }
+
+test('--allowed-host lets a reverse proxy\'s name through, Host and Origin alike', { timeout: 60_000 }, async () => {
+  const server = await startServer(['--allowed-host', 'llm.internal.example']);
+  try {
+    const ask = (headers) => new Promise((resolve, reject) => {
+      const socket = net.connect({ port: server.port, host: '127.0.0.1' });
+      let data = '';
+      socket.setEncoding('latin1');
+      socket.on('data', (chunk) => { data += chunk; if (/\r\n\r\n/.test(data)) { socket.destroy(); resolve(data); } });
+      socket.on('error', reject);
+      socket.write(`GET /v1/models HTTP/1.1\r\n${headers}\r\n`);
+    });
+    assert.match(await ask('Host: llm.internal.example\r\nOrigin: https://llm.internal.example\r\n'), /^HTTP\/1\.1 200/);
+    assert.match(await ask('Host: other.example\r\nSec-Fetch-Mode: cors\r\n'), /^HTTP\/1\.1 403/);
+  } finally {
+    await server.stop();
+  }
+});
 
 describe('graceful shutdown', () => {
   test('SIGTERM ends a stream with a shutting_down error and [DONE], answers running and queued requests 503, and exits in time', { timeout: 90_000 }, async () => {

@@ -159,3 +159,31 @@ test('a saved slot survives a restart and continues exactly; bad files are refus
   }
 });
 
+
+test('saved slots are bounded in number; a disk that fails is the server\'s 500, not the client\'s 400', { timeout: 120_000 }, async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tf-slot-max-'));
+  const server = await startServer(['--parallel', '1', '--slot-save-path', dir, '--slot-save-max', '2']);
+  try {
+    const ask = () => request(server, '/v1/completions', { body: { model: modelId, prompt: 'def f(x):', max_tokens: 8, temperature: 0 } });
+    assert.equal((await ask()).status, 200);
+    const save = (name) => request(server, '/slots/0?action=save', { body: { name } });
+    assert.equal((await save('a')).status, 200);
+    assert.equal((await save('b')).status, 200);
+    const third = await save('c');
+    assert.equal(third.status, 400, third.text);
+    assert.equal(third.json.error.param, 'name');
+    assert.match(third.json.error.message, /at most 2 saved slots/);
+    assert.equal((await save('a')).status, 200, 'saving over a name already used is always allowed');
+    assert.deepEqual(fs.readdirSync(dir).sort(), ['a.tfslot', 'b.tfslot']);
+    // The folder gone under the server: its fault, logged, and it serves on.
+    fs.rmSync(dir, { recursive: true, force: true });
+    const failed = await save('d');
+    assert.equal(failed.status, 500, failed.text);
+    assert.equal(failed.json.error.type, 'server_error');
+    assert.ok(!failed.text.includes(dir), 'the server\'s folder is not shown');
+    assert.equal((await ask()).status, 200);
+  } finally {
+    await server.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
