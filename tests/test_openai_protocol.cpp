@@ -159,6 +159,8 @@ TEST(OpenAiProtocol, DeveloperRoleIsTheSystemTurn) {
 
 TEST(OpenAiProtocol, WrongTypesNameTheParameter) {
   EXPECT_EQ(chat_error({{"temperature", "hot"}}).param, "temperature");
+  // One token spelled twice would add its biases past the documented -100..100.
+  EXPECT_EQ(chat_error({{"logit_bias", {{"2070", 60}, {"02070", 60}}}}).param, "logit_bias");
   EXPECT_EQ(chat_error({{"max_tokens", 1.5}}).param, "max_tokens");
   EXPECT_EQ(chat_error({{"stream", "yes"}}).param, "stream");
   EXPECT_EQ(chat_error({{"seed", "7"}}).param, "seed");
@@ -479,6 +481,36 @@ TEST(OpenAiProtocol, LogprobsForBothEndpoints) {
   EXPECT_EQ(completion["tokens"], json::array({"a", "c"}));
   EXPECT_EQ(completion["text_offset"], json::array({10, 11}));
   EXPECT_EQ(completion["top_logprobs"][0]["b"], -1.5);
+}
+
+// Tokens of raw bytes: 中 split in three, é whole, x.
+class ByteTokenizer : public LetterTokenizer {
+ public:
+  std::string token_bytes(int32_t id) const override {
+    static const char* const bytes[] = {"\xe4", "\xb8", "\xad", "\xc3\xa9", "x"};
+    return bytes[id];
+  }
+  int64_t n_tokens() const override { return 5; }
+};
+
+// Completions name byte tokens as OpenAI does ("bytes:\xe4"), so alternatives never collapse into one
+// "\ufffd" key; the chosen token is among its alternatives; text_offset counts characters.
+TEST(OpenAiProtocol, CompletionLogprobsNameByteTokensAndCountCharacters) {
+  const ByteTokenizer tokenizer;
+  const std::vector<TokenLogprobs> logprobs = {{3, -0.1f, {{3, -0.1f}}},
+                                               {4, -0.2f, {{4, -0.2f}}},
+                                               {0, -0.7f, {{1, -0.5f}, {2, -0.6f}}},
+                                               {1, -0.3f, {{1, -0.3f}, {4, -1.0f}}},
+                                               {2, -0.4f, {}}};
+  const json completion = logprobs_json(Endpoint::completion, logprobs, tokenizer, 5);
+  EXPECT_EQ(completion["tokens"], json::array({"\xc3\xa9", "x", "bytes:\\xe4", "bytes:\\xb8", "bytes:\\xad"}));
+  EXPECT_EQ(completion["text_offset"], json::array({5, 6, 7, 8, 8}));
+  const json& third = completion["top_logprobs"][2];
+  EXPECT_EQ(third.size(), 3u);
+  EXPECT_FLOAT_EQ(third["bytes:\\xb8"].get<float>(), -0.5f);
+  EXPECT_FLOAT_EQ(third["bytes:\\xad"].get<float>(), -0.6f);
+  EXPECT_FLOAT_EQ(third["bytes:\\xe4"].get<float>(), -0.7f);  // the chosen one, though not in the top
+  EXPECT_TRUE(completion["top_logprobs"][4].empty());  // none asked
 }
 
 TEST(OpenAiProtocol, DumpReplacesInvalidUtf8) {

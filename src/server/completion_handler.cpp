@@ -100,7 +100,7 @@ GenerationRequest to_generation_request(const CompletionRequest& request, const 
   generation.max_tokens = request.max_tokens.value_or(
       request.endpoint == Endpoint::chat
           ? std::min({room_left, context.limits.max_tokens_limit, context.default_max_tokens})
-          : default_completion_max_tokens);
+          : std::min(room_left, default_completion_max_tokens));  // an unasked default never overflows the context
   generation.prompt = prompt;
   generation.sampling = request.sampling;
   generation.sampling.seed = seed;
@@ -178,7 +178,9 @@ struct Choice {
   // that may start a stop string): a token wholly inside a cut stop string is never listed.
   std::vector<TokenLogprobs> held_logprobs;
   int64_t held_from_byte = 0;  // where the first held token's text starts in the reply's text
+  int64_t held_from_character = 0;  // ...counted in characters (logprobs' text_offset)
   int64_t token_bytes = 0;     // all tokens' bytes so far
+  int64_t token_characters = 0;  // ...and the characters they begin
   std::optional<std::vector<int32_t>> token_ids;  // kept when the request asked for them
   // Provenance of tokens not yet sent (the SSE path hands it to the next chunk it writes), when asked.
   std::optional<std::vector<TokenProvenance>> provenance;
@@ -217,9 +219,10 @@ struct Choice {
   // cut), as the endpoint's JSON; null when there are none.
   json release_logprobs(const GenerationUpdate& update, Endpoint endpoint, const Tokenizer& tokenizer) {
     for (const TokenLogprobs& entry : update.logprobs) {
-      if (held_logprobs.empty()) held_from_byte = token_bytes;
+      if (held_logprobs.empty()) held_from_byte = token_bytes, held_from_character = token_characters;
       held_logprobs.push_back(entry);
       token_bytes += int64_t(tokenizer.token_bytes(entry.token).size());
+      token_characters += utf8_characters_begun(tokenizer.token_bytes(entry.token));
     }
     const bool is_whole = update.is_final && text_bytes >= token_bytes;
     size_t n = 0;
@@ -227,8 +230,11 @@ struct Choice {
       start += int64_t(tokenizer.token_bytes(held_logprobs[n].token).size());
     if (n == 0) return json();
     const std::vector<TokenLogprobs> released(held_logprobs.begin(), held_logprobs.begin() + int64_t(n));
-    const json out = logprobs_json(endpoint, released, tokenizer, held_from_byte);
-    for (const TokenLogprobs& entry : released) held_from_byte += int64_t(tokenizer.token_bytes(entry.token).size());
+    const json out = logprobs_json(endpoint, released, tokenizer, held_from_character);
+    for (const TokenLogprobs& entry : released) {
+      held_from_byte += int64_t(tokenizer.token_bytes(entry.token).size());
+      held_from_character += utf8_characters_begun(tokenizer.token_bytes(entry.token));
+    }
     held_logprobs.erase(held_logprobs.begin(), held_logprobs.begin() + int64_t(n));
     return out;
   }

@@ -52,6 +52,10 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const plain_json& value)
     bias.push_back({int32_t(std::stoll(key)), float(amount.get<double>())});
   }
   std::sort(bias.begin(), bias.end());
+  // "2070" and "02070" are one token: two biases for it would add up past the documented range.
+  for (size_t i = 1; i < bias.size(); ++i)
+    if (bias[i].first == bias[i - 1].first)
+      throw bad("logit_bias", "token " + std::to_string(bias[i].first) + " is given more than once.");
   return bias;
 }
 

@@ -168,6 +168,20 @@ std::string token_text(const Tokenizer& tokenizer, int32_t token) {
   return utf8::replace_invalid(tokenizer.token_bytes(token));
 }
 
+// A completion's token as OpenAI's legacy logprobs name it: its text, or "bytes:\xe4\xb8" when its
+// bytes are not whole UTF-8 (so two byte tokens never share one key of top_logprobs).
+std::string completion_token_text(const Tokenizer& tokenizer, int32_t token) {
+  const std::string& bytes = tokenizer.token_bytes(token);
+  if (is_valid_utf8(bytes)) return bytes;
+  std::string out = "bytes:";
+  char escaped[5];
+  for (unsigned char c : bytes) {
+    std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+    out += escaped;
+  }
+  return out;
+}
+
 json header_fields(const ReplyHeader& header, bool is_chunk) {
   const char* object = header.endpoint == Endpoint::chat
                            ? (is_chunk ? "chat.completion.chunk" : "chat.completion")
@@ -350,15 +364,20 @@ json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprobs>& logprobs
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
        text_offsets = json::array();
   for (const TokenLogprobs& entry : logprobs) {
-    const std::string text = token_text(tokenizer, entry.token);
+    const std::string text = completion_token_text(tokenizer, entry.token);
     tokens.push_back(text);
     token_logprobs.push_back(entry.logprob);
+    // Best first; a key two tokens share (same text) keeps the better one. The chosen token is
+    // always among them, as OpenAI's are.
     json top = json::object();
-    for (const TokenLogprob& alternative : entry.top)
-      top[token_text(tokenizer, alternative.token)] = alternative.logprob;
+    for (const TokenLogprob& alternative : entry.top) {
+      const std::string key = completion_token_text(tokenizer, alternative.token);
+      if (!top.contains(key)) top[key] = alternative.logprob;
+    }
+    if (!entry.top.empty() && !top.contains(text)) top[text] = entry.logprob;
     top_logprobs.push_back(std::move(top));
     text_offsets.push_back(text_offset);
-    text_offset += int64_t(tokenizer.token_bytes(entry.token).size());
+    text_offset += utf8_characters_begun(tokenizer.token_bytes(entry.token));
   }
   return json{{"tokens", std::move(tokens)},
               {"token_logprobs", std::move(token_logprobs)},

@@ -146,9 +146,17 @@ json usage_json(const ReplySummary& summary);
 json timings_json(const ReplyTimings& timings);
 
 // The logprobs object of a choice: chat {"content": [...]}, completion {"tokens", ...}.
-// `text_offset` is where the first of these tokens starts in the completion text.
+// `text_offset` is where the first of these tokens starts in the completion text, in characters
+// (code points, as OpenAI's and vLLM's count).
 json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprobs>& logprobs,
                    const Tokenizer& tokenizer, int64_t text_offset);
+
+// The characters whose first byte is among `bytes` (a token's text may end inside a character).
+inline int64_t utf8_characters_begun(std::string_view bytes) {
+  int64_t n = 0;
+  for (unsigned char c : bytes) n += (c & 0xC0) != 0x80;
+  return n;
+}
 
 // [{"source": "target" | "long_copy" | "drafter" | "mtp" | "ngram" | "replay", "round": R}, ...], one per token.
 json provenance_json(const std::vector<TokenProvenance>& provenance);
