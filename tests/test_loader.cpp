@@ -450,6 +450,8 @@ TEST(ModelConfig, RejectsMissingWrongAndUnsupportedFields) {
   expect_config_error([](Json& c) { c["use_sliding_window"] = true; }, {"use_sliding_window"});
   expect_config_error([](Json& c) { c["layer_types"] = {"full_attention", "sliding_attention"}; }, {"layer_types", "sliding_attention"});
   expect_config_error([](Json& c) { c["model_type"] = 5; }, {"model_type"});
+  expect_config_error([](Json& c) { c["layer_types"] = {"full_attention"}; }, {"layer_types", "num_hidden_layers"});
+  expect_config_error([](Json& c) { c["hidden_act"] = "gelu"; }, {"hidden_act", "gelu"});
   {
     // Found by fuzz_model_config: a number beyond double range escaped as a JSON library exception.
     TempDir temp;
@@ -610,7 +612,10 @@ TEST(Qwen3Weights, EveryTensorTheCheckpointHasMustBeUsed) {
   }
   {
     TempDir temp;  // the config drops a layer the checkpoint still has
-    write_tiny_a_variant(temp, [](auto&) {}, [](Json& config) { config["num_hidden_layers"] = 1; });
+    write_tiny_a_variant(temp, [](auto&) {}, [](Json& config) {
+      config["num_hidden_layers"] = 1;
+      config["layer_types"] = {"full_attention"};  // cut with it: a list of another length is refused first
+    });
     expect_bind_error(temp.path, {"model.layers.1.", "num_hidden_layers", "is 1"});
   }
   {

@@ -62,6 +62,9 @@ DeviceCeiling measure_ceiling(const BenchFlags& flags, const ModelLoadOptions& l
 
 void run_bench(const BenchFlags& flags, const std::string& command_line) {
   if (flags.model_dir.empty() == flags.synthetic.empty()) fail("give exactly one of --model and --synthetic");
+  if (flags.bits != 0 && flags.synthetic.empty())
+    fail("--bits sets the --synthetic weights' format; a --model is benchmarked in its own (" + flags.model_dir +
+         "/config.json)");
   ModelLoadOptions load;
   load.device = flags.device;
   load.n_threads = flags.n_threads;
@@ -140,8 +143,10 @@ void run_bench(const BenchFlags& flags, const std::string& command_line) {
   std::ostringstream report;
   report << "# " << (flags.device == "cuda" ? "GPU" : "CPU") << " bench: "
          << (flags.synthetic.empty() ? flags.model_dir : "synthetic " + flags.synthetic)
-         << (flags.bits ? " (" + std::to_string(flags.bits) + "-bit)" : std::string()) << "\n\n"
-         << "- command: `" << command_line << "`\n"
+         << (config.quantization.bits ? " (" + std::to_string(config.quantization.bits) + "-bit)" : std::string())
+         << "\n\n"
+         << "- command: `" << invocation() << "`\n"
+         << "- settings: `" << command_line << "`\n"
          << "- commit: " << receipt_commit() << "\n"
          << "- machine: " << ceiling.machine << "\n"
          << "- model: " << config.n_layers << " layers, hidden " << config.hidden_size << ", vocab "
@@ -194,8 +199,8 @@ void register_bench_command(CLI::App& app) {
   cmd->callback([flags] {
     std::string verify_rows;
     for (int64_t n : flags->verify_rows) verify_rows += " " + std::to_string(n);
-    run_bench(*flags, "tensorfold bench --device " + flags->device + std::string(flags->synthetic.empty() ? " --model " + flags->model_dir : " --synthetic " + flags->synthetic) +
-                          " --bits " + std::to_string(flags->bits) + " --prompt-len " + std::to_string(flags->prompt_len) +
+    run_bench(*flags, "--device " + flags->device + std::string(flags->synthetic.empty() ? " --model " + flags->model_dir : " --synthetic " + flags->synthetic) +
+                          (flags->synthetic.empty() ? std::string() : " --bits " + std::to_string(flags->bits)) + " --prompt-len " + std::to_string(flags->prompt_len) +
                           " --decode " + std::to_string(flags->n_decode) + " --repeats " + std::to_string(flags->repeats) +
                           " --threads " + std::to_string(flags->n_threads) + " --cuda-graphs " + flags->cuda.graphs +
                           " --cuda-pdl " + flags->cuda.pdl + " --bf16-dot " + flags->bf16_dot +

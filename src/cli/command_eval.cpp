@@ -1,4 +1,5 @@
 // `tensorfold eval`: logits of a prompt in one forward, for parity checks against transformers.
+#include <cmath>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,7 @@ struct EvalFlags {
 };
 
 void run_eval(const EvalFlags& flags) {
+  if (flags.all_logits && !flags.json) fail("--all-logits prints its logits in the --json output; add --json");
   std::vector<int32_t> ids = parse_id_list(flags.prompt_ids, "--prompt-ids");
   ModelLoadOptions load;
   load.device = flags.device;
@@ -47,6 +49,12 @@ void run_eval(const EvalFlags& flags) {
   model->forward(batch, kv, logits.data());
 
   const int64_t n_vocab = config.vocab_size;
+  // Finite weights can still overflow in the forward: NaN logits would print as an argmax of 0.
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!std::isfinite(logits[i]))
+      fail("the logits of position " + std::to_string(i / size_t(n_vocab)) + " are not finite (token " +
+           std::to_string(i % size_t(n_vocab)) + "): " + flags.model_dir +
+           "'s weights overflow in the forward pass");
   std::vector<int32_t> argmaxes;
   for (size_t i = 0; i < ids.size(); ++i) argmaxes.push_back(argmax(logits.data() + i * n_vocab, n_vocab));
   const float* last = logits.data() + (ids.size() - 1) * n_vocab;

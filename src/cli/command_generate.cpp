@@ -1,5 +1,6 @@
 // `tensorfold generate`: one reply from the command line, through the same serving stack as the
 // server (drafter, gating and stop strings included), so it runs what `serve` ships.
+#include <cmath>
 #include <cstdio>
 #include <future>
 #include <iostream>
@@ -28,7 +29,7 @@ struct GenerateFlags {
   int32_t top_k = 0;
   float top_p = 1.0f;
   float min_p = 0.0f;
-  uint64_t seed = 0;
+  std::string seed = "0";  // read whole here: CLI11 wraps "-1" and saturates past 2^64
   std::vector<std::string> stop;
   bool ignore_eos = false;
   bool json = false;
@@ -49,9 +50,19 @@ void run_generate(const GenerateFlags& flags) {
     fail("--stop takes at most " + std::to_string(max_stop_strings) + " strings; got " + std::to_string(flags.stop.size()));
   for (const std::string& stop : flags.stop)
     if (stop.empty() || !is_valid_utf8(stop)) fail("--stop strings must be non-empty UTF-8 text");
+  // NaN passes every range check (its comparisons are all false).
+  for (const auto& [value, flag] : {std::pair{flags.temperature, "--temp"}, std::pair{flags.top_p, "--top-p"},
+                                    std::pair{flags.min_p, "--min-p"}})
+    if (!std::isfinite(value)) fail(std::string(flag) + " must be a number; got " + std::to_string(value));
+  const bool is_seed_digits = !flags.seed.empty() && flags.seed.size() <= 20 &&
+                              flags.seed.find_first_not_of("0123456789") == std::string::npos;
+  if (!is_seed_digits || (flags.seed.size() == 20 && flags.seed > "18446744073709551615"))
+    fail("--seed must be an integer from 0 to 18446744073709551615; got '" + flags.seed + "'");
+  const uint64_t seed = std::stoull(flags.seed);
 
   EngineOptions engine_options;
   engine_options.n_parallel = 1;
+  engine_options.n_ctx = 16;  // sized to the prompt below; the engine checks the pool against that size
   engine_options.speculation.gate_proposers = true;  // as the server drafts
   ServingOptions options = serving_options(flags.engine, engine_options);
   engine_options = *options.engine;
@@ -72,7 +83,7 @@ void run_generate(const GenerateFlags& flags) {
   request.sampling.top_k = flags.top_k;
   request.sampling.top_p = flags.top_p;
   request.sampling.min_p = flags.min_p;
-  request.sampling.seed = flags.seed;
+  request.sampling.seed = seed;
   engine_options.n_ctx = int64_t(request.prompt.size()) + request.max_tokens;
   if (engine_options.n_ctx > stack->facts().context_length)
     fail("the prompt (" + std::to_string(request.prompt.size()) + " tokens) plus -n " + std::to_string(flags.n_tokens) +
@@ -99,6 +110,9 @@ void run_generate(const GenerateFlags& flags) {
     nlohmann::json out = {{"ids", ids}, {"text", text}, {"finish_reason", finish_reason_name(last.finish_reason)},
                           {"token_sha", last.token_sha}};
     std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  } else if (!stack->tokenizer()) {  // no text to have printed: the ids are the reply
+    for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? "," : "") << ids[i];
+    std::cout << "\n";
   } else {
     std::cout << "\n";
   }

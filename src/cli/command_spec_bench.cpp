@@ -44,6 +44,8 @@ std::vector<BenchCase> make_cases(const Tokenizer& tokenizer, const ChatTemplate
   if (!in) fail("cannot read --rename-file " + rename_file);
   std::stringstream source;
   source << in.rdbuf();
+  if (source.str().find_first_not_of(" \t\r\n") == std::string::npos) fail("--rename-file " + rename_file + " is empty");
+  if (!is_valid_utf8(source.str())) fail("--rename-file " + rename_file + " is not valid UTF-8 text");
   auto chat = [&](const std::string& user) {
     ChatOptions options;
     options.enable_thinking = false;
@@ -70,6 +72,10 @@ WaveResult run_wave(const ServingStack& stack, EngineOptions options, const Benc
                     int64_t max_tokens, DraftMode mode, const std::vector<int32_t>& own_reply) {
   options.n_parallel = n_streams;
   options.n_ctx = int64_t(bench_case.prompt.size()) + max_tokens + 1;
+  if (options.n_ctx > stack.facts().context_length)
+    fail("the " + bench_case.name + " case's prompt (" + std::to_string(bench_case.prompt.size()) + " tokens) plus " +
+         "--max-tokens " + std::to_string(max_tokens) + " exceeds the model's context of " +
+         std::to_string(stack.facts().context_length) + " (a shorter --rename-file, or fewer --max-tokens)");
   std::shared_ptr<Engine> engine = stack.make_engine(options);
   GenerationRequest request;
   request.prompt = bench_case.prompt;
@@ -107,7 +113,8 @@ void run_spec_bench(const SpecBenchFlags& flags) {
   std::ostringstream report;
   report << "# Speculative rounds on the " << (device == "cuda" ? "GPU" : "CPU") << ": " << flags.engine.model_dir
          << "\n\n"
-         << "- command: `tensorfold spec-bench --device " << device << " --model " << flags.engine.model_dir
+         << "- command: `" << invocation() << "`\n"
+         << "- settings: `--device " << device << " --model " << flags.engine.model_dir
          << " --drafter " << (stack->facts().uses_mtp ? "mtp" : drafter_dir.empty() ? "none" : drafter_dir) << " --waves " << flags.waves
          << " --max-tokens " << flags.max_tokens << " --lanes " << flags.engine.lanes << " --windows "
          << window_policy_flag(parse_window_policy(flags.engine.windows, device)) << "`\n"

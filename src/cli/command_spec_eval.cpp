@@ -37,6 +37,7 @@ struct SpecEvalFlags {
   bool gate_proposers = false;
   DrafterProposerOptions drafter_tree;
   std::string receipt;
+  bool are_modes_given = false;  // --modes on the command line: none may be skipped
 };
 
 struct EvalCase {
@@ -66,6 +67,7 @@ std::map<std::string, std::vector<EvalCase>> read_cases(const SpecEvalFlags& fla
   std::map<std::string, std::vector<EvalCase>> cases;
   std::string line;
   for (int line_no = 1; std::getline(in, line); ++line_no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines (a trailing one) hold no case
     nlohmann::json record;
     try {
       record = nlohmann::json::parse(line);
@@ -75,6 +77,8 @@ std::map<std::string, std::vector<EvalCase>> read_cases(const SpecEvalFlags& fla
         return record[name].get<std::string>();
       };
       const std::string kind = text_field("kind"), prompt = text_field("prompt"), answer = text_field("answer");
+      if (prompt.empty() || !is_valid_utf8(prompt) || !is_valid_utf8(answer))
+        fail(flags.cases_file + " line " + std::to_string(line_no) + ": 'prompt' must be non-empty UTF-8 text");
       if (std::find(flags.kinds.begin(), flags.kinds.end(), kind) == flags.kinds.end()) continue;
       auto& list = cases[kind];
       if (int(list.size()) >= flags.per_kind) continue;
@@ -148,12 +152,19 @@ void run_spec_eval(const SpecEvalFlags& flags) {
   options.load.progress = stderr_progress("loading " + flags.engine.model_dir);
   auto stack = ServingStack::load(options);
   const std::string& drafter_dir = stack->facts().drafter_dir;
+  const bool has_drafter = !drafter_dir.empty() || stack->facts().uses_mtp;
+  if (flags.are_modes_given && !has_drafter)
+    for (const std::string& mode : flags.modes)
+      if (mode != "long-copy" && mode != "ngram")
+        fail("--modes " + mode + " needs a drafter, and this run has none (--drafter none, or the model has no MTP "
+             "head); leave it out or give --drafter");
   auto cases = read_cases(flags, *stack->tokenizer(), stack->chat_template());
   const EngineFlags& knobs = flags.engine;
 
   std::ostringstream report;
   report << "# Proposers on held-out cases: " << knobs.model_dir << "\n\n"
-         << "- command: `tensorfold spec-eval --device " << knobs.device << " --model " << knobs.model_dir << " --drafter "
+         << "- command: `" << invocation() << "`\n"
+         << "- settings: `--device " << knobs.device << " --model " << knobs.model_dir << " --drafter "
          << (stack->facts().uses_mtp ? "mtp" : drafter_dir.empty() ? "none" : drafter_dir) << " --per-kind " << flags.per_kind << " --kinds"
          << joined(flags.kinds) << " --modes" << joined(flags.modes) << " --streams" << joined(flags.streams)
          << (flags.gate_proposers ? " --gate-proposers" : "") << " --drafter-min-path-probability "
@@ -226,7 +237,7 @@ void register_spec_eval_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--kinds", flags->kinds, "Case kinds to run: code prose rename")
       ->check(CLI::IsMember({"code", "prose", "rename"}))->capture_default_str();
-  cmd->add_option("--modes", flags->modes, "Proposer sets: long-copy drafter both all ngram")
+  CLI::Option* modes = cmd->add_option("--modes", flags->modes, "Proposer sets: long-copy drafter both all ngram")
       ->check(CLI::IsMember({"long-copy", "drafter", "both", "all", "ngram"}))->capture_default_str();
   cmd->add_option("--streams", flags->streams, "Lanes of the engine, e.g. 1 4")
       ->check(CLI::Range(1, 64))->capture_default_str();
@@ -244,7 +255,10 @@ void register_spec_eval_command(CLI::App& app) {
                   "Top-k of the drafter's first position: the chain's head plus k-1 siblings")
       ->check(CLI::Range(int64_t(1), int64_t(64)))->capture_default_str();
   cmd->add_option("--receipt", flags->receipt, "Also write the receipt to this file");
-  cmd->callback([flags] { run_spec_eval(*flags); });
+  cmd->callback([flags, modes] {
+    flags->are_modes_given = modes->count() > 0;
+    run_spec_eval(*flags);
+  });
 }
 
 }  // namespace tf::cli

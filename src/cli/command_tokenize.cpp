@@ -17,7 +17,7 @@ void register_tokenize_command(CLI::App& app) {
   auto model_dir = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Read UTF-8 text on stdin, print its token ids as JSON");
   auto* file_opt = cmd->add_option("--tokenizer", *tokenizer_path, "A tokenizer.json file");
-  cmd->add_option("--model", *model_dir, "A model directory holding tokenizer.json")->excludes(file_opt);
+  cmd->add_option("--model", *model_dir, "A model directory holding tokenizer.json")->excludes(file_opt)->envname("TF_MODEL");
   cmd->callback([tokenizer_path, model_dir] {
     std::string path = *tokenizer_path;
     if (path.empty())

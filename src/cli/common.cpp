@@ -33,6 +33,7 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& f
     ids.push_back(int32_t(value));
   }
   if (ids.empty()) fail(flag + " is empty");
+  if (text.back() == ',') fail(flag + " expects comma-separated token ids, got a trailing ','");
   return ids;
 }
 

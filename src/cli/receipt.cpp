@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "tf_git_commit.h"
 
 namespace tf::cli {
 namespace {
@@ -35,7 +36,35 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::string receipt_commit() { return shell_line("git rev-parse --short HEAD 2>/dev/null"); }
+std::string build_commit() { return TF_GIT_COMMIT; }
+
+std::string receipt_commit() {
+  const std::string commit = build_commit();
+  return commit.empty() ? "unknown (built outside a git checkout)" : commit;
+}
+
+namespace {
+std::string invocation_text = "tensorfold";
+}  // namespace
+
+void set_invocation(int argc, char** argv) {
+  // Shell-quoted where needed, so the line can be pasted back.
+  std::string text;
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = i == 0 ? "tensorfold" : argv[i];
+    const bool is_plain = !arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                                "0123456789-_=./,:+@%") == std::string::npos;
+    if (!is_plain) {
+      std::string quoted = "'";
+      for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      arg = quoted + "'";
+    }
+    text += (i ? " " : "") + arg;
+  }
+  invocation_text = text;
+}
+
+const std::string& invocation() { return invocation_text; }
 
 std::string receipt_machine() {
   return shell_line("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'") + ", " +

@@ -14,9 +14,15 @@ Summary summarize(std::vector<double> values);
 
 double seconds_since(std::chrono::steady_clock::time_point start);
 
-// The receipt header lines: commit (git, when run inside the source tree) and machine.
+// The commit this binary was built from ("abc1234", "abc1234-dirty" with uncommitted changes; empty
+// outside a git checkout), and the receipt header lines: that commit and the machine.
+std::string build_commit();
 std::string receipt_commit();
 std::string receipt_machine();
+
+// The command line as typed (main() records it), for receipts: what was run, every flag included.
+void set_invocation(int argc, char** argv);
+const std::string& invocation();
 
 // Writes `text` to `path` (tf::Error naming the path on failure).
 void write_receipt(const std::string& path, const std::string& text);

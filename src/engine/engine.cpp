@@ -93,7 +93,7 @@ Engine::Engine(const EngineOptions& options, std::shared_ptr<Model> model,
   if (options.kv_pool_fraction > 0.0 && options.kv_pool_tokens > 0)
     fail("give --kv-pool-tokens or --kv-pool-fraction, not both");
   if (options.kv_pool_tokens > 0 && options.kv_pool_tokens < options.n_ctx)
-    fail("--kv-pool-tokens " + std::to_string(options.kv_pool_tokens) + " cannot hold one request of --ctx " +
+    fail("--kv-pool-tokens " + std::to_string(options.kv_pool_tokens) + " cannot hold one request's context of " +
          std::to_string(options.n_ctx) + " positions");
   if (options.recurrent_cache_bytes < -1) fail("--recurrent-cache-mib must be 0 or more");
   if (options.recurrent_checkpoint_blocks < 0) fail("--recurrent-checkpoint-blocks must be 0 (automatic) or more");

@@ -147,8 +147,6 @@ HybridConfig read_hybrid_fields(const Json& text, const std::string& path, int64
   const double rotary_fraction = read_number(*factor, "partial_rotary_factor", path);
   if (!(rotary_fraction > 0 && rotary_fraction <= 1)) fail_field("partial_rotary_factor", path, "must be in (0, 1]");
   hybrid.rotary_dim = int64_t(double(head_dim) * rotary_fraction);  // int(), as transformers
-  if (const Json* activation = find_field(text, "hidden_act"); activation && *activation != "silu")
-    fail_field("hidden_act", path, "must be \"silu\", got " + activation->dump());
   return hybrid;
 }
 
@@ -213,10 +211,18 @@ ModelConfig ModelConfig::load(const std::string& model_dir) {
   if (const Json* sliding = find_field(text, "use_sliding_window"); sliding && *sliding == true)
     fail_field("use_sliding_window", text_path, "is true: sliding-window attention is not supported");
   if (!is_hybrid)
-    if (const Json* types = find_field(text, "layer_types"); types && types->is_array())
+    if (const Json* types = find_field(text, "layer_types"); types && types->is_array()) {
       for (const Json& type : *types)
         if (type != "full_attention")
           fail_field("layer_types", text_path, "holds " + type.dump() + ": this architecture's layers are all full_attention");
+      if (int64_t(types->size()) != config.n_layers)
+        fail_field("layer_types", text_path,
+                   "has " + std::to_string(types->size()) + " entries for " + std::to_string(config.n_layers) +
+                       " layers (num_hidden_layers)");
+    }
+  // Every layer's MLP is SwiGLU: another activation would compute another model.
+  if (const Json* activation = find_field(text, "hidden_act"); activation && *activation != "silu")
+    fail_field("hidden_act", text_path, "must be \"silu\", got " + activation->dump());
   if (const Json* type = find_field(json, "model_type"); type && !type->is_string())
     fail_field("model_type", path, "must be a string");
 

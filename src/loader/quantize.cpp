@@ -154,6 +154,10 @@ void write_quantized_config(const std::string& in_dir, const std::string& out_di
 
 }  // namespace
 
+// The quantized weights, config and tokenizer files into out_dir (made and checked by the caller).
+static void write_quantized_model(const std::string& in_dir, const std::string& out_dir, const ModelConfig& config,
+                                  const QuantizeOptions& options, const LoadProgress& progress);
+
 void quantize_model_dir(const std::string& in_dir, const std::string& out_dir,
                         const QuantizeOptions& options, const LoadProgress& progress) {
   if (options.bits != 4 && options.bits != 8)
@@ -165,14 +169,25 @@ void quantize_model_dir(const std::string& in_dir, const std::string& out_dir,
     fail("model in " + in_dir + " is already quantized (" + std::to_string(config.quantization.bits) +
          " bits); quantize from the dense checkpoint");
   std::error_code error;
+  const bool existed = fs::exists(out_dir, error);
+  if (existed && fs::equivalent(in_dir, out_dir, error))
+    fail("output directory " + out_dir + " is the input directory; choose another");
+  // Another model's files left beside ours (a tokenizer, an index) would make a mixture that loads.
+  if (existed && (!fs::is_directory(out_dir, error) || !fs::is_empty(out_dir, error)))
+    fail("output directory " + out_dir + " exists and is not an empty directory; choose a new or empty one");
   fs::create_directories(out_dir, error);
   if (!fs::is_directory(out_dir, error)) fail("cannot create output directory " + out_dir);
-  if (fs::equivalent(in_dir, out_dir, error))
-    fail("output directory " + out_dir + " is the input directory; choose another");
-  // Checkpoint::open prefers an index, so a stale one would hide the file written here.
-  if (file_exists(out_dir + "/model.safetensors.index.json"))
-    fail("output directory " + out_dir +
-         " already holds model.safetensors.index.json; choose an empty directory");
+  try {
+    write_quantized_model(in_dir, out_dir, config, options, progress);
+  } catch (...) {
+    if (!existed) fs::remove_all(out_dir, error);  // nothing half-written stays behind
+    throw;
+  }
+}
+
+static void write_quantized_model(const std::string& in_dir, const std::string& out_dir, const ModelConfig& config,
+                                  const QuantizeOptions& options, const LoadProgress& progress) {
+  std::error_code error;
 
   const Checkpoint checkpoint = Checkpoint::open(in_dir);
   size_t total_bytes = 0, done_bytes = 0;
