@@ -147,6 +147,10 @@ TEST(ChatReplyParser, Qwen3_5CutCallsAndPlainReplies) {
   expect_cut_invariant(qwen3_5_options(false),
                        "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n1", {"", "", {{"call_y_0", "get_weather", "{\"city\": \"Oslo\"}"}}});
   expect_cut_invariant(qwen3_5_options(false), "<tool_call>\nnot xml at all", {"", "<tool_call>\nnot xml at all", {}});
+  // A parameter written twice keeps its first value: the arguments are an object of unique keys.
+  expect_cut_invariant(qwen3_5_options(false),
+                       "<tool_call>\n<function=get_weather>\n<parameter=city>\nA\n</parameter>\n<parameter=city>\nB\n"
+                       "</parameter>\n</function>\n</tool_call>", {"", "", {{"call_y_0", "get_weather", "{\"city\": \"A\"}"}}});
   expect_cut_invariant(qwen3_5_options(true), "Just thinking, no answer yet", {"Just thinking, no answer yet", "", {}});
   expect_cut_invariant(qwen3_5_options(false), "Hello <b>world</b>!", {"", "Hello <b>world</b>!", {}});
 }

@@ -737,4 +737,9 @@ TEST(OpenAiProtocol, ToolCallRepliesAndDeltas) {
   EXPECT_FALSE(delta["delta"]["tool_calls"][1].contains("id"));
   EXPECT_EQ(delta["delta"]["tool_calls"][1]["function"]["arguments"], "{\"a\"");
   EXPECT_EQ(final_chunk_json(header, 1, summary, true, 3)["choices"][0]["finish_reason"], "length");
+  // A stop string (or EOS) cut the call: the model did not finish calling.
+  summary.finish_reason = FinishReason::stop;
+  summary.ended_inside_tool_call = true;
+  EXPECT_EQ(choice_json(header, 0, reply, nullptr, summary, 9)["finish_reason"], "stop");
+  EXPECT_EQ(final_chunk_json(header, 1, summary, true, 3)["choices"][0]["finish_reason"], "stop");
 }

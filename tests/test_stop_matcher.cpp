@@ -180,6 +180,18 @@ TEST(StopMatcher, AClosingStringEndsTheReplyOutsideTheQuietSections) {
   EXPECT_EQ(run_all(stop_first, {"aSTOPb</tool_call>"}), "a");
   StopMatcher stop_held({"</tool_call>x"}, ClosingString{"</tool_call>", "", "", false});
   EXPECT_EQ(run_all(stop_held, {"a</tool_call>x"}), "a</tool_call>");
+  // Armed by the opening tag: prose that quotes the closing one goes on; a call then closes it.
+  const ClosingString armed{"</tool_call>", "<think>", "</think>", false, "<tool_call>"};
+  for (size_t chunk = 1; chunk <= 5; ++chunk) {
+    const std::string text = "Close calls with </tool_call> always. <tool_call>{}</tool_call> more";
+    std::vector<std::string> chunks;
+    for (size_t at = 0; at < text.size(); at += chunk) chunks.push_back(text.substr(at, chunk));
+    StopMatcher matcher({}, armed);
+    EXPECT_EQ(run_all(matcher, chunks), "Close calls with </tool_call> always. <tool_call>{}</tool_call>");
+  }
+  StopMatcher prose({}, armed);
+  EXPECT_EQ(run_all(prose, {"only </tool_call> quoted"}), "only </tool_call> quoted");
+  EXPECT_FALSE(prose.is_stopped());
   // The reasoning never closes: no end.
   StopMatcher unclosed({}, call_close);
   EXPECT_EQ(run_all(unclosed, {"still </tool_call> thinking"}), "still </tool_call> thinking");

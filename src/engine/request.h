@@ -33,6 +33,7 @@ struct ClosingString {
   std::string quiet_open;
   std::string quiet_close;
   bool starts_quiet = false;
+  std::string armed_by;  // the closing string counts only after this (outside quiet): "<tool_call>"; empty: always
 };
 
 struct GenerationRequest {

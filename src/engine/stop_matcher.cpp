@@ -38,6 +38,7 @@ StopMatcher::StopMatcher(std::vector<std::string> stop_strings, std::optional<Cl
   }
   if (closing_ && closing_->text.empty()) closing_.reset();
   is_quiet_ = closing_ && closing_->starts_quiet && !closing_->quiet_close.empty();
+  is_armed_ = !closing_ || closing_->armed_by.empty();
 }
 
 size_t StopMatcher::find_closing(const std::string& text) {
@@ -47,7 +48,7 @@ size_t StopMatcher::find_closing(const std::string& text) {
     return !marker.empty() && recent_.size() >= marker.size() &&
            recent_.compare(recent_.size() - marker.size(), marker.size(), marker) == 0;
   };
-  const size_t longest = std::max({c.text.size(), c.quiet_open.size(), c.quiet_close.size()});
+  const size_t longest = std::max({c.text.size(), c.quiet_open.size(), c.quiet_close.size(), c.armed_by.size()});
   for (size_t i = 0; i < text.size(); ++i) {
     recent_ += text[i];
     ++n_scanned_;
@@ -55,6 +56,8 @@ size_t StopMatcher::find_closing(const std::string& text) {
       is_quiet_ = !ends_with(c.quiet_close);
     } else if (n_scanned_ == c.quiet_open.size() && ends_with(c.quiet_open) && !c.quiet_close.empty()) {
       is_quiet_ = true;  // only a reply that opens with the marker reasons, as the reply parser reads it
+    } else if (!is_armed_) {
+      is_armed_ = ends_with(c.armed_by);  // prose that merely quotes the closing string goes on
     } else if (ends_with(c.text)) {
       return i + 1;
     }

@@ -34,6 +34,7 @@ class StopMatcher {
   bool stopped_ = false;
   std::optional<ClosingString> closing_;
   bool is_quiet_ = false;
+  bool is_armed_ = true;   // the closing string's armed_by has been seen (or it has none)
   std::string recent_;     // the last bytes scanned, enough to see a marker across pieces
   size_t n_scanned_ = 0;   // bytes of the reply scanned so far
 };

@@ -265,6 +265,7 @@ bool ChatReplyParser::step_xml_call(bool is_final, ReplyPiece& out) {
       ++n_tool_calls_;
       is_xml_call_open_ = true;
       xml_n_parameters_ = 0;
+      xml_seen_parameters_.clear();
       xml_step_ = XmlStep::between_parameters;
       return true;
     }
@@ -310,9 +311,12 @@ bool ChatReplyParser::step_xml_call(bool is_final, ReplyPiece& out) {
       std::string_view value = std::string_view(pending_).substr(0, close);
       if (value.starts_with('\n')) value.remove_prefix(1);  // the template writes "\n" VALUE "\n"
       if (value.ends_with('\n')) value.remove_suffix(1);
-      const std::string pair = parameter_json(xml_parameter_, std::string(value));
-      out.tool_calls.push_back({n_tool_calls_ - 1, std::nullopt, std::nullopt, (xml_n_parameters_ == 0 ? "{" : ", ") + pair});
-      ++xml_n_parameters_;
+      // A parameter written twice keeps its first value: arguments stay a JSON object of unique keys.
+      if (xml_seen_parameters_.insert(xml_parameter_).second) {
+        const std::string pair = parameter_json(xml_parameter_, std::string(value));
+        out.tool_calls.push_back({n_tool_calls_ - 1, std::nullopt, std::nullopt, (xml_n_parameters_ == 0 ? "{" : ", ") + pair});
+        ++xml_n_parameters_;
+      }
       pending_.erase(0, close + parameter_close.size());
       xml_step_ = XmlStep::between_parameters;
       return true;

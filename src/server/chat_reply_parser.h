@@ -5,6 +5,7 @@
 #pragma once
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,6 +87,7 @@ class ChatReplyParser {
   std::string xml_function_;
   std::string xml_parameter_;
   int xml_n_parameters_ = 0;
+  std::set<std::string> xml_seen_parameters_;  // this call's parameter names so far
   bool is_xml_call_open_ = false;  // its id and name were released
 };
 

@@ -111,7 +111,7 @@ GenerationRequest to_generation_request(const CompletionRequest& request, const 
       request.tool_choice.mode == ToolChoiceMode::required || request.tool_choice.mode == ToolChoiceMode::function;
   if (parses_tool_calls(request) && !request.parallel_tool_calls && !is_forced_call)
     generation.closing = ClosingString{"</tool_call>", "<think>", "</think>",
-                                       context.chat_template.opens_thinking(request.chat_options)};
+                                       context.chat_template.opens_thinking(request.chat_options), "<tool_call>"};
   generation.n_top_logprobs = request.n_top_logprobs;
   generation.wants_provenance = request.return_provenance;
   apply_constraint_fields(request.constraints, &generation);
@@ -206,10 +206,12 @@ struct Choice {
       // A single call stopped by its closing tag (parallel_tool_calls false): the tag was cut.
       if (!is_parallel_tool_calls && update.finish_reason == FinishReason::stop && parser.is_inside_tool_call())
         piece.append(parser.push("</tool_call>"));
+      const bool ended_inside_tool_call = parser.is_inside_tool_call();
       piece.append(parser.finish());
       is_done = true;
       summary = ReplySummary{update.finish_reason, prompt_tokens, completion_tokens, update.timings,
                              update.token_sha, token_ids, std::nullopt};
+      summary.ended_inside_tool_call = ended_inside_tool_call;
       if (prediction) summary.prediction = prediction_usage(*prediction, *completion_ids);
     }
     return {std::move(piece), std::move(logprobs)};
@@ -369,9 +371,14 @@ void answer_whole(Choices& choices, const ReplyHeader& header, HttpExchange& exc
 // done or the client is gone (then the engine has been told, for every choice).
 void answer_stream(Choices& choices, const ReplyHeader& header, bool include_usage, HttpExchange& exchange) {
   if (!exchange.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return;
+  // With include_usage every other chunk carries "usage": null, as OpenAI's do.
+  const auto event = [include_usage](json chunk) {
+    if (include_usage) chunk["usage"] = nullptr;
+    return sse_event(chunk);
+  };
   if (header.endpoint == Endpoint::chat) {  // chat streams open with the assistant role, as OpenAI's do
     std::string opening;
-    for (const auto& choice : choices.items) opening += sse_event(opening_chunk_json(header, choice->index));
+    for (const auto& choice : choices.items) opening += event(opening_chunk_json(header, choice->index));
     if (!exchange.send_chunk(std::move(opening))) return;
   }
   const Tokenizer& tokenizer = *choices.context->tokenizer;
@@ -393,7 +400,7 @@ void answer_stream(Choices& choices, const ReplyHeader& header, bool include_usa
         if (!piece.is_empty() || !logprobs.is_null()) {
           json chunk = delta_chunk_json(header, choice->index, piece, logprobs);
           choice->hand_provenance_to(chunk["choices"][0]);
-          if (!exchange.send_chunk(sse_event(chunk))) return;
+          if (!exchange.send_chunk(event(std::move(chunk)))) return;
         }
         if (!update.is_final) continue;
         if (is_unfinished(update)) {
@@ -405,7 +412,7 @@ void answer_stream(Choices& choices, const ReplyHeader& header, bool include_usa
         json final_chunk = final_chunk_json(header, choice->index, choice->summary,
                                             choice->parser.n_tool_calls() > 0, choice->seed);
         choice->hand_provenance_to(final_chunk["choices"][0]);  // tokens whose text was held back, or had none
-        if (!exchange.send_chunk(sse_event(final_chunk))) return;
+        if (!exchange.send_chunk(event(std::move(final_chunk)))) return;
       }
     }
   }

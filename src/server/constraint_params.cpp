@@ -82,6 +82,7 @@ void parse_tool_choice(const plain_json& body, ToolCallForm form, ConstraintFiel
     throw bad("tool_choice", "expected a string or an object.");
   }
   if (!is_forced && (!tools || !tools->is_array())) return;
+  if (!is_forced && tools->empty()) throw bad("tools", "expected at least one tool; leave 'tools' out to offer none.");
   if (!tools || !tools->is_array() || tools->empty())
     throw bad("tools", "tool_choice '" + (named.empty() ? std::string("required") : named) + "' needs a non-empty 'tools' array.");
   std::vector<ToolSchema> schemas;

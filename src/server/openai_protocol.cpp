@@ -385,10 +385,10 @@ json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprobs>& logprobs
               {"text_offset", std::move(text_offsets)}};
 }
 
-const char* wire_finish_reason(FinishReason reason, bool has_tool_calls) {
+const char* wire_finish_reason(const ReplySummary& summary, bool has_tool_calls) {
   // cancelled and error replies never get here: they are answered with an error (completion_handler).
-  if (reason == FinishReason::length) return "length";
-  return has_tool_calls ? "tool_calls" : "stop";
+  if (summary.finish_reason == FinishReason::length) return "length";
+  return has_tool_calls && !summary.ended_inside_tool_call ? "tool_calls" : "stop";
 }
 
 json choice_json(const ReplyHeader& header, int64_t index, const AssembledReply& reply, const json& logprobs,
@@ -405,7 +405,7 @@ json choice_json(const ReplyHeader& header, int64_t index, const AssembledReply&
     choice["text"] = reply.content;
   }
   choice["logprobs"] = logprobs;
-  choice["finish_reason"] = wire_finish_reason(summary.finish_reason, !reply.tool_calls.empty());
+  choice["finish_reason"] = wire_finish_reason(summary, !reply.tool_calls.empty());
   choice["seed"] = reported_seed(seed);
   choice["token_sha"] = summary.token_sha;
   return choice;
@@ -477,7 +477,7 @@ json final_chunk_json(const ReplyHeader& header, int64_t index, const ReplySumma
   if (header.endpoint == Endpoint::chat) choice["delta"] = json::object();
   else choice["text"] = "";
   choice["logprobs"] = nullptr;
-  choice["finish_reason"] = wire_finish_reason(summary.finish_reason, has_tool_calls);
+  choice["finish_reason"] = wire_finish_reason(summary, has_tool_calls);
   chunk["choices"] = json::array({std::move(choice)});
   // No usage here: a stream reports it once, for every choice, in the include_usage chunk (a
   // client that reads the last usage it saw would take one choice's for the request's).

@@ -140,6 +140,9 @@ struct ReplySummary {
   std::string token_sha;
   std::optional<std::vector<int32_t>> token_ids;  // when the request asked for them
   std::optional<PredictionUsage> prediction;      // when the request had a prediction
+  // The reply ended inside a tool call (a stop string, EOS or the budget cut it): the model did not
+  // finish calling, so the finish reason is not "tool_calls".
+  bool ended_inside_tool_call = false;
 };
 
 json usage_json(const ReplySummary& summary);
@@ -163,7 +166,7 @@ json provenance_json(const std::vector<TokenProvenance>& provenance);
 
 // OpenAI's finish_reason: "length" for a reply cut by its budget, "tool_calls" for one that ended
 // having called tools, else "stop".
-const char* wire_finish_reason(FinishReason reason, bool has_tool_calls);
+const char* wire_finish_reason(const ReplySummary& summary, bool has_tool_calls);
 
 // One finished choice of a whole reply: chat {"message": {content, reasoning_content, tool_calls}},
 // completion {"text"}; the choice's own seed and token_sha ride along (extensions).

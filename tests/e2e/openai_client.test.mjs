@@ -70,8 +70,9 @@ test('chat completion, streamed with include_usage, equals the whole reply', { t
     const usageChunk = chunks.at(-1);
     assert.deepEqual(usageChunk.choices, []);
     assert.deepEqual(usageChunk.usage, whole.usage);
-    // Usage comes once, in the include_usage chunk, never with a choice's last chunk.
-    assert.equal(final.usage, undefined);
+    // Usage comes once, in the include_usage chunk; every other chunk says "usage": null, as OpenAI's do.
+    assert.equal(final.usage, null);
+    assert.ok(chunks.slice(0, -1).every((chunk) => chunk.usage === null));
     assertReplyFigures({ ...final, usage: usageChunk.usage }, 12);
     assert.equal(usageChunk.token_sha, whole.token_sha);
   });

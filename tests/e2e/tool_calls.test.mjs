@@ -216,6 +216,43 @@ describe('Qwen3.6 template: XML tool calls', () => {
     assert.equal(reply.status, 400, reply.text);
     assert.equal(reply.json.error.param, 'messages');
   });
+
+  // Grammars force the text, so the small model's preferences do not matter.
+  const forced = (text, extra = {}) => request(server, '/v1/chat/completions', {
+    body: { model: 'x', messages: [{ role: 'user', content: 'go' }], tools, max_tokens: 80, temperature: 0,
+      chat_template_kwargs: { enable_thinking: false }, grammar: `root ::= ${JSON.stringify(text)}`, ...extra },
+  });
+
+  test('parallel_tool_calls false ends a reply after a call, not where prose quotes </tool_call>', { timeout: 30_000 }, async () => {
+    const prose = 'Close calls with </tool_call> always. More text.';
+    const reply = await forced(prose, { parallel_tool_calls: false });
+    assert.equal(reply.status, 200, reply.text);
+    assert.equal(reply.json.choices[0].message.content, prose);
+    assert.equal(reply.json.choices[0].finish_reason, 'stop');
+  });
+
+  test('a call a stop string cuts is not a finished call: finish_reason stop', { timeout: 30_000 }, async () => {
+    const reply = await forced(`${file}\n`, { stop: ['Paris'] });
+    assert.equal(reply.status, 200, reply.text);
+    assert.equal(reply.json.choices[0].finish_reason, 'stop', reply.text);
+    const whole = await forced(`${file}\n`);
+    assert.equal(whole.json.choices[0].finish_reason, 'tool_calls', whole.text);
+    assert.deepEqual(JSON.parse(whole.json.choices[0].message.tool_calls[0].function.arguments), { city: 'Paris' });
+  });
+
+  test('a parameter the model writes twice keeps its first value', { timeout: 30_000 }, async () => {
+    const twice = '<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=city>\nOslo\n' +
+      '</parameter>\n</function>\n</tool_call>\n';
+    const reply = await forced(twice);
+    assert.equal(reply.json.choices[0].message.tool_calls[0].function.arguments, '{"city": "Paris"}');
+  });
+
+  test('an empty tools array is refused for what it is', { timeout: 10_000 }, async () => {
+    const reply = await request(server, '/v1/chat/completions', { body: { messages: [{ role: 'user', content: 'q' }], tools: [] } });
+    assert.equal(reply.status, 400, reply.text);
+    assert.equal(reply.json.error.param, 'tools');
+    assert.doesNotMatch(reply.json.error.message, /required/);
+  });
 });
 
 describe('the chat request surface', () => {
