@@ -187,9 +187,7 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
       std::min<int64_t>(max_http_threads, int64_t(flags.n_parallel) + flags.max_queue + options.max_side_jobs);
   options.max_connections = connections_within_open_file_limit(options.max_connections);
   options.max_connections_per_peer = std::min(options.max_connections_per_peer, options.max_connections);
-  const bool is_loopback = flags.host == "localhost" || flags.host == "::1" ||
-                           (flags.host.starts_with("127.") && flags.host.find_first_not_of("0123456789.") == std::string::npos);
-  if (!is_loopback && flags.api_key.empty())
+  if (!server::is_loopback_name(flags.host) && flags.api_key.empty())
     std::fprintf(stderr,
                  "tensorfold: warning: listening on %s without --api-key: anyone who can reach this address can use "
                  "the model and its slots\n",

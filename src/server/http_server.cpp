@@ -87,11 +87,15 @@ std::string host_name_of(std::string_view authority) {
   return lower_ascii(authority.substr(0, authority.find(':')));
 }
 
+}  // namespace
+
 bool is_loopback_name(const std::string& name) {
   const bool is_localhost = name == "localhost" || (name.size() > 10 && name.ends_with(".localhost"));
   const bool is_dotted_ipv4 = name.find_first_not_of("0123456789.") == std::string::npos;
   return is_localhost || name == "::1" || (is_dotted_ipv4 && name.starts_with("127."));
 }
+
+namespace {
 
 bool is_wildcard_address(const std::string& host) { return host == "0.0.0.0" || host == "::" || host.empty(); }
 
@@ -250,11 +254,16 @@ struct HttpServer::Impl {
     }
   }
 
-  bool is_allowed_host_name(const std::string& name) const {
+  // A loopback name, the bound address, or one --allowed-host gives.
+  bool is_named_host(const std::string& name) const {
     if (is_loopback_name(name) || name == lower_ascii(options.host)) return true;
     for (const std::string& allowed : options.allowed_hosts)
       if (allowed == "*" || lower_ascii(allowed) == name) return true;
-    return options.allowed_hosts.empty() && is_wildcard_address(options.host);
+    return false;
+  }
+
+  bool is_allowed_host_name(const std::string& name) const {
+    return is_named_host(name) || (options.allowed_hosts.empty() && is_wildcard_address(options.host));
   }
 
   // A page on another site may send simple requests (a form's POST) and a rebinding DNS name may
@@ -279,12 +288,7 @@ struct HttpServer::Impl {
     // The page's own site (the Host it asked, already checked), or a name this server answers for
     // other than by a wildcard bind ("null", from a sandboxed or file page, is neither).
     const bool is_same_site = !origin_host.empty() && !host.empty() && origin_host == host_name_of(host);
-    const bool is_named = !origin_host.empty() && (is_loopback_name(origin_host) ||
-                                                   origin_host == lower_ascii(options.host) ||
-                                                   std::any_of(options.allowed_hosts.begin(), options.allowed_hosts.end(),
-                                                               [&](const std::string& allowed) {
-                                                                 return allowed == "*" || lower_ascii(allowed) == origin_host;
-                                                               }));
+    const bool is_named = !origin_host.empty() && is_named_host(origin_host);
     if (!is_same_site && !is_named)
       throw ApiError(403,
                      "Requests from pages of another site (Origin '" + std::string(origin.substr(0, 200)) +

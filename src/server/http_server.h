@@ -48,6 +48,9 @@ struct ServerOptions {
   bool is_special_in_user_text = false;  // match special tokens written in user and tool messages
 };
 
+// "localhost", "*.localhost", "::1" or a dotted 127.x.y.z address (lower-cased, no port or brackets).
+bool is_loopback_name(const std::string& name);
+
 class HttpServer {
  public:
   explicit HttpServer(ServerOptions options);
