@@ -48,6 +48,7 @@ struct ServeFlags {
   int64_t max_body_bytes = 8 << 20;
   int64_t max_tokens_limit = 131072;
   int64_t default_max_tokens = server::ServerOptions{}.default_max_tokens;
+  bool is_default_max_tokens_given = false;  // on the command line or in TF_DEFAULT_MAX_TOKENS
   int32_t max_connections = server::ServerOptions{}.max_connections;
   int32_t max_connections_per_client = server::ServerOptions{}.max_connections_per_peer;
   double head_timeout_s = 10;
@@ -112,6 +113,10 @@ server::ServerOptions validated_options(const ServeFlags& flags) {
                                            std::to_string(flags.max_tokens_limit) + ".");
   require(flags.default_max_tokens >= 1, "--default-max-tokens must be at least 1; got " +
                                              std::to_string(flags.default_max_tokens) + ".");
+  // Given both ways round, one of them is a mistake; left at its default, the default follows the limit.
+  require(!flags.is_default_max_tokens_given || flags.default_max_tokens <= flags.max_tokens_limit,
+          "--default-max-tokens (" + std::to_string(flags.default_max_tokens) + ") is above --max-tokens-limit (" +
+              std::to_string(flags.max_tokens_limit) + "): a reply without max_tokens could not have that many.");
   require(flags.max_connections >= 1, "--max-connections must be at least 1; got " +
                                           std::to_string(flags.max_connections) + ".");
   require(flags.max_connections_per_client >= 1 && flags.max_connections_per_client <= flags.max_connections,
@@ -288,9 +293,11 @@ void register_serve_command(CLI::App& app) {
   command->add_option("--max-tokens-limit", flags->max_tokens_limit,
                       "Largest max_tokens a request may ask for; more answers 400")
       ->envname("TF_MAX_TOKENS_LIMIT")->capture_default_str();
-  command->add_option("--default-max-tokens", flags->default_max_tokens,
-                      "Most tokens a chat reply gets when the request sets no max_tokens")
-      ->envname("TF_DEFAULT_MAX_TOKENS")->capture_default_str();
+  CLI::Option* default_max_tokens =
+      command->add_option("--default-max-tokens", flags->default_max_tokens,
+                          "Most tokens a chat reply gets when the request sets no max_tokens (at most --max-tokens-limit)")
+          ->envname("TF_DEFAULT_MAX_TOKENS")
+          ->capture_default_str();
   command->add_option("--max-connections", flags->max_connections,
                       "Most connections open at once; more get 503 and are closed")
       ->envname("TF_MAX_CONNECTIONS")->capture_default_str();
@@ -326,8 +333,9 @@ void register_serve_command(CLI::App& app) {
                     "Accept \"replay\" in requests: a reply the replay proposer drafts, so benchmarks can force "
                     "acceptance lengths (tools/bench_concurrent.py --forced-accept)")
       ->envname("TF_BENCH_EXTENSIONS");
-  command->callback([flags, api_key] {
+  command->callback([flags, api_key, default_max_tokens] {
     flags->is_api_key_given = api_key->count() > 0;
+    flags->is_default_max_tokens_given = default_max_tokens->count() > 0;
     run_serve(*flags);
   });
 }

@@ -54,6 +54,13 @@ test('values a range check cannot see are refused by name', () => {
   expectRefusal(['eval', '--model', tiny, '--prompt-ids', '1,2', '--all-logits'], /--all-logits.*--json/);
 });
 
+test('serve refuses a default reply length above the limit on one', () => {
+  expectRefusal(['serve', '--model', tiny, '--port', '0', '--max-tokens-limit', '100', '--default-max-tokens', '200'],
+                /--default-max-tokens \(200\) is above --max-tokens-limit \(100\)/);
+  expectRefusal(['serve', '--model', tiny, '--port', '0', '--max-tokens-limit', '100'], /--default-max-tokens/,
+                { env: { TF_DEFAULT_MAX_TOKENS: '101' } });
+});
+
 test('generate without a tokenizer prints the reply\'s ids', () => {
   const plain = run(['generate', '--model', tiny, '--drafter', 'none', '--prompt-ids', '1,2,3', '-n', '4']);
   assert.equal(plain.status, 0, plain.stderr);
