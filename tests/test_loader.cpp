@@ -487,6 +487,9 @@ TEST(ModelConfig, DefaultsAlternativesAndEosUnion) {
   write_text(temp / "tokenizer_config.json",
              R"({"eos_token": "<end>", "added_tokens_decoder": {"9": {"content": "<end>"}}})");
   EXPECT_EQ(tf::ModelConfig::load(temp.path).eos_token_ids, (std::vector<int32_t>{2, 3, 5, 9}));
+  // "eos_token": null names none (the config's and generation config's ids stand).
+  write_text(temp / "tokenizer_config.json", R"({"eos_token": null})");
+  EXPECT_EQ(tf::ModelConfig::load(temp.path).eos_token_ids, (std::vector<int32_t>{2, 3, 5}));
 
   write_text(temp / "generation_config.json", "{oops");
   expect_error_naming([&] { tf::ModelConfig::load(temp.path); }, {"generation_config.json"});

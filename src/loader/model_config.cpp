@@ -42,7 +42,7 @@ void add_eos_token_from_tokenizer(const std::string& dir, std::set<int32_t>* ids
   if (!file_exists(config_path)) return;
   const Json config = read_json_file(config_path);
   const Json* eos = config.is_object() ? find_field(config, "eos_token") : nullptr;
-  if (!eos) return;
+  if (!eos || eos->is_null()) return;  // null: transformers writes it for a tokenizer without one
   std::string content;
   if (eos->is_string()) {
     content = eos->get<std::string>();
