@@ -1,4 +1,6 @@
-// CPU attention against a double reference, and its invariance to neighbours, threads and slots.
+// CPU attention against a double reference, and its invariance to neighbours, threads and slots, at
+// every SIMD level the machine has: generic, avx2 and avx512 give one set of bits (f32 products),
+// avx512-bf16 its own (bf16-rounded operands in the dot-product instruction; attention_bf16_dot.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +11,9 @@
 #include <vector>
 
 #include "backends/cpu/kernels/attention.h"
+#include "backends/cpu/kernels/attention_bf16_dot.h"
 #include "backends/cpu/kernels/simd.h"
+#include "core/dtype.h"
 #include "core/thread_pool.h"
 
 namespace tf::cpu {
@@ -68,7 +72,30 @@ std::vector<float> run_scattered(const std::vector<const TestRow*>& rows, const 
   return out;
 }
 
-std::vector<float> reference(const TestRow& row, const AttentionShape& shape) {
+// The levels this machine has, each with the level whose bits it must give (the first of its numerics).
+std::vector<SimdLevel> supported_levels() {
+  std::vector<SimdLevel> levels;
+  for (SimdLevel level : {SimdLevel::generic, SimdLevel::avx2, SimdLevel::avx512, SimdLevel::avx512_bf16})
+    if (simd_level_supported(level)) levels.push_back(level);
+  return levels;
+}
+
+// Runs body at level, then puts the machine's level back.
+template <class Body>
+auto at_level(SimdLevel level, const Body& body) {
+  const SimdLevel saved = simd_level();
+  set_simd_level_for_testing(level);
+  auto result = body();
+  set_simd_level_for_testing(saved);
+  return result;
+}
+
+float bf16_rounded(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+// In double; with bf16_operands the query, keys, values and weights rounded to bf16 first, as the
+// avx512-bf16 path reads them (its weights are rounded against the running max, so not exactly).
+std::vector<float> reference(const TestRow& row, const AttentionShape& shape, bool bf16_operands = false) {
+  const auto operand = [&](float x) { return bf16_operands ? double(bf16_rounded(x)) : double(x); };
   const int64_t d = shape.head_dim, kv_stride = shape.n_kv_heads * d;
   const int64_t group = shape.n_heads / shape.n_kv_heads;
   std::vector<float> out(size_t(shape.n_heads * d));
@@ -78,14 +105,16 @@ std::vector<float> reference(const TestRow& row, const AttentionShape& shape) {
     double max_score = -INFINITY, sum = 0;
     for (int32_t j = 0; j < row.n_keys; ++j) {
       double dot = 0;
-      for (int64_t i = 0; i < d; ++i) dot += double(row.query[size_t(h * d + i)]) * row.keys[size_t(j * kv_stride + kv + i)];
+      for (int64_t i = 0; i < d; ++i)
+        dot += operand(row.query[size_t(h * d + i)]) * operand(row.keys[size_t(j * kv_stride + kv + i)]);
       scores[size_t(j)] = dot * shape.scale;
       max_score = std::max(max_score, scores[size_t(j)]);
     }
-    for (double& s : scores) sum += (s = std::exp(s - max_score));
+    for (double& s : scores) sum += (s = operand(float(std::exp(s - max_score))));
     for (int64_t i = 0; i < d; ++i) {
       double acc = 0;
-      for (int32_t j = 0; j < row.n_keys; ++j) acc += scores[size_t(j)] * row.values[size_t(j * kv_stride + kv + i)];
+      for (int32_t j = 0; j < row.n_keys; ++j)
+        acc += scores[size_t(j)] * operand(row.values[size_t(j * kv_stride + kv + i)]);
       out[size_t(h * d + i)] = float(acc / sum);
     }
   }
@@ -99,7 +128,9 @@ struct ShapeCase {
 TEST(Attention, MatchesReferenceAndIsInvariant) {
   ThreadPool pools[4] = {ThreadPool(1), ThreadPool(2), ThreadPool(3), ThreadPool(4)};
   std::mt19937 rng(21);
-  for (const ShapeCase& c : {ShapeCase{4, 4, 64}, ShapeCase{8, 4, 64}, ShapeCase{4, 2, 128}, ShapeCase{4, 2, 40}, ShapeCase{10, 2, 24}}) {
+  const std::vector<SimdLevel> levels = supported_levels();
+  for (const ShapeCase& c : {ShapeCase{4, 4, 64}, ShapeCase{8, 4, 64}, ShapeCase{4, 2, 128}, ShapeCase{4, 2, 40},
+                             ShapeCase{10, 2, 24}, ShapeCase{4, 2, 256}}) {
     SCOPED_TRACE("heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " dim " +
                  std::to_string(c.head_dim));
     const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim))};
@@ -115,32 +146,39 @@ TEST(Attention, MatchesReferenceAndIsInvariant) {
                       random_floats(size_t(n_keys * kv_stride), rng, 1.0f), n_keys});
     }
 
-    std::vector<std::vector<float>> solo;
-    for (const TestRow& row : rows) {
-      solo.push_back(run_scattered({&row}, shape, rng, pools[0], true));
-      const std::vector<float> expected = reference(row, shape);
-      for (size_t i = 0; i < expected.size(); ++i)
-        ASSERT_NEAR(solo.back()[i], expected[i], 2e-6 * (1.0 + std::fabs(expected[i])))
-            << "keys " << row.n_keys << " element " << i;
-    }
+    // Each row alone, at every level: near the reference of its numerics.
+    std::vector<std::vector<std::vector<float>>> solo(levels.size());  // [level][row]
+    for (size_t l = 0; l < levels.size(); ++l)
+      for (const TestRow& row : rows) {
+        const bool bf16_operands = at_level(levels[l], [&] { return attention_takes_bf16_dot(shape); });
+        solo[l].push_back(at_level(levels[l], [&] { return run_scattered({&row}, shape, rng, pools[0], true); }));
+        const std::vector<float> expected = reference(row, shape, bf16_operands);
+        const double tolerance = bf16_operands ? 4e-3 : 2e-6;
+        for (size_t i = 0; i < expected.size(); ++i)
+          ASSERT_NEAR(solo[l].back()[i], expected[i], tolerance * (1.0 + std::fabs(expected[i])))
+              << simd_level_name(levels[l]) << " keys " << row.n_keys << " element " << i;
+      }
+    for (size_t l = 1; l < levels.size(); ++l)  // generic, avx2 and avx512 alike
+      if (levels[l] != SimdLevel::avx512_bf16)
+        for (size_t r = 0; r < rows.size(); ++r)
+          ASSERT_EQ(std::memcmp(solo[l][r].data(), solo[0][r].data(), solo[0][r].size() * 4), 0)
+              << simd_level_name(levels[l]) << " row " << r;
 
-    const SimdLevel saved_level = simd_level();
+    // Rows among others, at random slots, on any thread count: each its bits alone.
     std::uniform_int_distribution<size_t> pick(0, rows.size() - 1);
-    for (int trial = 0; trial < 24; ++trial) {
+    for (int trial = 0; trial < 32; ++trial) {
       std::vector<size_t> ids(1 + size_t(trial) * 3 % 40);
       for (size_t& id : ids) id = pick(rng);
       std::vector<const TestRow*> batch;
       for (size_t id : ids) batch.push_back(&rows[id]);
-      const SimdLevel levels[] = {SimdLevel::generic, SimdLevel::avx2, SimdLevel::avx512};
-      const SimdLevel level = levels[trial % 3];
-      if (simd_level_supported(level)) set_simd_level_for_testing(level);
+      const size_t l = size_t(trial) % levels.size();
       // Half the trials keep the cache by head (HostKvStorage's layout): the same bits.
-      const std::vector<float> out = run_scattered(batch, shape, rng, pools[trial % 4], false, trial % 2 == 1);
-      set_simd_level_for_testing(saved_level);
+      const std::vector<float> out =
+          at_level(levels[l], [&] { return run_scattered(batch, shape, rng, pools[trial % 4], false, trial % 2 == 1); });
       const size_t row_size = size_t(c.n_heads * c.head_dim);
       for (size_t r = 0; r < ids.size(); ++r)
-        ASSERT_EQ(std::memcmp(&out[r * row_size], solo[ids[r]].data(), row_size * 4), 0)
-            << "trial " << trial << " row " << r << " keys " << rows[ids[r]].n_keys;
+        ASSERT_EQ(std::memcmp(&out[r * row_size], solo[l][ids[r]].data(), row_size * 4), 0)
+            << simd_level_name(levels[l]) << " trial " << trial << " row " << r << " keys " << rows[ids[r]].n_keys;
     }
   }
 }
@@ -153,9 +191,11 @@ TEST(Attention, MatchesReferenceAndIsInvariant) {
 TEST(Attention, RowsOfOneSequenceInLanesEqualEachRowAlone) {
   ThreadPool pools[3] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
   std::mt19937 rng(33);
-  // Groups of 2 and 4 heads with head_dim 64 and 128 take the lanes; one head a group, or
-  // head_dim 40, always runs a row at a time.
-  for (const ShapeCase& c : {ShapeCase{8, 4, 64}, ShapeCase{8, 2, 128}, ShapeCase{4, 4, 64}, ShapeCase{4, 2, 40}}) {
+  // Groups of 2 and 4 heads with head_dim 64, 128 and (avx512-bf16) 256 take the lanes; one head a
+  // group, or head_dim 40, always runs a row at a time.
+  const std::vector<SimdLevel> levels = supported_levels();
+  for (const ShapeCase& c : {ShapeCase{8, 4, 64}, ShapeCase{8, 2, 128}, ShapeCase{4, 4, 64}, ShapeCase{4, 2, 40},
+                             ShapeCase{4, 2, 256}}) {
     SCOPED_TRACE("heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " dim " +
                  std::to_string(c.head_dim));
     const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim))};
@@ -168,8 +208,7 @@ TEST(Attention, RowsOfOneSequenceInLanesEqualEachRowAlone) {
     std::shuffle(sequence.begin(), sequence.end(), rng);
     std::vector<int32_t> other_sequence = sequence;
     std::shuffle(other_sequence.begin(), other_sequence.end(), rng);
-    const SimdLevel saved_level = simd_level();
-    for (int trial = 0; trial < 24; ++trial) {
+    for (int trial = 0; trial < 32; ++trial) {
       const int64_t n_rows = 1 + (trial * 7) % 37, first_keys = (trial * 53) % 250;
       const std::vector<float> queries = random_floats(size_t(n_rows * row_width), rng, 2.5f);
       // Half the trials give each row its own copy of the slot list; every third gives the rows
@@ -187,16 +226,21 @@ TEST(Attention, RowsOfOneSequenceInLanesEqualEachRowAlone) {
           slots[size_t(r)] = other_sequence.data();
         }
       }
-      const SimdLevel levels[] = {SimdLevel::generic, SimdLevel::avx2, SimdLevel::avx512};
-      if (simd_level_supported(levels[trial % 3])) set_simd_level_for_testing(levels[trial % 3]);
-      std::vector<float> together(queries.size());
-      attention(queries.data(), n_rows, k_cache.data(), v_cache.data(), layout, slots.data(), n_keys.data(), shape,
-                together.data(), pools[trial % 3]);
-      set_simd_level_for_testing(saved_level);
+      const SimdLevel level = levels[size_t(trial) % levels.size()];
+      const std::vector<float> together = at_level(level, [&] {
+        std::vector<float> out(queries.size());
+        attention(queries.data(), n_rows, k_cache.data(), v_cache.data(), layout, slots.data(), n_keys.data(), shape,
+                  out.data(), pools[trial % 3]);
+        return out;
+      });
+      SCOPED_TRACE(simd_level_name(level));
       for (int64_t r = 0; r < n_rows; ++r) {
-        std::vector<float> alone(static_cast<size_t>(row_width));
-        attention(queries.data() + r * row_width, 1, k_cache.data(), v_cache.data(), layout, &slots[size_t(r)],
-                  &n_keys[size_t(r)], shape, alone.data(), pools[0]);
+        const std::vector<float> alone = at_level(level, [&] {
+          std::vector<float> out(static_cast<size_t>(row_width));
+          attention(queries.data() + r * row_width, 1, k_cache.data(), v_cache.data(), layout, &slots[size_t(r)],
+                    &n_keys[size_t(r)], shape, out.data(), pools[0]);
+          return out;
+        });
         ASSERT_EQ(std::memcmp(together.data() + r * row_width, alone.data(), size_t(row_width) * 4), 0)
             << "trial " << trial << " row " << r << " of " << n_rows << " keys " << n_keys[size_t(r)];
       }

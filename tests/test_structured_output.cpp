@@ -112,17 +112,32 @@ std::vector<GenerationRequest> schema_requests(const ConstrainedTarget& t, bool 
 const char* kXmlCall = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
                        "</parameter>\n</function>\n</tool_call>";
 std::vector<GenerationRequest> xml_call_requests(const ConstrainedTarget& t, bool sampled) {
-  const std::vector<server::ToolSchema> tools = {
-      {"get_weather",
-       nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"city": {"type": "string"},
-          "days": {"type": "integer"}, "metric": {"type": "boolean"}}, "required": ["city", "days"]})"),
-       "tools[0].function.parameters"}};
-  const std::string gbnf = server::tool_call_gbnf(tools, {server::ToolCallSyntax::qwen3_5_xml, false});
+  const auto weather_tool = [](const char* city_schema) {
+    return std::vector<server::ToolSchema>{
+        {"get_weather",
+         nlohmann::ordered_json::parse(std::string(R"({"type": "object", "properties": {"city": )") + city_schema +
+                                       R"(, "days": {"type": "integer"}, "metric": {"type": "boolean"}},
+                                          "required": ["city", "days"]})"),
+         "tools[0].function.parameters"}};
+  };
   const std::string call = kXmlCall;
-  return constrained_requests(t, gbnf, {"Call the tool like this:\n" + call + "\n" + call + "\n",
-                                     call + "\n" + call + "\n" + call + "\n",
-                                     "def get_weather(city, days):\n    return city\n"},
-                              sampled, /*temperature=*/0.5f);  // cooler: the small model's free text runs on
+  const float temperature = 0.5f;  // cooler: the small model's free text runs on
+  // A free-text city: the model's string may never close within the budget.
+  auto requests = constrained_requests(
+      t, server::tool_call_gbnf(weather_tool(R"({"type": "string"})"), {server::ToolCallSyntax::qwen3_5_xml, false}),
+      {"Call the tool like this:\n" + call + "\n" + call + "\n", call + "\n" + call + "\n" + call + "\n",
+       "def get_weather(city, days):\n    return city\n"},
+      sampled, temperature);
+  // A city from a list, so the call's end is a few forced tokens away and some replies complete
+  // whatever the numerics (the free-text ones did by chance).
+  const auto listed = constrained_requests(
+      t,
+      server::tool_call_gbnf(weather_tool(R"({"type": "string", "enum": ["Paris", "Rome"]})"),
+                             {server::ToolCallSyntax::qwen3_5_xml, false}),
+      {call + "\n" + call + "\n", "Paris, 3 days:\n" + call + "\nParis, 3 days:\n"}, sampled, temperature);
+  requests.insert(requests.end(), listed.begin(), listed.end());
+  for (size_t i = requests.size() - listed.size(); i < requests.size(); ++i) requests[i].max_tokens = 80;  // a whole call
+  return requests;
 }
 
 // A stopped forced call is one whole call the reply parser reads, with its required parameters.

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "backends/cpu/kernels/attention_bf16_dot.h"
 #include "backends/cpu/kernels/exp.h"
 #include "backends/cpu/kernels/simd.h"
 
@@ -568,6 +569,8 @@ TF_INLINE void attend_rows(const AttentionArgs& a, int64_t first_row, int64_t n_
 void attention(const float* q, int64_t n_rows, const float* k_cache, const float* v_cache, const KvLayout& layout,
                const int32_t* const* key_slots, const int32_t* n_keys, const AttentionShape& shape,
                float* out, ThreadPool& pool) {
+  if (attention_takes_bf16_dot(shape))
+    return attention_bf16_dot(q, n_rows, k_cache, v_cache, layout, key_slots, n_keys, shape, out, pool);
   const AttentionArgs args{q, k_cache, v_cache, layout, key_slots, n_keys, shape, out};
   // Units of work: (block of rows, pair of heads of one group) where groups have an even number of
   // heads, else (block of rows, head).

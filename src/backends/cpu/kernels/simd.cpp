@@ -32,7 +32,9 @@ bool simd_level_supported(SimdLevel level) {
   __builtin_cpu_init();
   switch (level) {
     case SimdLevel::avx512: return __builtin_cpu_supports("avx512f");
-    case SimdLevel::avx512_bf16: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+    case SimdLevel::avx512_bf16:  // attention's bf16 path shuffles 16-bit words (AVX-512 BW)
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512bf16");
     case SimdLevel::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     default: return true;
   }
@@ -51,7 +53,8 @@ std::string cpu_numerics_description(bool allow_bf16_dot) {
   const SimdLevel level = allow_bf16_dot ? simd_level() : without_bf16_dot(simd_level());
   return std::string(simd_level_name(level)) +
          (simd_level_fuses(level) ? ", fused multiply-add" : ", multiply then add") +
-         (simd_level_has_bf16_dot(level) ? ", bf16 weights times bf16-rounded inputs" : "");
+         (simd_level_has_bf16_dot(level) ? ", bf16 weights times bf16-rounded inputs, attention on bf16-rounded operands"
+                                           : "");
 }
 
 SimdLevel simd_level() { return current_level().load(std::memory_order_relaxed); }
