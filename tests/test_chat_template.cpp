@@ -302,3 +302,38 @@ TEST(ChatTemplate, ToolDefinitionsAndAssistantTextCannotForgeTurns) {
 }
 
 }  // namespace
+
+// continue_final_message: the prompt ends after the last assistant message's content, as
+// transformers cuts its rendering (texts from the real templates through jinja2).
+TEST(ChatTemplate, ContinueFinalMessageEndsInsideTheLastMessage) {
+  using tf::ChatTemplateFamily;
+  tf::ChatOptions options;
+  options.add_generation_prompt = false;
+  options.continue_final_message = true;
+  const std::vector<tf::ChatMessage> chat = {
+      {"system", "Be brief.", std::nullopt, {}}, {"user", "Name a colour.", std::nullopt, {}},
+      {"assistant", "The colour is", std::nullopt, {}}};
+  const std::string thought = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nName a colour.<|im_end|>\n"
+                              "<|im_start|>assistant\n<think>\n\n</think>\n\nThe colour is";
+  EXPECT_EQ(tf::ChatTemplate(ChatTemplateFamily::qwen3).render(chat, options).text, thought);
+  EXPECT_EQ(tf::ChatTemplate(ChatTemplateFamily::qwen3_5).render(chat, options).text, thought);
+  EXPECT_EQ(tf::ChatTemplate(ChatTemplateFamily::chatml).render(chat, options).text,
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nName a colour.<|im_end|>\n"
+            "<|im_start|>assistant\nThe colour is");
+  const std::vector<tf::ChatMessage> reasoned = {{"user", "Hi", std::nullopt, {}},
+                                                 {"assistant", "Hello there", "greet", {}}};
+  for (ChatTemplateFamily family : {ChatTemplateFamily::qwen3, ChatTemplateFamily::qwen3_5}) {
+    const tf::RenderedChat rendered = tf::ChatTemplate(family).render(reasoned, options);
+    EXPECT_EQ(rendered.text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\ngreet\n</think>\n\nHello there");
+    for (const tf::TextSpan& span : rendered.literal_spans) EXPECT_LE(span.end, rendered.text.size());
+  }
+  // Refused: a last message that is not the assistant's, one with tool calls, both switches on.
+  const tf::ChatTemplate qwen3(ChatTemplateFamily::qwen3);
+  EXPECT_THROW(qwen3.render({{"user", "Hi", std::nullopt, {}}}, options), tf::Error);
+  EXPECT_THROW(qwen3.render({{"user", "Hi", std::nullopt, {}},
+                             {"assistant", "", std::nullopt, {{"call_0", "f", nlohmann::ordered_json::object()}}}},
+                            options),
+               tf::Error);
+  options.add_generation_prompt = true;
+  EXPECT_THROW(qwen3.render(chat, options), tf::Error);
+}

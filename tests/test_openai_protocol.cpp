@@ -388,6 +388,30 @@ TEST(OpenAiProtocol, TokenizeBodies) {
   EXPECT_EQ(error_of([] { parse_detokenize_request({{"tokens", "ab"}}); }).param, "tokens");
 }
 
+// add_generation_prompt and continue_final_message on chat requests (and /tokenize, which shares them):
+// continuing turns the generation prompt off unless asked for, and needs an assistant message last.
+TEST(OpenAiProtocol, ContinueFinalMessage) {
+  const ProtocolLimits limits = test_limits();
+  const json user = {{"role", "user"}, {"content", "hi"}};
+  const json assistant = {{"role", "assistant"}, {"content", "The"}};
+  const auto chat_options = [&](json body) { return parse_chat_request(body, limits).chat_options; };
+  const ChatOptions continued = chat_options({{"messages", {user, assistant}}, {"continue_final_message", true}});
+  EXPECT_TRUE(continued.continue_final_message);
+  EXPECT_FALSE(continued.add_generation_prompt);
+  EXPECT_FALSE(chat_options({{"messages", {user}}, {"add_generation_prompt", false}}).add_generation_prompt);
+  EXPECT_TRUE(chat_options({{"messages", {user}}}).add_generation_prompt);
+  const auto param_of = [&](json body) { return error_of([&] { parse_chat_request(body, limits); }).param; };
+  EXPECT_EQ(param_of({{"messages", {user, assistant}}, {"continue_final_message", true}, {"add_generation_prompt", true}}),
+            "continue_final_message");
+  EXPECT_EQ(param_of({{"messages", {user}}, {"continue_final_message", true}}), "continue_final_message");
+  EXPECT_EQ(param_of({{"messages", {user}}, {"continue_final_message", "yes"}}), "continue_final_message");
+  EXPECT_EQ(param_of({{"messages", {user}}, {"add_generation_prompt", 0}}), "add_generation_prompt");
+  // A per-request template is refused by name rather than ignored.
+  EXPECT_EQ(param_of({{"messages", {user}}, {"chat_template", "{{ messages[0].content }}"}}), "chat_template");
+  EXPECT_TRUE(parse_tokenize_request({{"messages", {user, assistant}}, {"continue_final_message", true}}, limits)
+                  .chat->chat_options.continue_final_message);
+}
+
 TEST(OpenAiProtocol, ErrorBodyHasOpenAiShape) {
   const json body = error_body(ApiError(404, "no such model", "invalid_request_error", "model",
                                         "model_not_found"));

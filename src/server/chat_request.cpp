@@ -215,6 +215,22 @@ void parse_reasoning_switches(const FieldReader& fields, const ProtocolLimits& l
   if (has_thinking) options.enable_thinking = is_thinking;
 }
 
+// add_generation_prompt and continue_final_message (vLLM's names): the prompt opens the reply's
+// turn, or ends inside the last (assistant) message so the reply continues its text.
+void parse_prompt_end(const FieldReader& fields, CompletionRequest& request) {
+  ChatOptions& options = request.chat_options;
+  options.continue_final_message = fields.boolean("continue_final_message").value_or(false);
+  options.add_generation_prompt = fields.boolean("add_generation_prompt").value_or(!options.continue_final_message);
+  if (!options.continue_final_message) return;
+  if (options.add_generation_prompt)
+    throw invalid("continue_final_message", "'continue_final_message' continues the last message, so "
+                                            "'add_generation_prompt' must be false.");
+  const ChatMessage& last = request.messages.back();
+  if (last.role != "assistant" || !last.tool_calls.empty())
+    throw invalid("continue_final_message", "'continue_final_message' needs the last message to be an assistant "
+                                            "message without tool calls.");
+}
+
 }  // namespace
 
 void parse_chat_fields(const FieldReader& fields, const ProtocolLimits& limits, CompletionRequest& request) {
@@ -229,6 +245,7 @@ void parse_chat_fields(const FieldReader& fields, const ProtocolLimits& limits, 
     throw invalid("tools", "Invalid 'tools': this model's chat template has no tool calls (tool_choice 'none' "
                            "leaves them out).");
   parse_reasoning_switches(fields, limits, request);
+  parse_prompt_end(fields, request);
 }
 
 void refuse_unsupported_fields(const FieldReader& fields, Endpoint endpoint) {
@@ -246,6 +263,7 @@ void refuse_unsupported_fields(const FieldReader& fields, Endpoint endpoint) {
       {"audio", true, false, "", nullptr},
       {"web_search_options", true, false, "", nullptr},
       {"verbosity", true, false, "", nullptr},
+      {"chat_template", true, false, " (the model's own template is rendered natively)", nullptr},
       {"best_of", false, true, "", "1"},
       {"echo", false, true, "", "false"},
       {"suffix", false, true, "", "\"\""},

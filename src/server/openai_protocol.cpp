@@ -303,9 +303,8 @@ TokenizeRequest parse_tokenize_request(const json& body, const ProtocolLimits& l
   if (fields.find("messages")) {
     if (content) throw invalid("content", "Give either 'content' or 'messages', not both.");
     json chat = body;  // the chat fields as a chat completion takes them, minus /tokenize's own
-    for (const char* own : {"add_special", "with_pieces", "add_generation_prompt"}) chat.erase(own);
+    for (const char* own : {"add_special", "with_pieces"}) chat.erase(own);
     request.chat = parse_chat_request(chat, limits);
-    request.chat->chat_options.add_generation_prompt = fields.boolean("add_generation_prompt").value_or(true);
     return request;
   }
   if (!content) throw invalid("content", "Missing required parameter: 'content' (or 'messages').");

@@ -2,6 +2,8 @@
 // string helpers shared by the Qwen renderers.
 #include "tokenizer/chat_template.h"
 
+#include <algorithm>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -159,6 +161,25 @@ RenderedChat ChatTemplate::render(const std::vector<ChatMessage>& messages, cons
       fail("chat message " + std::to_string(i) + " has unknown role '" + role +
            "' (expected system, user, assistant or tool)");
   }
+  if (!options.continue_final_message) return render_whole(messages, options);
+  const ChatMessage& last = messages.back();
+  if (options.add_generation_prompt) fail("continue_final_message and add_generation_prompt cannot both be true");
+  if (last.role != "assistant" || !last.tool_calls.empty())
+    fail("continue_final_message needs the last message to be an assistant message without tool calls");
+  // As transformers does: the rendered chat up to the end of the final message's content.
+  RenderedChat rendered = render_whole(messages, options);
+  const size_t found = last.content.empty() ? rendered.text.rfind("<|im_end|>") : rendered.text.rfind(last.content);
+  if (found == std::string::npos)
+    fail("continue_final_message: the last message's content does not appear in the rendered chat (the template "
+         "strips it)");
+  const size_t end = found + last.content.size();
+  rendered.text.resize(end);
+  std::erase_if(rendered.literal_spans, [&](const TextSpan& span) { return span.begin >= end; });
+  for (TextSpan& span : rendered.literal_spans) span.end = std::min(span.end, end);
+  return rendered;
+}
+
+RenderedChat ChatTemplate::render_whole(const std::vector<ChatMessage>& messages, const ChatOptions& options) const {
   switch (family_) {
     case ChatTemplateFamily::none:
       fail("this model has no chat template (none in " + source_ + "); send the prompt to /v1/completions");

@@ -34,6 +34,9 @@ struct ChatOptions {
   std::optional<bool> enable_thinking;    // unset behaves as true
   std::optional<bool> preserve_thinking;  // Qwen3.6: every assistant turn keeps its thinking
   std::vector<nlohmann::ordered_json> tools;  // OpenAI tool objects, keys in the client's order
+  // The prompt ends inside the final (assistant) message, after its content, so the reply continues
+  // it (transformers' continue_final_message); add_generation_prompt must then be false.
+  bool continue_final_message = false;
 };
 
 struct RenderedChat {
@@ -68,6 +71,8 @@ class ChatTemplate {
   RenderedChat render(const std::vector<ChatMessage>& messages, const ChatOptions& options) const;
 
  private:
+  RenderedChat render_whole(const std::vector<ChatMessage>& messages, const ChatOptions& options) const;
+
   ChatTemplateFamily family_;
   std::string source_;  // where the template came from, for messages
 };

@@ -206,6 +206,30 @@ test('/tokenize and /detokenize round-trip', { timeout: 10_000 }, async () => {
   assert.equal(detokenized.json.content, content);
 });
 
+test('continue_final_message: the reply continues the last assistant message\'s text', { timeout: 60_000 }, async () => {
+  const chat = [{ role: 'user', content: 'Write a function that adds two numbers.' },
+                { role: 'assistant', content: 'def add(a, b):\n' }];
+  const prompt = await request(server, '/tokenize', { body: { messages: chat, continue_final_message: true } });
+  assert.equal(prompt.status, 200);
+  const text = (await request(server, '/detokenize', { body: { tokens: prompt.json.tokens } })).json.content;
+  assert.ok(text.endsWith('def add(a, b):\n'), JSON.stringify(text));
+  const reply = await client.chat.completions.create({
+    model: modelId, messages: chat, max_tokens: 8, temperature: 0, continue_final_message: true,
+  });
+  assert.equal(reply.usage.prompt_tokens, prompt.json.tokens.length);
+  const completion = await client.completions.create({
+    model: modelId, prompt: prompt.json.tokens, max_tokens: 8, temperature: 0,
+  });
+  assert.equal(reply.choices[0].message.content, completion.choices[0].text);
+  // Continuing a user message, or with the generation prompt asked for too, is refused by name.
+  for (const body of [{ messages: [chat[0]], continue_final_message: true },
+                      { messages: chat, continue_final_message: true, add_generation_prompt: true }]) {
+    const refused = await request(server, '/v1/chat/completions', { body: { model: modelId, max_tokens: 4, ...body } });
+    assert.equal(refused.status, 400);
+    assert.equal(refused.json.error.param, 'continue_final_message');
+  }
+});
+
 test('/metrics counts requests and tokens in Prometheus text', { timeout: 30_000 }, async () => {
   const before = await metrics(server);
   await client.completions.create({ model: modelId, prompt: 'count me', max_tokens: 5 });
