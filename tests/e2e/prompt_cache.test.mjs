@@ -187,3 +187,39 @@ test('saved slots are bounded in number; a disk that fails is the server\'s 500,
     fs.rmSync(dir, { recursive: true, force: true });
   }
 });
+
+// A slot's K/V are the bits of the numerics that computed them: under other CPU numerics (the bf16
+// dot product turned off) none are restored, and the reply is the fresh one of that numerics.
+test('a slot saved under other CPU numerics is prefilled again, not continued', { timeout: 240_000 }, async () => {
+  const messages = [{ role: 'user', content: 'Write a Python function that reverses a string.' }];
+  const ask = (server) => request(server, '/v1/chat/completions', {
+    body: { model: modelId, messages, max_tokens: 24, temperature: 0 },
+  });
+  const props = async (server) => (await request(server, '/props', { method: 'GET' })).json.numerics;
+  const first = await startServer(['--parallel', '1', '--slot-save-path', slotDir]);
+  let numerics;
+  try {
+    numerics = await props(first);
+    assert.equal((await ask(first)).status, 200);
+    const saved = await request(first, '/slots/0?action=save', { body: { name: 'numerics' } });
+    assert.equal(saved.status, 200, saved.text);
+  } finally {
+    await first.stop();
+  }
+  const cold = await startServer(['--no-prompt-cache', '--bf16-dot', 'off']);
+  const expected = await ask(cold);
+  const coldNumerics = await props(cold);
+  await cold.stop();
+  if (coldNumerics === numerics) return;  // a machine without the bf16 dot product has one numerics here
+  const second = await startServer(['--parallel', '1', '--slot-save-path', slotDir, '--bf16-dot', 'off']);
+  try {
+    const restored = await request(second, '/slots/0?action=restore', { body: { name: 'numerics' } });
+    assert.equal(restored.status, 200, restored.text);
+    assert.equal(restored.json.n_restored_kv, 0, restored.text);
+    const resumed = await ask(second);
+    assert.equal(resumed.json.token_sha, expected.json.token_sha);
+    assert.equal(resumed.json.usage.prompt_tokens_details.cached_tokens, 0);
+  } finally {
+    await second.stop();
+  }
+});
