@@ -84,6 +84,11 @@ TF_BF16_INLINE void add_pair_to_sum(__m512& sum, __m512i weights, bool has_secon
   if (has_second) sum = _mm512_add_ps(sum, bf16_halves_to_f32(_mm512_cvtepi32_epi16(_mm512_srli_epi32(weights, 16))));
 }
 
+// std::max(current, x) lane by lane: x where current < x, so a NaN x never replaces the max.
+TF_BF16_INLINE __m512 max_keeping(__m512 current, __m512 x) {
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(current, x, _CMP_LT_OQ), current, x);
+}
+
 // exp(x) for softmax arguments (x <= 0, -inf included; NaN stays NaN), within about 2 ulp: the
 // weights are rounded to bf16 next, so this path needs no more than that, and glibc's expf, which
 // the f32 path reproduces, cost a fifth of this kernel. Both paths call it alike.
@@ -177,8 +182,10 @@ TF_BF16_INLINE void attend_row_alone(const Args& a, int64_t row, int64_t head0) 
     const int64_t n_padded = (n + 31) / 32 * 32;
     for (int h = 0; h < kHeads; ++h) {
       std::fill(scores[h] + n, scores[h] + n_padded, -std::numeric_limits<float>::infinity());
-      float chunk_max = scores[h][0];
-      for (int64_t i = 1; i < n; ++i) chunk_max = std::max(chunk_max, scores[h][i]);
+      // Lane by lane, then across: a NaN score never becomes the max, as in the lanes' path.
+      __m512 lane_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+      for (int64_t i = 0; i < n_padded; i += 16) lane_max = max_keeping(lane_max, _mm512_load_ps(scores[h] + i));
+      const float chunk_max = _mm512_reduce_max_ps(lane_max);
       const float new_max = std::max(running_max[h], chunk_max);
       // exp(running max - new max): 0 for the first chunk.
       const float rescale = _mm512_cvtss_f32(softmax_exp(_mm512_set1_ps(running_max[h] - new_max)));
@@ -342,12 +349,8 @@ TF_BF16_INLINE void attend_run_in_lanes(const Args& a, int64_t first_row, int64_
       _mm512_store_ps(weights + k * 16, _mm512_mask_blend_ps(has, minus_infinity, _mm512_load_ps(weights + k * 16)));
     }
     __m512 chunk_max = minus_infinity;
-    for (int64_t k = 0; k < n; ++k) {  // std::max(chunk_max, w), lane by lane
-      const __m512 w = _mm512_load_ps(weights + k * 16);
-      chunk_max = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(chunk_max, w, _CMP_LT_OQ), chunk_max, w);
-    }
-    const __m512 new_max =
-        _mm512_mask_blend_ps(_mm512_cmp_ps_mask(running_max, chunk_max, _CMP_LT_OQ), running_max, chunk_max);
+    for (int64_t k = 0; k < n; ++k) chunk_max = max_keeping(chunk_max, _mm512_load_ps(weights + k * 16));
+    const __m512 new_max = max_keeping(running_max, chunk_max);
     const __m512 factor = softmax_exp(_mm512_sub_ps(running_max, new_max));  // 0 for the first chunk
     sum = _mm512_mul_ps(sum, factor);
     for (int64_t d = 0; d < kHeadDim; ++d)
