@@ -328,6 +328,81 @@ TEST(JsonSchemaTest, UnsupportedFeaturesAreRefusedNamingTheirPath) {
   EXPECT_FALSE(matches(mixed, "\"a\""));
 }
 
+// The 400 a schema gets: its param and message ("no error" when it converts).
+std::pair<std::string, std::string> refusal_of(const json& schema) {
+  try {
+    server::json_schema_gbnf(nlohmann::ordered_json(schema), "response_format.json_schema.schema");
+  } catch (const server::ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    return {e.param, e.what()};
+  }
+  return {"no error", ""};
+}
+
+TEST(JsonSchemaTest, PatternMatchesAreWrittenAsJsonEscapes) {
+  const std::string tab = schema_grammar({{"type", "string"}, {"pattern", "^a\tb$"}});  // a real TAB in the pattern
+  EXPECT_TRUE(matches(tab, R"("a\tb")"));
+  EXPECT_FALSE(matches(tab, "\"a\tb\""));  // raw, the string would not be JSON
+  const std::string escapes = schema_grammar({{"type", "string"}, {"pattern", "^\\n[\"\\\\]\\x01$"}});
+  EXPECT_TRUE(matches(escapes, R"("\n\"\u0001")"));
+  EXPECT_TRUE(matches(escapes, R"("\n\\\u0001")"));
+  EXPECT_FALSE(matches(escapes, "\"\n\\\"\x01\""));
+  const std::string negated = schema_grammar({{"type", "string"}, {"pattern", "^[^a]$"}});
+  EXPECT_TRUE(matches(negated, R"("\t")"));
+  EXPECT_TRUE(matches(negated, R"("\u001F")"));
+  EXPECT_TRUE(matches(negated, R"("\"")"));
+  EXPECT_FALSE(matches(negated, R"("a")"));
+  EXPECT_FALSE(matches(negated, "\"\t\""));
+  // '.' is any character but a line terminator, as in ECMAScript.
+  const std::string dot = schema_grammar({{"type", "string"}, {"pattern", "^.$"}});
+  EXPECT_TRUE(matches(dot, R"("\t")"));
+  EXPECT_TRUE(matches(dot, "\"\xC3\xA9\""));
+  EXPECT_FALSE(matches(dot, R"("\n")"));
+  EXPECT_FALSE(matches(dot, R"("\r")"));
+  // Each top-level alternative has its own anchors.
+  const std::string either = schema_grammar({{"type", "string"}, {"pattern", "^a|b$"}});
+  EXPECT_TRUE(matches(either, R"("ax")"));
+  EXPECT_TRUE(matches(either, R"("xb")"));
+  EXPECT_FALSE(matches(either, R"("xa")"));
+}
+
+TEST(JsonSchemaTest, PatternClassesTakeEveryPunctuationEscape) {
+  const std::string punctuation = "./+*?(){}|$-][^\\";
+  std::string escaped_class = "^[";
+  for (char c : punctuation) escaped_class += std::string("\\") + c;
+  const std::string g = schema_grammar({{"type", "string"}, {"pattern", escaped_class + "]+$"}});
+  EXPECT_TRUE(matches(g, json(punctuation).dump()));
+  EXPECT_FALSE(matches(g, R"("a")"));
+  const std::string shorthand = schema_grammar({{"type", "string"}, {"pattern", "^[\\d\\s][\\w][\\D\\W][\\S]$"}});
+  EXPECT_TRUE(matches(shorthand, R"("1_.x")"));
+  EXPECT_TRUE(matches(shorthand, R"(" a-.")"));
+  EXPECT_FALSE(matches(shorthand, R"("a_.x")"));
+  EXPECT_FALSE(matches(shorthand, R"("1_5_")"));
+}
+
+TEST(JsonSchemaTest, PatternErrorsNameThePatternAndSayWhatIsWrong) {
+  const auto refused = [](const std::string& pattern, const std::string& what) {
+    const json schema = {{"type", "object"}, {"properties", {{"x", {{"type", "string"}, {"pattern", pattern}}}}}};
+    const auto [param, message] = refusal_of(schema);
+    EXPECT_EQ(param, "response_format.json_schema.schema.properties.x.pattern") << pattern;
+    EXPECT_NE(message.find(what), std::string::npos) << pattern << ": " << message;
+    EXPECT_EQ(message.find("line"), std::string::npos) << pattern << ": " << message;  // not the generated grammar's place
+  };
+  refused("[z-a]", "'z-a', which is out of order");
+  refused("a{}", "'{}', which is not a repetition count");
+  refused("a{,3}", "'{,3}', which is not a repetition count");
+  refused("a{3,2}", "maximum is below its minimum");
+  refused("^(a*)*b$", "'(a*)*' without bound though it can match empty text");
+  refused("(a|)+", "can match empty text");
+  refused("[\\q]", "unknown escape '\\q'");
+  refused("(a", "never closes");
+  refused("a)", "closes no group");
+  refused("[ab", "never closes");
+  refused("\\1", "backreference");
+  refused("a\\b", "word boundary");
+  refused("a*?", "lazy quantifier");
+}
+
 TEST(JsonSchemaTest, ForcedToolCallsFollowTheQwen3FormAndTheToolSchema) {
   std::vector<server::ToolSchema> tools = {
       {"get_weather", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", {"city"}}}, "tools[0]"},

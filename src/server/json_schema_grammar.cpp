@@ -8,6 +8,7 @@
 #include <set>
 
 #include "grammar/grammar.h"
+#include "server/json_schema_pattern.h"
 #include "server/openai_protocol.h"
 
 namespace tf::server {
@@ -30,7 +31,6 @@ json-array ::= "[" ws (json-value ws ("," ws json-value ws)*)? "]"
 )";
 
 constexpr int64_t kMaxCount = 1000;  // the grammar's repetition bound
-constexpr int kMaxPatternGroupDepth = 64;  // a pattern's groups nest at most this deep (its converter recurses)
 constexpr int kMaxSchemaDepth = 128;       // schemas nest, $ref chains included, at most this deep (visit recurses)
 
 ApiError unsupported(const std::string& path, const std::string& what) {
@@ -58,168 +58,6 @@ std::string unused_rule_prefix(const std::string& grammar, std::string prefix) {
   while (grammar.find(prefix) != std::string::npos) prefix += "-x";
   return prefix;
 }
-
-// A regex (JSON Schema `pattern`, ECMA-262 subset) over a string's characters, as a GBNF
-// expression. Characters that JSON must escape (", \, controls) are not matched by classes.
-class PatternConverter {
- public:
-  PatternConverter(const std::string& pattern, const std::string& path) : p_(pattern), path_(path) {}
-
-  std::string run() {
-    bool anchored_start = false, anchored_end = false;
-    if (!p_.empty() && p_[0] == '^') {
-      anchored_start = true;
-      ++i_;
-    }
-    std::string body = alternatives(0);
-    if (i_ < p_.size() && p_[i_] == '$') {
-      anchored_end = true;
-      ++i_;
-    }
-    if (i_ != p_.size()) error("unsupported syntax at offset " + std::to_string(i_));
-    const std::string any = "json-char*";
-    return (anchored_start ? "" : any + " ") + "(" + body + ")" + (anchored_end ? "" : " " + any);
-  }
-
- private:
-  [[noreturn]] void error(const std::string& what) const {
-    throw unsupported(path_, "pattern " + json(p_).dump() + ": " + what +
-                                 " (supported: literals, \\d \\w \\s, [classes], groups, |, * + ? {m,n}, ^ $)");
-  }
-
-  std::string alternatives(int depth) {
-    std::string out = sequence(depth);
-    while (i_ < p_.size() && p_[i_] == '|') {
-      ++i_;
-      out += " | " + sequence(depth);
-    }
-    return out;
-  }
-
-  std::string sequence(int depth) {
-    std::string out;
-    while (i_ < p_.size()) {
-      const char c = p_[i_];
-      if (c == '|' || c == ')') break;
-      if (c == '$' && i_ + 1 == p_.size()) break;
-      std::string item;
-      if (c == '(') {
-        if (depth >= kMaxPatternGroupDepth)
-          error("groups nest deeper than " + std::to_string(kMaxPatternGroupDepth) + " levels");
-        ++i_;
-        if (p_.compare(i_, 2, "?:") == 0) i_ += 2;
-        else if (i_ < p_.size() && p_[i_] == '?') error("lookarounds and named groups are not supported");
-        item = "(" + alternatives(depth + 1) + ")";
-        if (i_ >= p_.size() || p_[i_] != ')') error("unbalanced parenthesis");
-        ++i_;
-      } else if (c == '[') {
-        item = char_class();
-      } else if (c == '.') {
-        ++i_;
-        item = "json-char";
-      } else if (c == '\\') {
-        item = escape();
-      } else if (c == '^' || c == '$') {
-        error("anchors are supported only at the ends");
-      } else if (c == '*' || c == '+' || c == '?' || c == '{') {
-        error("a quantifier with nothing before it");
-      } else if (static_cast<unsigned char>(c) >= 0x80) {
-        item = gbnf_literal(take_char());
-      } else {
-        item = literal(c);
-        ++i_;
-      }
-      out += (out.empty() ? "" : " ") + item + quantifier();
-    }
-    return out.empty() ? "\"\"" : out;
-  }
-
-  std::string quantifier() {
-    if (i_ >= p_.size()) return "";
-    const char c = p_[i_];
-    if (c == '*' || c == '+' || c == '?') {
-      ++i_;
-      if (i_ < p_.size() && p_[i_] == '?') error("lazy quantifiers are not supported");
-      return std::string(1, c);
-    }
-    if (c != '{') return "";
-    const size_t close = p_.find('}', i_);
-    if (close == std::string::npos) error("unterminated {m,n}");
-    const std::string inside = p_.substr(i_ + 1, close - i_ - 1);
-    for (char d : inside)
-      if (!std::isdigit(static_cast<unsigned char>(d)) && d != ',') error("bad {m,n}");
-    i_ = close + 1;
-    return "{" + inside + "}";
-  }
-
-  // A character of the pattern as a GBNF literal of its JSON-escaped form.
-  static std::string literal(char c) {
-    if (c == '"') return "\"\\\\\\\"\"";  // the two characters \" inside the JSON string
-    if (c == '\\') return "\"\\\\\\\\\"";
-    return gbnf_literal(std::string(1, c));
-  }
-
-  std::string escape() {
-    ++i_;
-    if (i_ >= p_.size()) error("a trailing backslash");
-    const char c = p_[i_++];
-    switch (c) {
-      case 'd': return "[0-9]";
-      case 'D': return "[^0-9\"\\\\\\x00-\\x1F]";
-      case 'w': return "[a-zA-Z0-9_]";
-      case 'W': return "[^a-zA-Z0-9_\"\\\\\\x00-\\x1F]";
-      case 's': return "\" \"";  // the one whitespace a JSON string holds unescaped
-      case 'n': return "\"\\\\n\"";
-      case 't': return "\"\\\\t\"";
-      default:
-        if (std::isalnum(static_cast<unsigned char>(c))) error(std::string("unsupported escape \\") + c);
-        return literal(c);
-    }
-  }
-
-  // The bytes of one UTF-8 character starting at i_ (a pattern is valid UTF-8: the body was checked).
-  std::string take_char() {
-    const unsigned char lead = static_cast<unsigned char>(p_[i_]);
-    const size_t n = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
-    std::string c = p_.substr(i_, n);
-    i_ += n;
-    return c;
-  }
-
-  std::string char_class() {
-    ++i_;  // [
-    std::string out = "[";
-    const bool negated = i_ < p_.size() && p_[i_] == '^';
-    if (negated) {
-      out += '^';
-      ++i_;
-    }
-    while (i_ < p_.size() && p_[i_] != ']') {
-      if (p_[i_] == '\\') {
-        if (++i_ >= p_.size()) error("a trailing backslash");
-        const char e = p_[i_++];
-        if (e == 'd') out += "0-9";
-        else if (e == 'w') out += "a-zA-Z0-9_";
-        else if (std::isalnum(static_cast<unsigned char>(e))) error(std::string("unsupported escape \\") + e + " in a class");
-        else if (e == '"' || e == '\\') error("classes may not hold '\"' or '\\'");
-        else out += std::string("\\") + e;  // a literal ], -, ^ or other punctuation
-        continue;
-      }
-      const std::string c = take_char();
-      if (c == "\"" || static_cast<unsigned char>(c[0]) < 0x20) error("classes may not hold '\"', '\\' or control characters");
-      out += c;  // a range dash stays a dash
-    }
-    if (i_ >= p_.size()) error("unterminated class");
-    ++i_;
-    // A negated class must still leave out what JSON escapes.
-    if (negated) out += "\"\\\\\\x00-\\x1F";
-    return out + "]";
-  }
-
-  const std::string& p_;
-  const std::string& path_;
-  size_t i_ = 0;
-};
 
 class SchemaConverter {
  public:
@@ -398,7 +236,7 @@ class SchemaConverter {
       if (!pattern->is_string()) throw unsupported(path + ".pattern", "expected a string");
       if (schema.contains("minLength") || schema.contains("maxLength"))
         throw unsupported(path + ".pattern", "pattern together with minLength/maxLength is not supported");
-      return new_rule("\"\\\"\" " + PatternConverter(pattern->get<std::string>(), path + ".pattern").run() + " \"\\\"\"");
+      return new_rule("\"\\\"\" " + pattern_gbnf(pattern->get<std::string>(), path + ".pattern") + " \"\\\"\"");
     }
     const int64_t min = count(schema, "minLength", path, 0);
     const int64_t max = count(schema, "maxLength", path, -1);
