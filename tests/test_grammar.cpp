@@ -403,6 +403,91 @@ TEST(JsonSchemaTest, PatternErrorsNameThePatternAndSayWhatIsWrong) {
   refused("a*?", "lazy quantifier");
 }
 
+TEST(JsonSchemaTest, KeywordsBesideAnyOfBindEveryBranch) {
+  const std::string object = schema_grammar(json::parse(R"({"type": "object", "properties": {"a": {"type": "integer"}},
+      "required": ["a"], "additionalProperties": false, "anyOf": [{"type": "object"}, {"type": "array"}]})"));
+  EXPECT_TRUE(matches(object, R"({"a": 1})"));
+  EXPECT_FALSE(matches(object, "[]"));
+  EXPECT_FALSE(matches(object, "{}"));
+  const std::string lengths = schema_grammar(json::parse(R"({"type": "string", "anyOf": [{"maxLength": 2}, {"minLength": 5}]})"));
+  EXPECT_TRUE(matches(lengths, R"("ab")"));
+  EXPECT_TRUE(matches(lengths, R"("abcde")"));
+  EXPECT_FALSE(matches(lengths, R"("abc")"));
+  EXPECT_FALSE(matches(lengths, "null"));
+  // A branch's own members join the parent's; anyOf beside oneOf: both hold.
+  const std::string members = schema_grammar(json::parse(R"({"type": "object", "properties": {"a": {"type": "string"},
+      "b": {"type": "integer"}}, "anyOf": [{"required": ["a"]}, {"required": ["b"]}]})"));
+  EXPECT_TRUE(matches(members, R"({"a": "x"})"));
+  EXPECT_TRUE(matches(members, R"({"b": 2})"));
+  EXPECT_FALSE(matches(members, "{}"));
+  const std::string both = schema_grammar(json::parse(R"({"anyOf": [{"type": "string"}, {"type": "integer"}],
+      "oneOf": [{"type": "number"}, {"type": "null"}]})"));
+  EXPECT_TRUE(matches(both, "3"));
+  EXPECT_FALSE(matches(both, R"("a")"));
+  EXPECT_FALSE(matches(both, "null"));
+  const std::string all = schema_grammar(json::parse(R"({"allOf": [{"type": "object", "properties": {"x": {"type": "integer"}}},
+      {"properties": {"y": {"type": "string"}}, "required": ["y"]}]})"));
+  EXPECT_TRUE(matches(all, R"({"x": 1, "y": "a"})"));
+  EXPECT_FALSE(matches(all, R"({"x": 1})"));
+  // No branch left: refused, naming the keyword.
+  EXPECT_EQ(refusal_of(json::parse(R"({"type": "object", "anyOf": [{"type": "string"}]})")).first,
+            "response_format.json_schema.schema.anyOf");
+  EXPECT_EQ(refusal_of(json::parse(R"({"type": "string", "pattern": "^a", "anyOf": [{"pattern": "^b"}]})")).first,
+            "response_format.json_schema.schema.anyOf[0].pattern");
+}
+
+TEST(JsonSchemaTest, KeywordsWithoutATypeBindOnlyValuesOfTheirType) {
+  const std::string min_length = schema_grammar({{"minLength", 5}});
+  EXPECT_TRUE(matches(min_length, R"("abcde")"));
+  EXPECT_FALSE(matches(min_length, R"("")"));
+  EXPECT_TRUE(matches(min_length, "3"));
+  EXPECT_TRUE(matches(min_length, "null"));
+  EXPECT_TRUE(matches(min_length, R"({"a": []})"));
+  const std::string pattern = schema_grammar({{"pattern", "^x$"}});
+  EXPECT_TRUE(matches(pattern, R"("x")"));
+  EXPECT_FALSE(matches(pattern, R"("")"));
+  EXPECT_TRUE(matches(pattern, "true"));
+  const std::string items = schema_grammar({{"items", {{"type", "integer"}}}, {"maxItems", 1}});
+  EXPECT_TRUE(matches(items, "[1]"));
+  EXPECT_FALSE(matches(items, "[1, 2]"));
+  EXPECT_FALSE(matches(items, R"(["a"])"));
+  EXPECT_TRUE(matches(items, R"("a")"));
+  // A tool's arguments are an object whatever the schema leaves open.
+  const std::string call = server::tool_call_gbnf({{"f", {{"properties", {{"a", {{"type", "integer"}}}}}}, "tools[0]"}},
+                                                  {server::ToolCallSyntax::qwen3_json, false});
+  EXPECT_TRUE(matches(call, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
+  EXPECT_FALSE(matches(call, "<tool_call>\n{\"name\": \"f\", \"arguments\": 1}\n</tool_call>"));
+}
+
+TEST(JsonSchemaTest, KeywordsBesideRefEnumAndConstAreKept) {
+  const std::string ref = schema_grammar(json::parse(R"({"$defs": {"s": {"type": "string"}}, "$ref": "#/$defs/s", "maxLength": 2})"));
+  EXPECT_TRUE(matches(ref, R"("ab")"));
+  EXPECT_FALSE(matches(ref, R"("abc")"));
+  EXPECT_FALSE(matches(ref, "1"));
+  // A sibling on a recursive $ref: one rule per (target, siblings), not an endless expansion.
+  const std::string list = schema_grammar(json::parse(R"({"$defs": {"n": {"type": "object", "properties": {
+      "v": {"type": "integer"}, "next": {"$ref": "#/$defs/n", "required": ["v"]}}}}, "$ref": "#/$defs/n"})"));
+  EXPECT_TRUE(matches(list, R"({"next": {"next": {"v": 2}, "v": 1}})"));  // members sorted: this json sorts keys
+  EXPECT_FALSE(matches(list, R"({"next": {"next": {"v": 2}}})"));
+  const std::string short_values = schema_grammar(json::parse(R"({"enum": ["a", "abcdefgh", 7], "maxLength": 3})"));
+  EXPECT_TRUE(matches(short_values, R"("a")"));
+  EXPECT_TRUE(matches(short_values, "7"));
+  EXPECT_FALSE(matches(short_values, R"("abcdefgh")"));
+  const std::string patterned = schema_grammar(json::parse(R"({"type": "string", "enum": ["ab", "ba", "b"], "pattern": "^b"})"));
+  EXPECT_TRUE(matches(patterned, R"("ba")"));
+  EXPECT_FALSE(matches(patterned, R"("ab")"));
+  EXPECT_EQ(refusal_of(json::parse(R"({"enum": ["abcdefgh"], "maxLength": 3})")).first, "response_format.json_schema.schema.enum");
+  EXPECT_EQ(refusal_of(json::parse(R"({"const": "ab", "pattern": "^b"})")).first, "response_format.json_schema.schema.const");
+  EXPECT_EQ(refusal_of(json::parse(R"({"const": "ab", "enum": ["a"]})")).first, "response_format.json_schema.schema.const");
+  // The raw strings of a Qwen3.5-class parameter are filtered the same way.
+  const std::string xml = server::tool_call_gbnf(
+      {{"f", json::parse(R"({"type": "object", "properties": {"s": {"type": "string", "enum": ["ab", "abcdefgh"], "maxLength": 3}}})"),
+        "tools[0]"}},
+      {server::ToolCallSyntax::qwen3_5_xml, false});
+  EXPECT_TRUE(matches(xml, "<tool_call>\n<function=f>\n<parameter=s>\nab\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(matches(xml, "<tool_call>\n<function=f>\n<parameter=s>\nabcdefgh\n</parameter>\n</function>\n</tool_call>"));
+}
+
 TEST(JsonSchemaTest, ForcedToolCallsFollowTheQwen3FormAndTheToolSchema) {
   std::vector<server::ToolSchema> tools = {
       {"get_weather", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", {"city"}}}, "tools[0]"},
