@@ -776,6 +776,19 @@ TEST(ConstraintParamsTest, BadValuesAreRefusedNamingTheParameter) {
   };
   EXPECT_EQ(param_of({{"response_format", {{"type", "yaml"}}}}), "response_format.type");
   EXPECT_EQ(param_of({{"response_format", {{"type", "json_schema"}}}}), "response_format.json_schema");
+  const json schema = {{"type", "string"}};
+  EXPECT_EQ(param_of({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", schema}}}}}}),
+            "response_format.json_schema.name");
+  EXPECT_EQ(param_of({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "a b"}, {"schema", schema}}}}}}),
+            "response_format.json_schema.name");
+  EXPECT_EQ(param_of({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", std::string(65, 'a')}, {"schema", schema}}}}}}),
+            "response_format.json_schema.name");
+  EXPECT_EQ(param_of({{"response_format", {{"type", "json_schema"},
+                                           {"json_schema", {{"name", "ok_name-1"}, {"strict", "yes"}, {"schema", schema}}}}}}),
+            "response_format.json_schema.strict");
+  EXPECT_EQ(param_of({{"response_format", {{"type", "json_schema"},
+                                           {"json_schema", {{"name", "ok_name-1"}, {"strict", true}, {"schema", schema}}}}}}),
+            "no error");
   EXPECT_EQ(param_of({{"grammar", 3}}), "grammar");
   EXPECT_EQ(param_of({{"grammar", "root ::= \"a\""}, {"response_format", {{"type", "json_object"}}}}), "grammar");
   EXPECT_EQ(param_of({{"logit_bias", {{"12", 101}}}}), "logit_bias");

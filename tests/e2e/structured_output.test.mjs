@@ -250,6 +250,10 @@ describe('bad values name their parameter', () => {
       name: 'x', schema: { type: 'object', anyOf: [{ type: 'string' }] } } } }, 'response_format.json_schema.schema.anyOf'],
     ['enum whose every value its siblings rule out', { response_format: { type: 'json_schema', json_schema: {
       name: 'x', schema: { enum: ['abcdefgh'], maxLength: 3 } } } }, 'response_format.json_schema.schema.enum'],
+    ['json_schema without a name', { response_format: { type: 'json_schema', json_schema: { schema: {} } } },
+      'response_format.json_schema.name'],
+    ['json_schema strict not a boolean', { response_format: { type: 'json_schema', json_schema: { name: 'x',
+      strict: 'yes', schema: {} } } }, 'response_format.json_schema.strict'],
     ['grammar not a string', { grammar: 5 }, 'grammar'],
     ['grammar that does not compile', { grammar: 'root ::= missing' }, 'grammar'],
     ['grammar and response_format', { grammar: 'root ::= "a"', response_format: { type: 'json_object' } }, 'grammar'],
