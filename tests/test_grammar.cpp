@@ -479,6 +479,13 @@ TEST(JsonSchemaTest, KeywordsBesideRefEnumAndConstAreKept) {
   EXPECT_EQ(refusal_of(json::parse(R"({"enum": ["abcdefgh"], "maxLength": 3})")).first, "response_format.json_schema.schema.enum");
   EXPECT_EQ(refusal_of(json::parse(R"({"const": "ab", "pattern": "^b"})")).first, "response_format.json_schema.schema.const");
   EXPECT_EQ(refusal_of(json::parse(R"({"const": "ab", "enum": ["a"]})")).first, "response_format.json_schema.schema.const");
+  // Thousands of values, some parting inside a UTF-8 lead byte (é, ê), are one parse at a time.
+  json many = json::array({1, 12, "\xC3\xA9", "\xC3\xAA"});
+  for (int i = 0; i < 6000; ++i) many.push_back("value-" + std::to_string(i));
+  const std::string large = schema_grammar({{"enum", many}});
+  for (const char* text : {"1", "12", "\"\xC3\xAA\"", "\"value-0\"", "\"value-5999\"", "\"value-42\""})
+    EXPECT_TRUE(matches(large, text)) << text;
+  for (const char* text : {"2", "\"value-6000\"", "\"value-\"", "\"\xC3\xAB\""}) EXPECT_FALSE(matches(large, text)) << text;
   // The raw strings of a Qwen3.5-class parameter are filtered the same way.
   const std::string xml = server::tool_call_gbnf(
       {{"f", json::parse(R"({"type": "object", "properties": {"s": {"type": "string", "enum": ["ab", "abcdefgh"], "maxLength": 3}}})"),

@@ -281,9 +281,42 @@ class SchemaConverter {
 
   // enum / const: the listed values that the schema's other keywords allow, each written exactly.
   std::string literals(const json& schema, const std::string& path) {
-    std::vector<std::string> items;
-    for (const json& value : allowed_values(schema, path)) items.push_back(value_literal(value));
-    return "(" + join(items, " | ") + ")";
+    std::vector<std::string> texts;
+    for (const json& value : allowed_values(schema, path)) texts.push_back(value.dump());
+    std::sort(texts.begin(), texts.end());
+    texts.erase(std::unique(texts.begin(), texts.end()), texts.end());
+    return "(" + trie_gbnf(texts, 0, texts.size(), 0) + ")";
+  }
+
+  // Sorted distinct texts[begin, end), which share their first `depth` bytes, as their trie: a rule
+  // per point where they part, so however many there are one parse is alive at a time (thousands of
+  // alternatives side by side were too ambiguous for the matcher). They part only between UTF-8
+  // characters, since a literal holds whole characters.
+  std::string trie_gbnf(const std::vector<std::string>& texts, size_t begin, size_t end, size_t depth) {
+    const auto char_at = [&](const std::string& text, size_t at) {
+      const unsigned char lead = static_cast<unsigned char>(text[at]);
+      return text.substr(at, lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2);
+    };
+    const std::string& first = texts[begin];
+    if (end - begin == 1) return first.size() == depth ? "\"\"" : gbnf_literal(first.substr(depth));
+    const std::string& last = texts[end - 1];  // sorted: the range shares what its first and last share
+    size_t common = depth;
+    while (common < first.size() && common < last.size() && first[common] == last[common]) ++common;
+    while (common > depth && common < first.size() && (static_cast<unsigned char>(first[common]) & 0xC0) == 0x80) --common;
+    std::vector<std::string> branches;
+    size_t i = begin;
+    if (first.size() == common) {  // one text ends here
+      branches.push_back("\"\"");
+      ++i;
+    }
+    while (i < end) {
+      size_t j = i + 1;
+      while (j < end && char_at(texts[j], common) == char_at(texts[i], common)) ++j;
+      branches.push_back(trie_gbnf(texts, i, j, common));
+      i = j;
+    }
+    const std::string prefix = common > depth ? gbnf_literal(first.substr(depth, common - depth)) + " " : "";
+    return prefix + new_rule(join(branches, " | "));
   }
 
   // The values of enum (and/or const) that the schema's other keywords allow: the type by
