@@ -328,6 +328,173 @@ TEST(JsonSchemaTest, UnsupportedFeaturesAreRefusedNamingTheirPath) {
   EXPECT_FALSE(matches(mixed, "\"a\""));
 }
 
+// The 400 a schema gets: its param and message ("no error" when it converts).
+std::pair<std::string, std::string> refusal_of(const json& schema) {
+  try {
+    server::json_schema_gbnf(nlohmann::ordered_json(schema), "response_format.json_schema.schema");
+  } catch (const server::ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    return {e.param, e.what()};
+  }
+  return {"no error", ""};
+}
+
+TEST(JsonSchemaTest, PatternMatchesAreWrittenAsJsonEscapes) {
+  const std::string tab = schema_grammar({{"type", "string"}, {"pattern", "^a\tb$"}});  // a real TAB in the pattern
+  EXPECT_TRUE(matches(tab, R"("a\tb")"));
+  EXPECT_FALSE(matches(tab, "\"a\tb\""));  // raw, the string would not be JSON
+  const std::string escapes = schema_grammar({{"type", "string"}, {"pattern", "^\\n[\"\\\\]\\x01$"}});
+  EXPECT_TRUE(matches(escapes, R"("\n\"\u0001")"));
+  EXPECT_TRUE(matches(escapes, R"("\n\\\u0001")"));
+  EXPECT_FALSE(matches(escapes, "\"\n\\\"\x01\""));
+  const std::string negated = schema_grammar({{"type", "string"}, {"pattern", "^[^a]$"}});
+  EXPECT_TRUE(matches(negated, R"("\t")"));
+  EXPECT_TRUE(matches(negated, R"("\u001F")"));
+  EXPECT_TRUE(matches(negated, R"("\"")"));
+  EXPECT_FALSE(matches(negated, R"("a")"));
+  EXPECT_FALSE(matches(negated, "\"\t\""));
+  // '.' is any character but a line terminator, as in ECMAScript.
+  const std::string dot = schema_grammar({{"type", "string"}, {"pattern", "^.$"}});
+  EXPECT_TRUE(matches(dot, R"("\t")"));
+  EXPECT_TRUE(matches(dot, "\"\xC3\xA9\""));
+  EXPECT_FALSE(matches(dot, R"("\n")"));
+  EXPECT_FALSE(matches(dot, R"("\r")"));
+  // Each top-level alternative has its own anchors.
+  const std::string either = schema_grammar({{"type", "string"}, {"pattern", "^a|b$"}});
+  EXPECT_TRUE(matches(either, R"("ax")"));
+  EXPECT_TRUE(matches(either, R"("xb")"));
+  EXPECT_FALSE(matches(either, R"("xa")"));
+}
+
+TEST(JsonSchemaTest, PatternClassesTakeEveryPunctuationEscape) {
+  const std::string punctuation = "./+*?(){}|$-][^\\";
+  std::string escaped_class = "^[";
+  for (char c : punctuation) escaped_class += std::string("\\") + c;
+  const std::string g = schema_grammar({{"type", "string"}, {"pattern", escaped_class + "]+$"}});
+  EXPECT_TRUE(matches(g, json(punctuation).dump()));
+  EXPECT_FALSE(matches(g, R"("a")"));
+  const std::string shorthand = schema_grammar({{"type", "string"}, {"pattern", "^[\\d\\s][\\w][\\D\\W][\\S]$"}});
+  EXPECT_TRUE(matches(shorthand, R"("1_.x")"));
+  EXPECT_TRUE(matches(shorthand, R"(" a-.")"));
+  EXPECT_FALSE(matches(shorthand, R"("a_.x")"));
+  EXPECT_FALSE(matches(shorthand, R"("1_5_")"));
+}
+
+TEST(JsonSchemaTest, PatternErrorsNameThePatternAndSayWhatIsWrong) {
+  const auto refused = [](const std::string& pattern, const std::string& what) {
+    const json schema = {{"type", "object"}, {"properties", {{"x", {{"type", "string"}, {"pattern", pattern}}}}}};
+    const auto [param, message] = refusal_of(schema);
+    EXPECT_EQ(param, "response_format.json_schema.schema.properties.x.pattern") << pattern;
+    EXPECT_NE(message.find(what), std::string::npos) << pattern << ": " << message;
+    EXPECT_EQ(message.find("line"), std::string::npos) << pattern << ": " << message;  // not the generated grammar's place
+  };
+  refused("[z-a]", "'z-a', which is out of order");
+  refused("a{}", "'{}', which is not a repetition count");
+  refused("a{,3}", "'{,3}', which is not a repetition count");
+  refused("a{3,2}", "maximum is below its minimum");
+  refused("^(a*)*b$", "'(a*)*' without bound though it can match empty text");
+  refused("(a|)+", "can match empty text");
+  refused("[\\q]", "unknown escape '\\q'");
+  refused("(a", "never closes");
+  refused("a)", "closes no group");
+  refused("[ab", "never closes");
+  refused("\\1", "backreference");
+  refused("a\\b", "word boundary");
+  refused("a*?", "lazy quantifier");
+}
+
+TEST(JsonSchemaTest, KeywordsBesideAnyOfBindEveryBranch) {
+  const std::string object = schema_grammar(json::parse(R"({"type": "object", "properties": {"a": {"type": "integer"}},
+      "required": ["a"], "additionalProperties": false, "anyOf": [{"type": "object"}, {"type": "array"}]})"));
+  EXPECT_TRUE(matches(object, R"({"a": 1})"));
+  EXPECT_FALSE(matches(object, "[]"));
+  EXPECT_FALSE(matches(object, "{}"));
+  const std::string lengths = schema_grammar(json::parse(R"({"type": "string", "anyOf": [{"maxLength": 2}, {"minLength": 5}]})"));
+  EXPECT_TRUE(matches(lengths, R"("ab")"));
+  EXPECT_TRUE(matches(lengths, R"("abcde")"));
+  EXPECT_FALSE(matches(lengths, R"("abc")"));
+  EXPECT_FALSE(matches(lengths, "null"));
+  // A branch's own members join the parent's; anyOf beside oneOf: both hold.
+  const std::string members = schema_grammar(json::parse(R"({"type": "object", "properties": {"a": {"type": "string"},
+      "b": {"type": "integer"}}, "anyOf": [{"required": ["a"]}, {"required": ["b"]}]})"));
+  EXPECT_TRUE(matches(members, R"({"a": "x"})"));
+  EXPECT_TRUE(matches(members, R"({"b": 2})"));
+  EXPECT_FALSE(matches(members, "{}"));
+  const std::string both = schema_grammar(json::parse(R"({"anyOf": [{"type": "string"}, {"type": "integer"}],
+      "oneOf": [{"type": "number"}, {"type": "null"}]})"));
+  EXPECT_TRUE(matches(both, "3"));
+  EXPECT_FALSE(matches(both, R"("a")"));
+  EXPECT_FALSE(matches(both, "null"));
+  const std::string all = schema_grammar(json::parse(R"({"allOf": [{"type": "object", "properties": {"x": {"type": "integer"}}},
+      {"properties": {"y": {"type": "string"}}, "required": ["y"]}]})"));
+  EXPECT_TRUE(matches(all, R"({"x": 1, "y": "a"})"));
+  EXPECT_FALSE(matches(all, R"({"x": 1})"));
+  // No branch left: refused, naming the keyword.
+  EXPECT_EQ(refusal_of(json::parse(R"({"type": "object", "anyOf": [{"type": "string"}]})")).first,
+            "response_format.json_schema.schema.anyOf");
+  EXPECT_EQ(refusal_of(json::parse(R"({"type": "string", "pattern": "^a", "anyOf": [{"pattern": "^b"}]})")).first,
+            "response_format.json_schema.schema.anyOf[0].pattern");
+}
+
+TEST(JsonSchemaTest, KeywordsWithoutATypeBindOnlyValuesOfTheirType) {
+  const std::string min_length = schema_grammar({{"minLength", 5}});
+  EXPECT_TRUE(matches(min_length, R"("abcde")"));
+  EXPECT_FALSE(matches(min_length, R"("")"));
+  EXPECT_TRUE(matches(min_length, "3"));
+  EXPECT_TRUE(matches(min_length, "null"));
+  EXPECT_TRUE(matches(min_length, R"({"a": []})"));
+  const std::string pattern = schema_grammar({{"pattern", "^x$"}});
+  EXPECT_TRUE(matches(pattern, R"("x")"));
+  EXPECT_FALSE(matches(pattern, R"("")"));
+  EXPECT_TRUE(matches(pattern, "true"));
+  const std::string items = schema_grammar({{"items", {{"type", "integer"}}}, {"maxItems", 1}});
+  EXPECT_TRUE(matches(items, "[1]"));
+  EXPECT_FALSE(matches(items, "[1, 2]"));
+  EXPECT_FALSE(matches(items, R"(["a"])"));
+  EXPECT_TRUE(matches(items, R"("a")"));
+  // A tool's arguments are an object whatever the schema leaves open.
+  const std::string call = server::tool_call_gbnf({{"f", {{"properties", {{"a", {{"type", "integer"}}}}}}, "tools[0]"}},
+                                                  {server::ToolCallSyntax::qwen3_json, false});
+  EXPECT_TRUE(matches(call, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
+  EXPECT_FALSE(matches(call, "<tool_call>\n{\"name\": \"f\", \"arguments\": 1}\n</tool_call>"));
+}
+
+TEST(JsonSchemaTest, KeywordsBesideRefEnumAndConstAreKept) {
+  const std::string ref = schema_grammar(json::parse(R"({"$defs": {"s": {"type": "string"}}, "$ref": "#/$defs/s", "maxLength": 2})"));
+  EXPECT_TRUE(matches(ref, R"("ab")"));
+  EXPECT_FALSE(matches(ref, R"("abc")"));
+  EXPECT_FALSE(matches(ref, "1"));
+  // A sibling on a recursive $ref: one rule per (target, siblings), not an endless expansion.
+  const std::string list = schema_grammar(json::parse(R"({"$defs": {"n": {"type": "object", "properties": {
+      "v": {"type": "integer"}, "next": {"$ref": "#/$defs/n", "required": ["v"]}}}}, "$ref": "#/$defs/n"})"));
+  EXPECT_TRUE(matches(list, R"({"next": {"next": {"v": 2}, "v": 1}})"));  // members sorted: this json sorts keys
+  EXPECT_FALSE(matches(list, R"({"next": {"next": {"v": 2}}})"));
+  const std::string short_values = schema_grammar(json::parse(R"({"enum": ["a", "abcdefgh", 7], "maxLength": 3})"));
+  EXPECT_TRUE(matches(short_values, R"("a")"));
+  EXPECT_TRUE(matches(short_values, "7"));
+  EXPECT_FALSE(matches(short_values, R"("abcdefgh")"));
+  const std::string patterned = schema_grammar(json::parse(R"({"type": "string", "enum": ["ab", "ba", "b"], "pattern": "^b"})"));
+  EXPECT_TRUE(matches(patterned, R"("ba")"));
+  EXPECT_FALSE(matches(patterned, R"("ab")"));
+  EXPECT_EQ(refusal_of(json::parse(R"({"enum": ["abcdefgh"], "maxLength": 3})")).first, "response_format.json_schema.schema.enum");
+  EXPECT_EQ(refusal_of(json::parse(R"({"const": "ab", "pattern": "^b"})")).first, "response_format.json_schema.schema.const");
+  EXPECT_EQ(refusal_of(json::parse(R"({"const": "ab", "enum": ["a"]})")).first, "response_format.json_schema.schema.const");
+  // Thousands of values, some parting inside a UTF-8 lead byte (é, ê), are one parse at a time.
+  json many = json::array({1, 12, "\xC3\xA9", "\xC3\xAA"});
+  for (int i = 0; i < 6000; ++i) many.push_back("value-" + std::to_string(i));
+  const std::string large = schema_grammar({{"enum", many}});
+  for (const char* text : {"1", "12", "\"\xC3\xAA\"", "\"value-0\"", "\"value-5999\"", "\"value-42\""})
+    EXPECT_TRUE(matches(large, text)) << text;
+  for (const char* text : {"2", "\"value-6000\"", "\"value-\"", "\"\xC3\xAB\""}) EXPECT_FALSE(matches(large, text)) << text;
+  // The raw strings of a Qwen3.5-class parameter are filtered the same way.
+  const std::string xml = server::tool_call_gbnf(
+      {{"f", json::parse(R"({"type": "object", "properties": {"s": {"type": "string", "enum": ["ab", "abcdefgh"], "maxLength": 3}}})"),
+        "tools[0]"}},
+      {server::ToolCallSyntax::qwen3_5_xml, false});
+  EXPECT_TRUE(matches(xml, "<tool_call>\n<function=f>\n<parameter=s>\nab\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(matches(xml, "<tool_call>\n<function=f>\n<parameter=s>\nabcdefgh\n</parameter>\n</function>\n</tool_call>"));
+}
+
 TEST(JsonSchemaTest, ForcedToolCallsFollowTheQwen3FormAndTheToolSchema) {
   std::vector<server::ToolSchema> tools = {
       {"get_weather", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", {"city"}}}, "tools[0]"},
@@ -616,6 +783,19 @@ TEST(ConstraintParamsTest, BadValuesAreRefusedNamingTheParameter) {
   };
   EXPECT_EQ(param_of({{"response_format", {{"type", "yaml"}}}}), "response_format.type");
   EXPECT_EQ(param_of({{"response_format", {{"type", "json_schema"}}}}), "response_format.json_schema");
+  const json schema = {{"type", "string"}};
+  EXPECT_EQ(param_of({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", schema}}}}}}),
+            "response_format.json_schema.name");
+  EXPECT_EQ(param_of({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "a b"}, {"schema", schema}}}}}}),
+            "response_format.json_schema.name");
+  EXPECT_EQ(param_of({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", std::string(65, 'a')}, {"schema", schema}}}}}}),
+            "response_format.json_schema.name");
+  EXPECT_EQ(param_of({{"response_format", {{"type", "json_schema"},
+                                           {"json_schema", {{"name", "ok_name-1"}, {"strict", "yes"}, {"schema", schema}}}}}}),
+            "response_format.json_schema.strict");
+  EXPECT_EQ(param_of({{"response_format", {{"type", "json_schema"},
+                                           {"json_schema", {{"name", "ok_name-1"}, {"strict", true}, {"schema", schema}}}}}}),
+            "no error");
   EXPECT_EQ(param_of({{"grammar", 3}}), "grammar");
   EXPECT_EQ(param_of({{"grammar", "root ::= \"a\""}, {"response_format", {{"type", "json_object"}}}}), "grammar");
   EXPECT_EQ(param_of({{"logit_bias", {{"12", 101}}}}), "logit_bias");

@@ -3,6 +3,7 @@
 #include "server/constraint_params.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <unordered_map>
 
@@ -117,6 +118,13 @@ void parse_tool_choice(const plain_json& body, ToolCallForm form, ConstraintFiel
   }
 }
 
+bool is_schema_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  return true;
+}
+
 void parse_response_format(const plain_json& format, ConstraintFields* out) {
   if (!format.is_object()) throw bad("response_format", "expected an object.");
   const plain_json* type = field(format, "type");
@@ -134,6 +142,13 @@ void parse_response_format(const plain_json& format, ConstraintFields* out) {
   const plain_json* spec = field(format, "json_schema");
   if (!spec || !spec->is_object())
     throw bad("response_format.json_schema", "expected an object with 'name' and 'schema'.");
+  // OpenAI's rules: a name is required, and strict a boolean.
+  const plain_json* name = field(*spec, "name");
+  if (!name) throw bad("response_format.json_schema.name", "missing; expected 1 to 64 letters, digits, '_' or '-'.");
+  if (!name->is_string() || !is_schema_name(name->get_ref<const std::string&>()))
+    throw bad("response_format.json_schema.name", "expected 1 to 64 letters, digits, '_' or '-', but got " + name->dump() + ".");
+  if (const plain_json* strict = field(*spec, "strict"); strict && !strict->is_boolean())
+    throw bad("response_format.json_schema.strict", "expected a boolean, but got " + strict->dump() + ".");
   const plain_json* schema = field(*spec, "schema");
   out->grammar_text = json_schema_gbnf(schema ? *schema : plain_json::object(), "response_format.json_schema.schema");
 }

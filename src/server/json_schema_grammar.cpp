@@ -8,6 +8,8 @@
 #include <set>
 
 #include "grammar/grammar.h"
+#include "grammar/grammar_matcher.h"
+#include "server/json_schema_pattern.h"
 #include "server/openai_protocol.h"
 
 namespace tf::server {
@@ -30,11 +32,36 @@ json-array ::= "[" ws (json-value ws ("," ws json-value ws)*)? "]"
 )";
 
 constexpr int64_t kMaxCount = 1000;  // the grammar's repetition bound
-constexpr int kMaxPatternGroupDepth = 64;  // a pattern's groups nest at most this deep (its converter recurses)
 constexpr int kMaxSchemaDepth = 128;       // schemas nest, $ref chains included, at most this deep (visit recurses)
 
 ApiError unsupported(const std::string& path, const std::string& what) {
   return ApiError(400, "Invalid '" + path + "': " + what, "invalid_request_error", path);
+}
+
+// A schema no value satisfies: an anyOf branch that is one is left out, anywhere else it is a 400.
+struct Unsatisfiable : ApiError {
+  Unsatisfiable(const std::string& path, const std::string& what)
+      : ApiError(unsupported(path, what + ": nothing can match")), why("'" + path + "': " + what) {}
+  std::string why;
+};
+
+// Keywords that change nothing a value may be.
+const std::set<std::string> kAnnotations = {"title", "description", "default", "examples", "$schema", "$id", "$comment",
+                                            "$defs", "definitions", "readOnly", "writeOnly", "deprecated"};
+const std::set<std::string> kKeywords = {"type", "properties", "required", "additionalProperties", "items", "minItems",
+                                         "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "pattern",
+                                         "minLength", "maxLength"};
+// Keywords that bind only the values of one type: JSON Schema lets values of other types through.
+const std::set<std::string> kTypeBoundKeywords = {"pattern", "minLength", "maxLength", "items", "minItems", "maxItems",
+                                                  "properties", "required", "additionalProperties"};
+
+// The schema's keywords that constrain a value, but `except`.
+json constraints_except(const json& schema, const std::string& except) {
+  json out = json::object();
+  if (schema.is_object())
+    for (const auto& [key, value] : schema.items())
+      if (key != except && !kAnnotations.count(key)) out[key] = value;
+  return out;
 }
 
 // Rules NAME-0 ... for text that never holds `word` (whose first byte is not repeated in it), as
@@ -59,168 +86,6 @@ std::string unused_rule_prefix(const std::string& grammar, std::string prefix) {
   return prefix;
 }
 
-// A regex (JSON Schema `pattern`, ECMA-262 subset) over a string's characters, as a GBNF
-// expression. Characters that JSON must escape (", \, controls) are not matched by classes.
-class PatternConverter {
- public:
-  PatternConverter(const std::string& pattern, const std::string& path) : p_(pattern), path_(path) {}
-
-  std::string run() {
-    bool anchored_start = false, anchored_end = false;
-    if (!p_.empty() && p_[0] == '^') {
-      anchored_start = true;
-      ++i_;
-    }
-    std::string body = alternatives(0);
-    if (i_ < p_.size() && p_[i_] == '$') {
-      anchored_end = true;
-      ++i_;
-    }
-    if (i_ != p_.size()) error("unsupported syntax at offset " + std::to_string(i_));
-    const std::string any = "json-char*";
-    return (anchored_start ? "" : any + " ") + "(" + body + ")" + (anchored_end ? "" : " " + any);
-  }
-
- private:
-  [[noreturn]] void error(const std::string& what) const {
-    throw unsupported(path_, "pattern " + json(p_).dump() + ": " + what +
-                                 " (supported: literals, \\d \\w \\s, [classes], groups, |, * + ? {m,n}, ^ $)");
-  }
-
-  std::string alternatives(int depth) {
-    std::string out = sequence(depth);
-    while (i_ < p_.size() && p_[i_] == '|') {
-      ++i_;
-      out += " | " + sequence(depth);
-    }
-    return out;
-  }
-
-  std::string sequence(int depth) {
-    std::string out;
-    while (i_ < p_.size()) {
-      const char c = p_[i_];
-      if (c == '|' || c == ')') break;
-      if (c == '$' && i_ + 1 == p_.size()) break;
-      std::string item;
-      if (c == '(') {
-        if (depth >= kMaxPatternGroupDepth)
-          error("groups nest deeper than " + std::to_string(kMaxPatternGroupDepth) + " levels");
-        ++i_;
-        if (p_.compare(i_, 2, "?:") == 0) i_ += 2;
-        else if (i_ < p_.size() && p_[i_] == '?') error("lookarounds and named groups are not supported");
-        item = "(" + alternatives(depth + 1) + ")";
-        if (i_ >= p_.size() || p_[i_] != ')') error("unbalanced parenthesis");
-        ++i_;
-      } else if (c == '[') {
-        item = char_class();
-      } else if (c == '.') {
-        ++i_;
-        item = "json-char";
-      } else if (c == '\\') {
-        item = escape();
-      } else if (c == '^' || c == '$') {
-        error("anchors are supported only at the ends");
-      } else if (c == '*' || c == '+' || c == '?' || c == '{') {
-        error("a quantifier with nothing before it");
-      } else if (static_cast<unsigned char>(c) >= 0x80) {
-        item = gbnf_literal(take_char());
-      } else {
-        item = literal(c);
-        ++i_;
-      }
-      out += (out.empty() ? "" : " ") + item + quantifier();
-    }
-    return out.empty() ? "\"\"" : out;
-  }
-
-  std::string quantifier() {
-    if (i_ >= p_.size()) return "";
-    const char c = p_[i_];
-    if (c == '*' || c == '+' || c == '?') {
-      ++i_;
-      if (i_ < p_.size() && p_[i_] == '?') error("lazy quantifiers are not supported");
-      return std::string(1, c);
-    }
-    if (c != '{') return "";
-    const size_t close = p_.find('}', i_);
-    if (close == std::string::npos) error("unterminated {m,n}");
-    const std::string inside = p_.substr(i_ + 1, close - i_ - 1);
-    for (char d : inside)
-      if (!std::isdigit(static_cast<unsigned char>(d)) && d != ',') error("bad {m,n}");
-    i_ = close + 1;
-    return "{" + inside + "}";
-  }
-
-  // A character of the pattern as a GBNF literal of its JSON-escaped form.
-  static std::string literal(char c) {
-    if (c == '"') return "\"\\\\\\\"\"";  // the two characters \" inside the JSON string
-    if (c == '\\') return "\"\\\\\\\\\"";
-    return gbnf_literal(std::string(1, c));
-  }
-
-  std::string escape() {
-    ++i_;
-    if (i_ >= p_.size()) error("a trailing backslash");
-    const char c = p_[i_++];
-    switch (c) {
-      case 'd': return "[0-9]";
-      case 'D': return "[^0-9\"\\\\\\x00-\\x1F]";
-      case 'w': return "[a-zA-Z0-9_]";
-      case 'W': return "[^a-zA-Z0-9_\"\\\\\\x00-\\x1F]";
-      case 's': return "\" \"";  // the one whitespace a JSON string holds unescaped
-      case 'n': return "\"\\\\n\"";
-      case 't': return "\"\\\\t\"";
-      default:
-        if (std::isalnum(static_cast<unsigned char>(c))) error(std::string("unsupported escape \\") + c);
-        return literal(c);
-    }
-  }
-
-  // The bytes of one UTF-8 character starting at i_ (a pattern is valid UTF-8: the body was checked).
-  std::string take_char() {
-    const unsigned char lead = static_cast<unsigned char>(p_[i_]);
-    const size_t n = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
-    std::string c = p_.substr(i_, n);
-    i_ += n;
-    return c;
-  }
-
-  std::string char_class() {
-    ++i_;  // [
-    std::string out = "[";
-    const bool negated = i_ < p_.size() && p_[i_] == '^';
-    if (negated) {
-      out += '^';
-      ++i_;
-    }
-    while (i_ < p_.size() && p_[i_] != ']') {
-      if (p_[i_] == '\\') {
-        if (++i_ >= p_.size()) error("a trailing backslash");
-        const char e = p_[i_++];
-        if (e == 'd') out += "0-9";
-        else if (e == 'w') out += "a-zA-Z0-9_";
-        else if (std::isalnum(static_cast<unsigned char>(e))) error(std::string("unsupported escape \\") + e + " in a class");
-        else if (e == '"' || e == '\\') error("classes may not hold '\"' or '\\'");
-        else out += std::string("\\") + e;  // a literal ], -, ^ or other punctuation
-        continue;
-      }
-      const std::string c = take_char();
-      if (c == "\"" || static_cast<unsigned char>(c[0]) < 0x20) error("classes may not hold '\"', '\\' or control characters");
-      out += c;  // a range dash stays a dash
-    }
-    if (i_ >= p_.size()) error("unterminated class");
-    ++i_;
-    // A negated class must still leave out what JSON escapes.
-    if (negated) out += "\"\\\\\\x00-\\x1F";
-    return out + "]";
-  }
-
-  const std::string& p_;
-  const std::string& path_;
-  size_t i_ = 0;
-};
-
 class SchemaConverter {
  public:
   // Rules are named prefix + a number, so several converters can share one grammar.
@@ -229,6 +94,8 @@ class SchemaConverter {
 
   // The expression for the root value; rules() holds the rules it uses.
   std::string value() { return visit(root_, root_path_); }
+  // The same for a root that must be an object (a tool's arguments), whatever its 'type' says.
+  std::string object_value() { return visit(intersect(root_, json{{"type", "object"}}, root_path_), root_path_); }
   // A Qwen3.5-class call's parameters (the root must be an object schema): per property, in the
   // order of 'properties', <parameter=KEY>\nVALUE\n</parameter>\n. Without properties, any
   // parameters with raw values (none with additionalProperties false).
@@ -313,62 +180,52 @@ class SchemaConverter {
     return "(" + item + "){" + std::to_string(min) + "," + std::to_string(max) + "}";
   }
 
-  std::string visit(const json& schema, const std::string& path) {
-    // The body's nesting bound does not bound this walk: a chain of $defs, each a $ref to the next,
-    // is shallow JSON but recurses once per link.
-    struct Depth {
-      int& depth;
-      explicit Depth(int& d) : depth(++d) {}
-      ~Depth() { --depth; }
-    } depth(depth_);
-    if (depth_ > kMaxSchemaDepth)
+  // Counts a visit or merge in progress, refusing past kMaxSchemaDepth: the body's nesting bound
+  // does not bound the walk, as a chain of $defs, each a $ref to the next, recurses once per link.
+  struct DepthGuard {
+    int& depth;
+    DepthGuard(int& depth_in_progress, const std::string& path) : depth(++depth_in_progress) {
+      if (depth <= kMaxSchemaDepth) return;
+      --depth;
       throw unsupported(path, "the schema nests (through $ref too) deeper than " + std::to_string(kMaxSchemaDepth) + " levels");
+    }
+    ~DepthGuard() { --depth; }
+  };
+
+  static void check_keywords(const json& schema, const std::string& path) {
     if (schema.is_boolean()) {
-      if (schema.get<bool>()) return "json-value";
-      throw unsupported(path, "the schema 'false' matches nothing");
+      if (!schema.get<bool>()) throw Unsatisfiable(path, "the schema is 'false'");
+      return;
     }
     if (!schema.is_object()) throw unsupported(path, "a schema must be an object or a boolean");
-    static const std::set<std::string> annotations = {"title", "description", "default", "examples", "$schema",
-                                                      "$id", "$comment", "$defs", "definitions", "readOnly",
-                                                      "writeOnly", "deprecated"};
-    static const std::set<std::string> known = {"type", "properties", "required", "additionalProperties", "items",
-                                                "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "$ref",
-                                                "pattern", "minLength", "maxLength"};
     for (const auto& [key, value] : schema.items())
-      if (!annotations.count(key) && !known.count(key))
+      if (!kAnnotations.count(key) && !kKeywords.count(key))
         throw unsupported(path + "." + key, "the JSON Schema keyword '" + key + "' is not supported");
+  }
 
-    if (auto ref = schema.find("$ref"); ref != schema.end()) return reference(*ref, path + ".$ref");
-    // enum and const beside a type: only the values of that type (the schema allows no others).
+  std::string visit(const json& schema, const std::string& path) {
+    DepthGuard depth(depth_, path);
+    check_keywords(schema, path);
+    if (schema.is_boolean()) return "json-value";
+    if (schema.contains("enum") || schema.contains("const")) return literals(schema, path);
+    if (auto ref = schema.find("$ref"); ref != schema.end()) {
+      const json others = constraints_except(schema, "$ref");
+      if (others.empty()) return reference(*ref, path + ".$ref");
+      // One rule per (target, siblings), so a definition whose members lead back here is finite.
+      return named_rule(ref->dump() + " & " + others.dump(), intersect(*definition(*ref, path + ".$ref").first, others, path), path);
+    }
+    for (const char* key : {"anyOf", "oneOf"})
+      if (schema.contains(key)) return alternatives(schema, key, path);
+    if (auto conjuncts = schema.find("allOf"); conjuncts != schema.end()) {
+      if (!conjuncts->is_array() || conjuncts->empty())
+        throw unsupported(path + ".allOf", "expected a non-empty array of schemas");
+      json merged = constraints_except(schema, "allOf");
+      for (size_t i = 0; i < conjuncts->size(); ++i)
+        merged = intersect(merged, (*conjuncts)[i], path + ".allOf[" + std::to_string(i) + "]");
+      return visit(merged, path);
+    }
     const auto type = schema.find("type");
-    const auto is_of_type = [&](const json& value) { return type == schema.end() || value_has_type(value, *type); };
-    if (auto values = schema.find("enum"); values != schema.end()) {
-      if (!values->is_array() || values->empty()) throw unsupported(path + ".enum", "expected a non-empty array");
-      std::vector<std::string> items;
-      for (const json& v : *values)
-        if (is_of_type(v)) items.push_back(value_literal(v));
-      if (items.empty()) throw unsupported(path + ".enum", "no value is of the schema's 'type': nothing can match");
-      return "(" + join(items, " | ") + ")";
-    }
-    if (auto value = schema.find("const"); value != schema.end()) {
-      if (!is_of_type(*value)) throw unsupported(path + ".const", "the value is not of the schema's 'type': nothing can match");
-      return value_literal(*value);
-    }
-    for (const char* key : {"anyOf", "oneOf"}) {
-      auto branches = schema.find(key);
-      if (branches == schema.end()) continue;
-      if (!branches->is_array() || branches->empty())
-        throw unsupported(path + "." + key, "expected a non-empty array of schemas");
-      std::vector<std::string> items;
-      for (size_t i = 0; i < branches->size(); ++i)
-        items.push_back(visit((*branches)[i], path + "." + key + "[" + std::to_string(i) + "]"));
-      return "(" + join(items, " | ") + ")";
-    }
-    if (type == schema.end()) {
-      if (schema.contains("properties")) return object(schema, path);
-      if (schema.contains("items")) return array(schema, path);
-      return "json-value";
-    }
+    if (type == schema.end()) return untyped(schema, path);
     if (type->is_array()) {
       std::vector<std::string> items;
       for (const json& t : *type) {
@@ -380,6 +237,242 @@ class SchemaConverter {
     }
     if (!type->is_string()) throw unsupported(path + ".type", "expected a type name or a list of them");
     return typed(schema, type->get<std::string>(), path);
+  }
+
+  // anyOf / oneOf (both as alternatives): each branch with the schema's other keywords merged in.
+  // A branch nothing can match is left out, with the rules it made.
+  std::string alternatives(const json& schema, const char* key, const std::string& path) {
+    const json& branches = schema[key];
+    if (!branches.is_array() || branches.empty())
+      throw unsupported(path + "." + key, "expected a non-empty array of schemas");
+    const json others = constraints_except(schema, key);
+    std::vector<std::string> items;
+    std::string first_failure;
+    for (size_t i = 0; i < branches.size(); ++i) {
+      const std::string branch_path = path + "." + key + "[" + std::to_string(i) + "]";
+      const size_t n_rules = rules_.size();
+      const auto refs = refs_;
+      try {
+        items.push_back(visit(others.empty() ? branches[i] : intersect(others, branches[i], branch_path), branch_path));
+      } catch (const Unsatisfiable& e) {
+        rules_.resize(n_rules);
+        refs_ = refs;
+        if (first_failure.empty()) first_failure = e.why;
+      }
+    }
+    if (items.empty())
+      throw Unsatisfiable(path + "." + key, std::string("no branch can match") +
+                                                (others.empty() ? "" : " beside the schema's other keywords") +
+                                                " (" + first_failure + ")");
+    return "(" + join(items, " | ") + ")";
+  }
+
+  // A schema without 'type': any value, its type-bound keywords binding only values of their type
+  // (minLength alone lets numbers, objects and the rest through).
+  std::string untyped(const json& schema, const std::string& path) {
+    bool is_bound = false;
+    for (const auto& [key, value] : schema.items()) is_bound = is_bound || kTypeBoundKeywords.count(key);
+    if (!is_bound) return "json-value";
+    std::vector<std::string> items;
+    for (const char* type : {"object", "array", "string", "number", "boolean", "null"})
+      items.push_back(typed(schema, type, path));
+    return "(" + join(items, " | ") + ")";
+  }
+
+  // enum / const: the listed values that the schema's other keywords allow, each written exactly.
+  std::string literals(const json& schema, const std::string& path) {
+    std::vector<std::string> texts;
+    for (const json& value : allowed_values(schema, path)) texts.push_back(value.dump());
+    std::sort(texts.begin(), texts.end());
+    texts.erase(std::unique(texts.begin(), texts.end()), texts.end());
+    return "(" + trie_gbnf(texts, 0, texts.size(), 0) + ")";
+  }
+
+  // Sorted distinct texts[begin, end), which share their first `depth` bytes, as their trie: a rule
+  // per point where they part, so however many there are one parse is alive at a time (thousands of
+  // alternatives side by side were too ambiguous for the matcher). They part only between UTF-8
+  // characters, since a literal holds whole characters.
+  std::string trie_gbnf(const std::vector<std::string>& texts, size_t begin, size_t end, size_t depth) {
+    const auto char_at = [&](const std::string& text, size_t at) {
+      const unsigned char lead = static_cast<unsigned char>(text[at]);
+      return text.substr(at, lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2);
+    };
+    const std::string& first = texts[begin];
+    if (end - begin == 1) return first.size() == depth ? "\"\"" : gbnf_literal(first.substr(depth));
+    const std::string& last = texts[end - 1];  // sorted: the range shares what its first and last share
+    size_t common = depth;
+    while (common < first.size() && common < last.size() && first[common] == last[common]) ++common;
+    while (common > depth && common < first.size() && (static_cast<unsigned char>(first[common]) & 0xC0) == 0x80) --common;
+    std::vector<std::string> branches;
+    size_t i = begin;
+    if (first.size() == common) {  // one text ends here
+      branches.push_back("\"\"");
+      ++i;
+    }
+    while (i < end) {
+      size_t j = i + 1;
+      while (j < end && char_at(texts[j], common) == char_at(texts[i], common)) ++j;
+      branches.push_back(trie_gbnf(texts, i, j, common));
+      i = j;
+    }
+    const std::string prefix = common > depth ? gbnf_literal(first.substr(depth, common - depth)) + " " : "";
+    return prefix + new_rule(join(branches, " | "));
+  }
+
+  // The values of enum (and/or const) that the schema's other keywords allow: the type by
+  // value_has_type (2.0 is an integer), the rest by matching each value's JSON text against their
+  // grammar (an object value with its members in the order of 'properties').
+  std::vector<json> allowed_values(const json& schema, const std::string& path) {
+    std::vector<json> values;
+    const char* key = schema.contains("const") ? "const" : "enum";
+    if (auto list = schema.find("enum"); list != schema.end()) {
+      if (!list->is_array() || list->empty()) throw unsupported(path + ".enum", "expected a non-empty array");
+      values.assign(list->begin(), list->end());
+    }
+    if (auto value = schema.find("const"); value != schema.end()) {
+      if (values.empty()) values.push_back(*value);
+      else std::erase_if(values, [&](const json& v) { return v != *value; });
+      if (values.empty()) throw Unsatisfiable(path + ".const", "the value is not one of 'enum'");
+    }
+    json others = constraints_except(schema, "enum");
+    others.erase("const");
+    const json type = others.contains("type") ? others["type"] : json();
+    others.erase("type");
+    std::erase_if(values, [&](const json& v) { return !type.is_null() && !value_has_type(v, type); });
+    if (values.empty()) throw Unsatisfiable(path + "." + key, "no value is of the schema's 'type'");
+    if (others.empty()) return values;
+    SchemaConverter checker(root_, root_path_, "c");
+    checker.depth_ = depth_;  // a value's check may lead back here through $ref
+    const std::string root = checker.visit(others, path);  // before rules(): it makes them
+    auto grammar = Grammar::parse("root ::= " + root + "\n" + kCommonRules + checker.rules());
+    GrammarMatcher matcher(grammar, std::make_shared<TokenVocabulary>(std::vector<std::string>{}));
+    const GrammarState start = matcher.start();
+    std::erase_if(values, [&](const json& v) { return !matcher.advance_bytes(start, v.dump()).is_complete; });
+    if (values.empty()) {
+      std::string names;
+      for (const auto& [name, value] : others.items()) names += (names.empty() ? "" : ", ") + name;
+      throw Unsatisfiable(path + "." + key, "no value satisfies the schema's other keywords (" + names + ")");
+    }
+    return values;
+  }
+
+  // A schema for the values valid against both `a` and `b`: allOf, and the keywords beside a $ref
+  // or an anyOf branch merged into it. Throws Unsatisfiable where no value is both, a 400 where
+  // this converter cannot write the result (two different patterns).
+  json intersect(const json& a, const json& b, const std::string& path) {
+    DepthGuard depth(depth_, path);  // a $ref among the merged may lead back to itself
+    check_keywords(a, path);
+    check_keywords(b, path);
+    if (constraints_except(a, "").empty()) return b.is_boolean() ? json::object() : b;
+    if (constraints_except(b, "").empty()) return a;
+    for (const auto& [one, other] : {std::pair{&a, &b}, std::pair{&b, &a}})
+      if (auto ref = one->find("$ref"); ref != one->end())
+        return intersect(intersect(*definition(*ref, path + ".$ref").first, constraints_except(*one, "$ref"), path), *other, path);
+    json out = constraints_except(a, "");
+    const json b_constraints = constraints_except(b, "");
+    for (const auto& [key, value] : b_constraints.items()) {
+      auto mine = out.find(key);
+      if (mine == out.end()) {
+        out[key] = value;
+      } else if (key == "type") {
+        *mine = type_intersection(*mine, value, path + ".type");
+      } else if (key == "minLength" || key == "minItems") {
+        *mine = std::max(count(out, key.c_str(), path, 0), count(b, key.c_str(), path, 0));
+      } else if (key == "maxLength" || key == "maxItems") {
+        *mine = std::min(count(out, key.c_str(), path, 0), count(b, key.c_str(), path, 0));
+      } else if (key == "required") {
+        if (!mine->is_array() || !value.is_array()) throw unsupported(path + ".required", "expected an array of names");
+        for (const json& name : value)
+          if (std::find(mine->begin(), mine->end(), name) == mine->end()) mine->push_back(name);
+      } else if (key == "items") {
+        *mine = intersect(*mine, value, path + ".items");
+      } else if (key == "enum") {
+        if (!mine->is_array() || !value.is_array()) throw unsupported(path + ".enum", "expected a non-empty array");
+        json common = json::array();
+        for (const json& v : *mine)
+          if (std::find(value.begin(), value.end(), v) != value.end()) common.push_back(v);
+        if (common.empty()) throw Unsatisfiable(path + ".enum", "the merged 'enum' lists share no value");
+        *mine = common;
+      } else if (key == "const") {
+        if (*mine != value) throw Unsatisfiable(path + ".const", "the merged schemas have different 'const' values");
+      } else if (key == "pattern") {
+        if (*mine != value)
+          throw unsupported(path + ".pattern", "two different patterns (" + mine->dump() + " and " + value.dump() +
+                                                   ") on one string cannot be combined");
+      } else if (key == "anyOf" || key == "oneOf") {
+        // Both sides choose: the second choice waits in allOf until the first is distributed.
+        if (!out.contains("allOf")) out["allOf"] = json::array();
+        out["allOf"].push_back(json{{key, value}});
+      } else if (key == "allOf") {
+        if (!mine->is_array() || !value.is_array()) throw unsupported(path + ".allOf", "expected a non-empty array of schemas");
+        mine->insert(mine->end(), value.begin(), value.end());
+      }
+    }
+    intersect_members(a, b, &out, path);
+    return out;
+  }
+
+  // properties and additionalProperties of two merged object schemas: a member both list is both
+  // schemas', a member one lists and the other closes (additionalProperties false) is left out
+  // (nothing matches if it is required), and one side's additionalProperties schema binds the
+  // other side's members it does not list.
+  void intersect_members(const json& a, const json& b, json* out, const std::string& path) {
+    const auto properties_of = [&](const json& schema) {
+      auto it = schema.find("properties");
+      if (it == schema.end()) return json::object();
+      if (!it->is_object()) throw unsupported(path + ".properties", "expected an object");
+      return *it;
+    };
+    const auto additional_of = [](const json& schema) { return schema.value("additionalProperties", json(true)); };
+    bool is_object_bound = false;
+    for (const char* key : {"properties", "additionalProperties"}) is_object_bound = is_object_bound || a.contains(key) || b.contains(key);
+    if (!is_object_bound) return;
+    const json& required = out->contains("required") ? (*out)["required"] : json::array();
+    json properties = json::object();
+    const auto merge_side = [&](const json& mine, const json& theirs, const json& their_additional) {
+      for (const auto& [name, schema] : mine.items()) {
+        const std::string member_path = path + ".properties." + name;
+        if (properties.contains(name)) continue;
+        if (theirs.contains(name)) {
+          properties[name] = intersect(schema, theirs.at(name), member_path);
+        } else if (their_additional == false) {
+          if (std::find(required.begin(), required.end(), name) != required.end())
+            throw Unsatisfiable(member_path, "'" + name + "' is required, but one merged schema allows no such member");
+        } else {
+          properties[name] = their_additional == true ? schema : intersect(schema, their_additional, member_path);
+        }
+      }
+    };
+    const json properties_a = properties_of(a), properties_b = properties_of(b);
+    const json additional_a = additional_of(a), additional_b = additional_of(b);
+    merge_side(properties_a, properties_b, additional_b);
+    merge_side(properties_b, properties_a, additional_a);
+    if (a.contains("properties") || b.contains("properties")) (*out)["properties"] = properties;
+    if (additional_a == false || additional_b == false) (*out)["additionalProperties"] = false;
+    else if (additional_a == true || additional_b == true) (*out)["additionalProperties"] = additional_a == true ? additional_b : additional_a;
+    else (*out)["additionalProperties"] = intersect(additional_a, additional_b, path + ".additionalProperties");
+    if ((*out)["additionalProperties"] == true) out->erase("additionalProperties");
+  }
+
+  // The types both allow ("integer" within "number").
+  static json type_intersection(const json& a, const json& b, const std::string& path) {
+    const auto names = [&](const json& type) {
+      std::vector<std::string> out;
+      for (const json& name : type.is_array() ? type : json::array({type})) {
+        if (!name.is_string()) throw unsupported(path, "expected a type name or a list of them");
+        out.push_back(name.get<std::string>());
+      }
+      return out;
+    };
+    std::vector<std::string> common;
+    for (const std::string& x : names(a))
+      for (const std::string& y : names(b)) {
+        const bool is_integer_in_number = (x == "integer" && y == "number") || (x == "number" && y == "integer");
+        const std::string type = x == y ? x : is_integer_in_number ? "integer" : "";
+        if (!type.empty() && std::find(common.begin(), common.end(), type) == common.end()) common.push_back(type);
+      }
+    if (common.empty()) throw Unsatisfiable(path, "the merged schemas share no type (" + a.dump() + " and " + b.dump() + ")");
+    return common.size() == 1 ? json(common[0]) : json(common);
   }
 
   std::string typed(const json& schema, const std::string& type, const std::string& path) {
@@ -398,11 +491,11 @@ class SchemaConverter {
       if (!pattern->is_string()) throw unsupported(path + ".pattern", "expected a string");
       if (schema.contains("minLength") || schema.contains("maxLength"))
         throw unsupported(path + ".pattern", "pattern together with minLength/maxLength is not supported");
-      return new_rule("\"\\\"\" " + PatternConverter(pattern->get<std::string>(), path + ".pattern").run() + " \"\\\"\"");
+      return new_rule("\"\\\"\" " + pattern_gbnf(pattern->get<std::string>(), path + ".pattern") + " \"\\\"\"");
     }
     const int64_t min = count(schema, "minLength", path, 0);
     const int64_t max = count(schema, "maxLength", path, -1);
-    if (max >= 0 && max < min) throw unsupported(path + ".maxLength", "maxLength is below minLength");
+    if (max >= 0 && max < min) throw Unsatisfiable(path + ".maxLength", "maxLength is below minLength");
     if (min == 0 && max < 0) return "json-string";
     return new_rule("\"\\\"\" " + repeat("json-char", min, max) + " \"\\\"\"");
   }
@@ -411,7 +504,8 @@ class SchemaConverter {
     const std::string item = schema.contains("items") ? visit(schema["items"], path + ".items") : "json-value";
     const int64_t min = count(schema, "minItems", path, 0);
     const int64_t max = count(schema, "maxItems", path, -1);
-    if (max >= 0 && max < min) throw unsupported(path + ".maxItems", "maxItems is below minItems");
+    if (max >= 0 && max < min) throw Unsatisfiable(path + ".maxItems", "maxItems is below minItems");
+    if (!schema.contains("items") && min == 0 && max < 0) return "json-array";
     if (max == 0) return "\"[\" ws \"]\"";
     const std::string first = item + " ws";
     const std::string rest = repeat("\",\" ws " + item + " ws", std::max<int64_t>(min - 1, 0), max < 0 ? -1 : max - 1);
@@ -487,8 +581,7 @@ class SchemaConverter {
     if (!schema.is_object()) return json_form;
     const bool is_string = schema.contains("type") && schema["type"] == "string";  // the parser's test
     std::vector<json> values;
-    if (auto list = schema.find("enum"); list != schema.end()) values.assign(list->begin(), list->end());
-    else if (auto value = schema.find("const"); value != schema.end()) values.push_back(*value);
+    if (schema.contains("enum") || schema.contains("const")) values = allowed_values(schema, path);
     else if (!is_string) return json_form;
     if (values.empty()) {
       for (const char* key : {"pattern", "minLength", "maxLength"})
@@ -508,28 +601,37 @@ class SchemaConverter {
     return "(" + join(items, " | ") + ")";
   }
 
-  std::string reference(const json& ref, const std::string& path) {
+  // The definition a local $ref names, and its path.
+  std::pair<const json*, std::string> definition(const json& ref, const std::string& path) const {
     if (!ref.is_string()) throw unsupported(path, "expected a string");
     const std::string target = ref.get<std::string>();
-    for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
-      const std::string p = prefix;
-      if (target.rfind(p, 0) != 0) continue;
-      const std::string name = target.substr(p.size());
-      auto found = refs_.find(target);
-      if (found != refs_.end()) return found->second;
-      const std::string container = p == "#/$defs/" ? "$defs" : "definitions";
-      if (!root_.is_object() || !root_.contains(container) || !root_[container].contains(name))
+    for (const std::string container : {"$defs", "definitions"}) {
+      const std::string prefix = "#/" + container + "/";
+      if (target.rfind(prefix, 0) != 0) continue;
+      const std::string name = target.substr(prefix.size());
+      if (!root_.is_object() || !root_.contains(container) || !root_.at(container).contains(name))
         throw unsupported(path, "the reference '" + target + "' names no definition");
-      // Named before it is visited, so a recursive definition refers to itself.
-      const std::string rule = prefix_ + std::to_string(rules_.size());
-      rules_.push_back("");
-      refs_[target] = rule;
-      const size_t slot = rules_.size() - 1;
-      const std::string body = visit(root_[container][name], root_path_ + "." + container + "." + name);
-      rules_[slot] = rule + " ::= " + body;
-      return rule;
+      return {&root_.at(container).at(name), root_path_ + "." + container + "." + name};
     }
     throw unsupported(path, "only references into '#/$defs/' or '#/definitions/' are supported");
+  }
+
+  std::string reference(const json& ref, const std::string& path) {
+    const auto [schema, schema_path] = definition(ref, path);
+    return named_rule(ref.dump(), *schema, schema_path);
+  }
+
+  // The rule for `schema`, made once per `key`: named before it is visited, so a recursive
+  // definition refers to itself.
+  std::string named_rule(const std::string& key, const json& schema, const std::string& path) {
+    if (auto found = refs_.find(key); found != refs_.end()) return found->second;
+    const std::string rule = prefix_ + std::to_string(rules_.size());
+    rules_.push_back("");
+    refs_[key] = rule;
+    const size_t slot = rules_.size() - 1;
+    const std::string body = visit(schema, path);
+    rules_[slot] = rule + " ::= " + body;
+    return rule;
   }
 
   const json& root_;
@@ -537,7 +639,7 @@ class SchemaConverter {
   int depth_ = 0;  // visit()s in progress
   std::string prefix_;
   std::vector<std::string> rules_;
-  std::map<std::string, std::string> refs_;
+  std::map<std::string, std::string> refs_;  // a $ref (with its siblings, if any) -> its rule
 };
 
 }  // namespace
@@ -565,7 +667,7 @@ std::string tool_call_gbnf(const std::vector<ToolSchema>& tools, const ToolCallF
                       gbnf_literal("</function>\n</tool_call>"));
     } else {
       // The Qwen3 form: JSON with "name" then "arguments" inside the tags, one call per block.
-      const std::string arguments = converter.value();
+      const std::string arguments = converter.object_value();
       calls.push_back("\"<tool_call>\\n{\\\"name\\\": \" " + gbnf_literal(nlohmann::json(name).dump()) +
                       " \", \\\"arguments\\\": \" " + arguments + " \"}\\n</tool_call>\"");
     }

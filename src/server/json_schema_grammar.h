@@ -11,10 +11,12 @@ namespace tf::server {
 // GBNF whose root matches one JSON value valid against `schema` (param: where the schema sits in
 // the request, for errors); an object's members in the order of its 'properties' as the client
 // wrote them (hence ordered_json). Supported: type (one or a list), properties/required/
-// additionalProperties, items/minItems/maxItems, enum, const, anyOf/oneOf, $ref into $defs or
-// definitions (recursion allowed), strings with minLength/maxLength and pattern (a regex subset:
-// literals, escapes \d \w \s, classes, groups, |, * + ? {m,n}, ^ $), numbers, integers, booleans,
-// null. Annotations (title, description, default, examples, $schema, $id, $comment) are ignored.
+// additionalProperties, items/minItems/maxItems, enum, const, anyOf/oneOf/allOf, $ref into $defs
+// or definitions (recursion allowed), strings with minLength/maxLength or a pattern
+// (json_schema_pattern.h), numbers, integers, booleans, null. Keywords beside $ref or anyOf/oneOf
+// bind the target and every branch (a branch nothing can match is left out); enum and const keep
+// the values the other keywords allow; without 'type', a type's keywords bind only values of that
+// type. Annotations (title, description, default, examples, $schema, $id, $comment) are ignored.
 std::string json_schema_gbnf(const nlohmann::ordered_json& schema, const std::string& param);
 // Any JSON object (response_format json_object).
 std::string json_object_gbnf();

@@ -164,6 +164,74 @@ describe('predicted outputs', () => {
   });
 });
 
+// JSON Schema's own meaning of the keywords the server supports, to judge replies independently of
+// its grammars: keywords beside $ref and anyOf all hold, a type's keywords bind only values of that
+// type, patterns are ECMAScript (with the u flag).
+function conforms(value, s, root = s) {
+  if (typeof s === 'boolean') return s;
+  if (s.$ref) {
+    const [, container, name] = s.$ref.split('/');
+    if (!conforms(value, root[container][name], root)) return false;
+  }
+  if (s.allOf && !s.allOf.every((branch) => conforms(value, branch, root))) return false;
+  if (s.anyOf && !s.anyOf.some((branch) => conforms(value, branch, root))) return false;
+  if (s.enum && !s.enum.some((v) => JSON.stringify(v) === JSON.stringify(value))) return false;
+  if ('const' in s && JSON.stringify(s.const) !== JSON.stringify(value)) return false;
+  const type = value === null ? 'null' : Array.isArray(value) ? 'array' : typeof value;
+  if (s.type && ![].concat(s.type).some((t) => t === type || (t === 'integer' && Number.isInteger(value)))) return false;
+  if (type === 'string') {
+    const length = [...value].length;
+    if (length < (s.minLength ?? 0) || length > (s.maxLength ?? Infinity)) return false;
+    if (s.pattern && !new RegExp(s.pattern, 'u').test(value)) return false;
+  }
+  if (type === 'array') {
+    if (value.length < (s.minItems ?? 0) || value.length > (s.maxItems ?? Infinity)) return false;
+    if (s.items && !value.every((item) => conforms(item, s.items, root))) return false;
+  }
+  if (type === 'object') {
+    if (!(s.required ?? []).every((key) => key in value)) return false;
+    for (const [key, item] of Object.entries(value)) {
+      const member = s.properties?.[key] ?? s.additionalProperties ?? true;
+      if (!conforms(item, member, root)) return false;
+    }
+  }
+  return true;
+}
+
+// Schemas whose keywords the server once dropped (the reply broke them) or whose patterns it wrote
+// as invalid JSON or refused.
+const keptKeywordSchemas = [
+  { type: 'object', properties: { a: { type: 'integer' } }, required: ['a'], additionalProperties: false,
+    anyOf: [{ type: 'object' }, { type: 'array' }] },
+  { type: 'string', anyOf: [{ maxLength: 2 }, { minLength: 5, maxLength: 8 }] },
+  { minLength: 5 },
+  { pattern: '^x$' },
+  { $defs: { s: { type: 'string' } }, $ref: '#/$defs/s', maxLength: 2 },
+  { enum: ['a', 'abcdefgh'], maxLength: 3 },
+  { type: 'string', pattern: '^a\tb$' },
+  { type: 'string', pattern: '^[\\.\\/\\+\\*]{1,4}$' },
+  { type: 'string', pattern: '^[^a-z]{2}.$' },
+];
+
+describe('every keyword of a schema binds the reply', () => {
+  for (const [i, schema] of keptKeywordSchemas.entries()) {
+    for (const [temperature, seed] of [[0, 1], [1, 7], [1, 8]]) {
+      test(`schema ${i} ${JSON.stringify(schema)} (T=${temperature}, seed ${seed})`, { timeout: 60_000 }, async () => {
+        const reply = await request(server, '/v1/chat/completions', { body: {
+          model: modelId, messages: [{ role: 'user', content: 'Return a JSON value.' }], max_tokens: 120, temperature, seed,
+          response_format: { type: 'json_schema', json_schema: { name: 't', schema } },
+        } });
+        assert.equal(reply.status, 200, reply.text);
+        const choice = reply.json.choices[0];
+        // A reply cut by max_tokens is a prefix; one that stopped is a whole value of the schema.
+        if (choice.finish_reason !== 'stop') return;
+        const value = JSON.parse(choice.message.content);
+        assert.ok(conforms(value, schema), `${choice.message.content} breaks ${JSON.stringify(schema)}`);
+      });
+    }
+  }
+});
+
 describe('bad values name their parameter', () => {
   const chat = (extra) => ({ model: modelId, messages, max_tokens: 4, ...extra });
   const cases = [
@@ -175,6 +243,17 @@ describe('bad values name their parameter', () => {
     'response_format.json_schema.schema.properties.n.minimum'],
     ['unsupported pattern', { response_format: { type: 'json_schema', json_schema: { name: 'x',
       schema: { type: 'string', pattern: '(?<=a)b' } } } }, 'response_format.json_schema.schema.pattern'],
+    ['pattern with a bad range', { response_format: { type: 'json_schema', json_schema: { name: 'x',
+      schema: { type: 'object', properties: { s: { type: 'string', pattern: '[z-a]' } } } } } },
+    'response_format.json_schema.schema.properties.s.pattern'],
+    ['anyOf whose every branch its siblings rule out', { response_format: { type: 'json_schema', json_schema: {
+      name: 'x', schema: { type: 'object', anyOf: [{ type: 'string' }] } } } }, 'response_format.json_schema.schema.anyOf'],
+    ['enum whose every value its siblings rule out', { response_format: { type: 'json_schema', json_schema: {
+      name: 'x', schema: { enum: ['abcdefgh'], maxLength: 3 } } } }, 'response_format.json_schema.schema.enum'],
+    ['json_schema without a name', { response_format: { type: 'json_schema', json_schema: { schema: {} } } },
+      'response_format.json_schema.name'],
+    ['json_schema strict not a boolean', { response_format: { type: 'json_schema', json_schema: { name: 'x',
+      strict: 'yes', schema: {} } } }, 'response_format.json_schema.strict'],
     ['grammar not a string', { grammar: 5 }, 'grammar'],
     ['grammar that does not compile', { grammar: 'root ::= missing' }, 'grammar'],
     ['grammar and response_format', { grammar: 'root ::= "a"', response_format: { type: 'json_object' } }, 'grammar'],
