@@ -437,21 +437,31 @@ TEST(JsonSchemaTest, KeywordsBesideAnyOfBindEveryBranch) {
 }
 
 TEST(JsonSchemaTest, KeywordsWithoutATypeBindOnlyValuesOfTheirType) {
+  // Without 'type', the keywords name the type (valid instances all; minLength alone answered "").
   const std::string min_length = schema_grammar({{"minLength", 5}});
   EXPECT_TRUE(matches(min_length, R"("abcde")"));
   EXPECT_FALSE(matches(min_length, R"("")"));
-  EXPECT_TRUE(matches(min_length, "3"));
-  EXPECT_TRUE(matches(min_length, "null"));
-  EXPECT_TRUE(matches(min_length, R"({"a": []})"));
+  EXPECT_FALSE(matches(min_length, "3"));
   const std::string pattern = schema_grammar({{"pattern", "^x$"}});
   EXPECT_TRUE(matches(pattern, R"("x")"));
   EXPECT_FALSE(matches(pattern, R"("")"));
-  EXPECT_TRUE(matches(pattern, "true"));
   const std::string items = schema_grammar({{"items", {{"type", "integer"}}}, {"maxItems", 1}});
   EXPECT_TRUE(matches(items, "[1]"));
   EXPECT_FALSE(matches(items, "[1, 2]"));
   EXPECT_FALSE(matches(items, R"(["a"])"));
-  EXPECT_TRUE(matches(items, R"("a")"));
+  const std::string object = schema_grammar({{"properties", {{"a", {{"type", "integer"}}}}}, {"required", {"a"}}});
+  EXPECT_TRUE(matches(object, R"({"a": 1})"));
+  EXPECT_FALSE(matches(object, R"({})"));
+  EXPECT_FALSE(matches(object, R"("a")"));
+  // Keywords of two types: either, each bound by its own.
+  const std::string either = schema_grammar({{"minLength", 2}, {"maxItems", 1}});
+  EXPECT_TRUE(matches(either, R"("ab")"));
+  EXPECT_TRUE(matches(either, "[true]"));
+  EXPECT_FALSE(matches(either, R"("a")"));
+  EXPECT_FALSE(matches(either, "[1, 2]"));
+  EXPECT_FALSE(matches(either, "null"));
+  // No type's keywords: any value.
+  EXPECT_TRUE(matches(schema_grammar(json::object()), "null"));
   // A tool's arguments are an object whatever the schema leaves open.
   const std::string call = server::tool_call_gbnf({{"f", {{"properties", {{"a", {{"type", "integer"}}}}}}, "tools[0]"}},
                                                   {server::ToolCallSyntax::qwen3_json, false});

@@ -51,9 +51,11 @@ const std::set<std::string> kAnnotations = {"title", "description", "default", "
 const std::set<std::string> kKeywords = {"type", "properties", "required", "additionalProperties", "items", "minItems",
                                          "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "pattern",
                                          "minLength", "maxLength"};
-// Keywords that bind only the values of one type: JSON Schema lets values of other types through.
-const std::set<std::string> kTypeBoundKeywords = {"pattern", "minLength", "maxLength", "items", "minItems", "maxItems",
-                                                  "properties", "required", "additionalProperties"};
+// Keywords that bind only the values of one type, by that type.
+const std::vector<std::pair<const char*, std::vector<const char*>>> kTypeKeywords = {
+    {"object", {"properties", "required", "additionalProperties"}},
+    {"array", {"items", "minItems", "maxItems"}},
+    {"string", {"pattern", "minLength", "maxLength"}}};
 
 // The schema's keywords that constrain a value, but `except`.
 json constraints_except(const json& schema, const std::string& except) {
@@ -267,16 +269,26 @@ class SchemaConverter {
     return "(" + join(items, " | ") + ")";
   }
 
-  // A schema without 'type': any value, its type-bound keywords binding only values of their type
-  // (minLength alone lets numbers, objects and the rest through).
+  // A schema without 'type': the types its keywords speak of (properties: an object, minLength: a
+  // string...), any value when none do. JSON Schema lets other types through too; a reply needs to be
+  // a valid instance, not any one, and a client writing {"properties": ...} means an object (llama.cpp
+  // and xgrammar read it so).
+  // Checking an enum's values against their siblings takes JSON Schema's own reading instead
+  // (is_validating_): a listed 7 beside maxLength is valid, and kept.
   std::string untyped(const json& schema, const std::string& path) {
-    bool is_bound = false;
-    for (const auto& [key, value] : schema.items()) is_bound = is_bound || kTypeBoundKeywords.count(key);
-    if (!is_bound) return "json-value";
     std::vector<std::string> items;
-    for (const char* type : {"object", "array", "string", "number", "boolean", "null"})
-      items.push_back(typed(schema, type, path));
-    return "(" + join(items, " | ") + ")";
+    bool is_bound = false;
+    for (const auto& [type, keywords] : kTypeKeywords) {
+      bool is_named = false;
+      for (const char* keyword : keywords) is_named = is_named || schema.contains(keyword);
+      is_bound = is_bound || is_named;
+      if (is_named && !is_validating_) items.push_back(typed(schema, type, path));
+    }
+    if (!is_bound) return "json-value";
+    if (is_validating_)
+      for (const char* type : {"object", "array", "string", "number", "boolean", "null"})
+        items.push_back(typed(schema, type, path));
+    return items.size() == 1 ? items[0] : "(" + join(items, " | ") + ")";
   }
 
   // enum / const: the listed values that the schema's other keywords allow, each written exactly.
@@ -342,6 +354,7 @@ class SchemaConverter {
     if (values.empty()) throw Unsatisfiable(path + "." + key, "no value is of the schema's 'type'");
     if (others.empty()) return values;
     SchemaConverter checker(root_, root_path_, "c");
+    checker.is_validating_ = true;
     checker.depth_ = depth_;  // a value's check may lead back here through $ref
     const std::string root = checker.visit(others, path);  // before rules(): it makes them
     auto grammar = Grammar::parse("root ::= " + root + "\n" + kCommonRules + checker.rules());
@@ -637,6 +650,7 @@ class SchemaConverter {
   const json& root_;
   std::string root_path_;
   int depth_ = 0;  // visit()s in progress
+  bool is_validating_ = false;  // checking values (JSON Schema's reading), not writing replies
   std::string prefix_;
   std::vector<std::string> rules_;
   std::map<std::string, std::string> refs_;  // a $ref (with its siblings, if any) -> its rule

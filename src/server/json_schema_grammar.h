@@ -15,8 +15,8 @@ namespace tf::server {
 // or definitions (recursion allowed), strings with minLength/maxLength or a pattern
 // (json_schema_pattern.h), numbers, integers, booleans, null. Keywords beside $ref or anyOf/oneOf
 // bind the target and every branch (a branch nothing can match is left out); enum and const keep
-// the values the other keywords allow; without 'type', a type's keywords bind only values of that
-// type. Annotations (title, description, default, examples, $schema, $id, $comment) are ignored.
+// the values the other keywords allow; without 'type', the types its keywords speak of (any value
+// when none do). Annotations (title, description, default, examples, $schema, $id, $comment) are ignored.
 std::string json_schema_gbnf(const nlohmann::ordered_json& schema, const std::string& param);
 // Any JSON object (response_format json_object).
 std::string json_object_gbnf();
