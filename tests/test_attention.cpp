@@ -150,7 +150,7 @@ TEST(Attention, MatchesReferenceAndIsInvariant) {
     std::vector<std::vector<std::vector<float>>> solo(levels.size());  // [level][row]
     for (size_t l = 0; l < levels.size(); ++l)
       for (const TestRow& row : rows) {
-        const bool bf16_operands = at_level(levels[l], [&] { return attention_takes_bf16_dot(shape); });
+        const bool bf16_operands = at_level(levels[l], [&] { return attention_takes_bf16_dot(shape.head_dim); });
         solo[l].push_back(at_level(levels[l], [&] { return run_scattered({&row}, shape, rng, pools[0], true); }));
         const std::vector<float> expected = reference(row, shape, bf16_operands);
         const double tolerance = bf16_operands ? 4e-3 : 2e-6;
@@ -234,6 +234,28 @@ TEST(Attention, RowsOfOneSequenceInLanesEqualEachRowAlone) {
         return out;
       });
       SCOPED_TRACE(simd_level_name(level));
+      // Where this level reads keys and values as bf16, a cache stored in bf16 gives the same bits.
+      if (at_level(level, [&] { return attention_takes_bf16_dot(c.head_dim); })) {
+        const std::vector<float> from_bf16 = at_level(level, [&] {
+          std::vector<uint16_t> k_bf16(k_cache.size()), v_bf16(v_cache.size());
+          const KvSlice cache{k_bf16.data(), v_bf16.data(), layout, true};
+          const int64_t kv_dim = c.n_kv_heads * c.head_dim;
+          std::vector<float> k_row(static_cast<size_t>(kv_dim)), v_row(k_row.size());
+          for (int64_t slot = 0; slot < n_slots; ++slot) {
+            for (int64_t head = 0; head < c.n_kv_heads; ++head)
+              for (int64_t d = 0; d < c.head_dim; ++d) {
+                const size_t at = size_t(slot * layout.slot_stride + head * layout.head_stride + d);
+                k_row[size_t(head * c.head_dim + d)] = k_cache[at];
+                v_row[size_t(head * c.head_dim + d)] = v_cache[at];
+              }
+            cache.store(slot, k_row.data(), v_row.data(), c.n_kv_heads, c.head_dim);
+          }
+          std::vector<float> out(queries.size());
+          attention(queries.data(), n_rows, cache, slots.data(), n_keys.data(), shape, out.data(), pools[trial % 3]);
+          return out;
+        });
+        ASSERT_EQ(std::memcmp(from_bf16.data(), together.data(), together.size() * 4), 0) << "trial " << trial;
+      }
       for (int64_t r = 0; r < n_rows; ++r) {
         const std::vector<float> alone = at_level(level, [&] {
           std::vector<float> out(static_cast<size_t>(row_width));

@@ -68,8 +68,9 @@ void CpuMtpHead::run_rows(ContextStorage& storage, const float* hidden, const in
     key_lists_[size_t(r)] = key_slots_.data();
   }
   const cpu::AttentionRows rows{positions_.data(), slots_.data(), key_lists_.data(), n_keys_.data()};
-  cpu::gated_attention(mtp_.layer, config_, inverse_frequencies_, rows, n, storage.keys.data(), storage.values.data(),
-                       cpu::KvLayout::interleaved(config_.n_kv_heads, config_.head_dim), x_.data(), scratch_, pool_);
+  const cpu::KvSlice cache{storage.keys.data(), storage.values.data(),
+                           cpu::KvLayout::interleaved(config_.n_kv_heads, config_.head_dim), false};
+  cpu::gated_attention(mtp_.layer, config_, inverse_frequencies_, rows, n, cache, x_.data(), scratch_, pool_);
   cpu::swiglu_mlp(mtp_.layer, config_, n, x_.data(), scratch_, pool_);
   cpu::rms_norm(x_.data() + (n - 1) * h, 1, h, mtp_.norm, eps, last_output);
 }

@@ -1,4 +1,5 @@
-// The CPU backend's KV storage: f32 keys and values in host memory, addressed by slot.
+// The CPU backend's KV storage: keys and values in host memory, addressed by slot: bf16 where the
+// machine's attention rounds them to bf16 as it reads them (the same bits, half the bytes), else f32.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,6 +12,7 @@ namespace tf {
 
 class HostKvStorage : public KvStorage {
  public:
+  // The element type follows the machine's attention at construction (cpu::attention_takes_bf16_dot).
   HostKvStorage(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, int64_t n_slots);
 
   int64_t n_slots() const override { return n_slots_; }
@@ -20,27 +22,28 @@ class HostKvStorage : public KvStorage {
   // Slots serialize as [slot][kv_dim] per layer, whatever the layout in memory.
   void read_slots(int32_t first, int64_t n, uint8_t* out) const override;
   void write_slots(int32_t first, int64_t n, const uint8_t* in) override;
-  // A layer's keys and values, each [n_kv_heads][n_slots][head_dim] (layout()).
-  float* keys(int64_t layer) { return keys_.data() + layer * layer_stride(); }
-  float* values(int64_t layer) { return values_.data() + layer * layer_stride(); }
-  cpu::KvLayout layout() const { return cpu::KvLayout::head_major(n_slots_, head_dim_); }
+  // A layer's keys and values, each [n_kv_heads][n_slots][head_dim] (head-major).
+  cpu::KvSlice slice(int64_t layer);
   // Writes one position's keys and values, each [n_kv_heads][head_dim], to slot of layer.
   void store(int64_t layer, int64_t slot, const float* k, const float* v);
 
  private:
-  int64_t layer_stride() const { return n_slots_ * kv_dim_; }
-  // Copies the kv_dim floats of slot between the cache and a flat row (any alignment), one
+  cpu::KvLayout layout() const { return cpu::KvLayout::head_major(n_slots_, head_dim_); }
+  int64_t layer_bytes() const { return n_slots_ * kv_dim_ * element_bytes_; }
+  // Copies the kv_dim elements of slot between the cache and a flat row (any alignment), one
   // direction or the other.
-  void gather(const std::vector<float>& cache, int64_t layer, int64_t slot, void* row) const;
-  void scatter(std::vector<float>& cache, int64_t layer, int64_t slot, const void* row);
+  void gather(const std::vector<uint8_t>& cache, int64_t layer, int64_t slot, void* row) const;
+  void scatter(std::vector<uint8_t>& cache, int64_t layer, int64_t slot, const void* row);
 
   int64_t n_layers_;
   int64_t n_kv_heads_;
   int64_t head_dim_;
   int64_t kv_dim_;
   int64_t n_slots_;
-  std::vector<float> keys_;    // [n_layers][n_kv_heads][n_slots][head_dim]
-  std::vector<float> values_;  // [n_layers][n_kv_heads][n_slots][head_dim]
+  bool is_bf16_;
+  int64_t element_bytes_;
+  std::vector<uint8_t> keys_;    // [n_layers][n_kv_heads][n_slots][head_dim] elements
+  std::vector<uint8_t> values_;  // [n_layers][n_kv_heads][n_slots][head_dim] elements
 };
 
 }  // namespace tf

@@ -114,8 +114,7 @@ void Qwen35CpuModel::write_recurrent_state(KvCache& kv, int32_t lane, int64_t po
 void Qwen35CpuModel::attention_block(int64_t layer, int64_t attention_index, HybridStateStorage& kv) {
   const cpu::AttentionRows rows{positions_.data(), row_slots_.data(), key_slot_lists_.data(), key_slots_.n_keys.data()};
   cpu::gated_attention(weights_.layers[size_t(layer)], config_, inverse_frequencies_, rows, int64_t(positions_.size()),
-                       kv.keys(attention_index), kv.values(attention_index), kv.layout(), hidden_.data(), scratch_,
-                       pool_);
+                       kv.slice(attention_index), hidden_.data(), scratch_, pool_);
 }
 
 // Folds the lane's committed rows of its previous pass into its state and conv history, token by

@@ -29,7 +29,7 @@ void Qwen35LayerScratch::resize(const ModelConfig& config, int64_t n_rows, int64
 }
 
 void gated_attention(const Qwen35LayerWeights& w, const ModelConfig& config, const std::vector<float>& inverse_frequencies,
-                     const AttentionRows& rows, int64_t n_rows, float* k_cache, float* v_cache, const KvLayout& layout,
+                     const AttentionRows& rows, int64_t n_rows, const KvSlice& cache,
                      float* hidden, Qwen35LayerScratch& s, ThreadPool& pool) {
   const int64_t hidden_size = config.hidden_size, head_dim = config.head_dim;
   const int64_t n_heads = config.n_heads, n_kv_heads = config.n_kv_heads, kv_dim = config.kv_dim();
@@ -59,13 +59,10 @@ void gated_attention(const Qwen35LayerWeights& w, const ModelConfig& config, con
   }
 
   // Keys and values go to the cache first; attention reads every key from there (see qwen3_cpu_model).
-  for (int64_t r = 0; r < n_rows; ++r) {
-    store_kv_row(k_cache, layout, rows.kv_slots[r], s.k.data() + r * kv_dim, n_kv_heads, head_dim);
-    store_kv_row(v_cache, layout, rows.kv_slots[r], s.v.data() + r * kv_dim, n_kv_heads, head_dim);
-  }
+  for (int64_t r = 0; r < n_rows; ++r)
+    cache.store(rows.kv_slots[r], s.k.data() + r * kv_dim, s.v.data() + r * kv_dim, n_kv_heads, head_dim);
   AttentionShape shape{n_heads, n_kv_heads, head_dim, float(1.0 / std::sqrt(double(head_dim)))};
-  attention(s.q.data(), n_rows, k_cache, v_cache, layout, rows.key_slot_lists, rows.n_keys, shape, s.attn_out.data(),
-            pool);
+  attention(s.q.data(), n_rows, cache, rows.key_slot_lists, rows.n_keys, shape, s.attn_out.data(), pool);
   for (int64_t i = 0; i < n_rows * n_heads * head_dim; ++i)
     s.attn_out[size_t(i)] = s.attn_out[size_t(i)] * sigmoid(s.gate[size_t(i)]);
   linear(s.attn_out.data(), n_rows, w.o_proj, s.proj.data(), pool);

@@ -39,9 +39,9 @@ struct AttentionRows {
 
 // hidden += o_proj(attention(...) * sigmoid(gate)): RMSNorm (1 + w), q_proj giving query and gate per
 // head, QK-norm, partial RoPE over the first rotary_dim values, K/V written to their slots of
-// k_cache / v_cache (laid out as `layout` says) before attention reads every key from there.
+// the cache before attention reads every key from there.
 void gated_attention(const Qwen35LayerWeights& w, const ModelConfig& config, const std::vector<float>& inverse_frequencies,
-                     const AttentionRows& rows, int64_t n_rows, float* k_cache, float* v_cache, const KvLayout& layout,
+                     const AttentionRows& rows, int64_t n_rows, const KvSlice& cache,
                      float* hidden, Qwen35LayerScratch& scratch, ThreadPool& pool);
 
 // hidden += down(silu(gate(x)) * up(x)), x = RMSNorm(hidden) with the post-attention gain.

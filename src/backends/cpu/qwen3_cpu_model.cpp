@@ -74,8 +74,6 @@ void Qwen3CpuModel::attention_block(int64_t layer, const Batch& batch, HostKvSto
   cpu::linear_many(normed_.data(), n_rows, hidden, qkv, 3, pool_);
   // Keys and values go to the cache first; attention reads every key from there, including
   // this round's own rows, so a row sees the same numbers whatever shares its round.
-  float* k_cache = kv.keys(layer);
-  float* v_cache = kv.values(layer);
   for_rows(n_rows, [&](int64_t begin, int64_t end) {
     float* q = q_.data() + begin * q_dim;
     float* k = k_.data() + begin * kv_dim;
@@ -87,8 +85,8 @@ void Qwen3CpuModel::attention_block(int64_t layer, const Batch& batch, HostKvSto
       kv.store(layer, batch.rows[size_t(r)].kv_slot, k_.data() + r * kv_dim, v_.data() + r * kv_dim);
   });
   cpu::AttentionShape shape{n_heads, n_kv_heads, head_dim, float(1.0 / std::sqrt(double(head_dim)))};
-  cpu::attention(q_.data(), n_rows, k_cache, v_cache, kv.layout(), key_slot_lists_.data(), key_slots_.n_keys.data(),
-                 shape, attn_out_.data(), pool_);
+  cpu::attention(q_.data(), n_rows, kv.slice(layer), key_slot_lists_.data(), key_slots_.n_keys.data(), shape,
+                 attn_out_.data(), pool_);
   cpu::linear(attn_out_.data(), n_rows, w.o_proj, proj_.data(), pool_);
 }
 

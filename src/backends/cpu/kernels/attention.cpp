@@ -9,6 +9,7 @@
 #include "backends/cpu/kernels/attention_bf16_dot.h"
 #include "backends/cpu/kernels/exp.h"
 #include "backends/cpu/kernels/simd.h"
+#include "core/error.h"
 
 namespace tf::cpu {
 
@@ -569,8 +570,9 @@ TF_INLINE void attend_rows(const AttentionArgs& a, int64_t first_row, int64_t n_
 void attention(const float* q, int64_t n_rows, const float* k_cache, const float* v_cache, const KvLayout& layout,
                const int32_t* const* key_slots, const int32_t* n_keys, const AttentionShape& shape,
                float* out, ThreadPool& pool) {
-  if (attention_takes_bf16_dot(shape))
-    return attention_bf16_dot(q, n_rows, k_cache, v_cache, layout, key_slots, n_keys, shape, out, pool);
+  const KvSlice cache{const_cast<float*>(k_cache), const_cast<float*>(v_cache), layout, false};
+  if (attention_takes_bf16_dot(shape.head_dim))
+    return attention_bf16_dot(q, n_rows, cache, key_slots, n_keys, shape, out, pool);
   const AttentionArgs args{q, k_cache, v_cache, layout, key_slots, n_keys, shape, out};
   // Units of work: (block of rows, pair of heads of one group) where groups have an even number of
   // heads, else (block of rows, head).
@@ -602,6 +604,25 @@ void attention(const float* q, int64_t n_rows, const float* k_cache, const float
       }
     });
   });
+}
+
+void attention(const float* q, int64_t n_rows, const KvSlice& cache, const int32_t* const* key_slots,
+               const int32_t* n_keys, const AttentionShape& shape, float* out, ThreadPool& pool) {
+  if (!cache.is_bf16)
+    return attention(q, n_rows, static_cast<const float*>(cache.keys), static_cast<const float*>(cache.values),
+                     cache.layout, key_slots, n_keys, shape, out, pool);
+  if (!attention_takes_bf16_dot(shape.head_dim)) fail_internal("a bf16 KV cache is read at the level that made it");
+  attention_bf16_dot(q, n_rows, cache, key_slots, n_keys, shape, out, pool);
+}
+
+void KvSlice::store(int64_t slot, const float* k_row, const float* v_row, int64_t n_kv_heads, int64_t head_dim) const {
+  if (is_bf16) {
+    store_kv_row_bf16(static_cast<uint16_t*>(keys), layout, slot, k_row, n_kv_heads, head_dim);
+    store_kv_row_bf16(static_cast<uint16_t*>(values), layout, slot, v_row, n_kv_heads, head_dim);
+  } else {
+    store_kv_row(static_cast<float*>(keys), layout, slot, k_row, n_kv_heads, head_dim);
+    store_kv_row(static_cast<float*>(values), layout, slot, v_row, n_kv_heads, head_dim);
+  }
 }
 
 }  // namespace tf::cpu

@@ -40,6 +40,19 @@ inline void store_kv_row(float* cache, const KvLayout& layout, int64_t slot, con
                 size_t(head_dim) * sizeof(float));
 }
 
+// One layer's keys and values as attention reads them: f32, or bf16 where the machine's attention
+// rounds every key and value to bf16 as it reads them anyway (attention_bf16_dot.h): the same bits
+// from half the bytes. The layout counts elements.
+struct KvSlice {
+  void* keys = nullptr;
+  void* values = nullptr;
+  KvLayout layout{};
+  bool is_bf16 = false;
+
+  // Writes one position's keys and values, each [n_kv_heads][head_dim] f32, to slot.
+  void store(int64_t slot, const float* k_row, const float* v_row, int64_t n_kv_heads, int64_t head_dim) const;
+};
+
 // q:   [n_rows][n_heads * head_dim]
 // k_cache, v_cache: this layer's slice of the cache, laid out as `layout` says
 // key_slots[r]: n_keys[r] physical slots, the key at logical position j is key_slots[r][j]
@@ -49,5 +62,8 @@ inline void store_kv_row(float* cache, const KvLayout& layout, int64_t slot, con
 void attention(const float* q, int64_t n_rows, const float* k_cache, const float* v_cache, const KvLayout& layout,
                const int32_t* const* key_slots, const int32_t* n_keys, const AttentionShape& shape,
                float* out, ThreadPool& pool);
+// The same over a slice of either element type (a bf16 one only at the level that made it).
+void attention(const float* q, int64_t n_rows, const KvSlice& cache, const int32_t* const* key_slots,
+               const int32_t* n_keys, const AttentionShape& shape, float* out, ThreadPool& pool);
 
 }  // namespace tf::cpu

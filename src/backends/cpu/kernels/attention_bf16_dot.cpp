@@ -40,10 +40,12 @@ constexpr int64_t kBlockRows = 8;  // rows a unit of work takes, as attention.cp
 constexpr int64_t kFewestLanes = 12;
 constexpr int64_t kPairsPerChunk = kAttentionChunk / 2;
 
+// Element: the cache's, float or bf16 (uint16_t) rounded from float as this path rounds on reading.
+template <class Element>
 struct Args {
   const float* q;
-  const float* k_cache;
-  const float* v_cache;
+  const Element* k_cache;
+  const Element* v_cache;
   KvLayout layout;
   const int32_t* const* key_slots;
   const int32_t* n_keys;
@@ -53,7 +55,8 @@ struct Args {
 
 alignas(64) constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                                   8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-alignas(64) constexpr float kZeros[256] = {};  // the value a row's odd last key pairs with
+template <class Element>
+alignas(64) constexpr Element kZeros[256] = {};  // the value a row's odd last key pairs with
 
 // 32 floats as 16 words of bf16 pairs: word i holds p[2i] (low half) and p[2i + 1].
 TF_BF16_INLINE __m512i bf16_pairs32(const float* p) {
@@ -63,6 +66,19 @@ TF_BF16_INLINE __m512i bf16_pairs32(const float* p) {
 // Two vectors of 16 floats as 16 words (a[i], b[i]).
 TF_BF16_INLINE __m512i bf16_interleave(__m512 a, __m512 b) {
   const __m512i words = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // a's 16, then b's 16
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), words);
+}
+
+// A key's elements 32b .. 32b + 31 as words of bf16 pairs; two values' elements 16g .. 16g + 15 as
+// words (first, second): rounded here from f32, or read as stored (the same bits).
+TF_BF16_INLINE __m512i key_words(const float* key, int b) { return bf16_pairs32(key + 32 * b); }
+TF_BF16_INLINE __m512i key_words(const uint16_t* key, int b) { return _mm512_loadu_si512(key + 32 * b); }
+TF_BF16_INLINE __m512i value_pairs(const float* first, const float* second, int g) {
+  return bf16_interleave(_mm512_loadu_ps(first + 16 * g), _mm512_loadu_ps(second + 16 * g));
+}
+TF_BF16_INLINE __m512i value_pairs(const uint16_t* first, const uint16_t* second, int g) {
+  const __m512i words = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(first + 16 * g))),
+                                           _mm256_loadu_si256((const __m256i*)(second + 16 * g)), 1);
   return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), words);
 }
 
@@ -113,17 +129,19 @@ TF_BF16_INLINE float sum_tree(__m512 v) {
   return horizontal_sum<16>(lanes);
 }
 
-TF_BF16_INLINE const float* key_at(const Args& a, int32_t slot, int64_t kv_offset) {
+template <class Element>
+TF_BF16_INLINE const Element* key_at(const Args<Element>& a, int32_t slot, int64_t kv_offset) {
   return a.k_cache + int64_t(slot) * a.layout.slot_stride + kv_offset;
 }
-TF_BF16_INLINE const float* value_at(const Args& a, int32_t slot, int64_t kv_offset) {
+template <class Element>
+TF_BF16_INLINE const Element* value_at(const Args<Element>& a, int32_t slot, int64_t kv_offset) {
   return a.v_cache + int64_t(slot) * a.layout.slot_stride + kv_offset;
 }
 
 // ---- A row alone (kHeads heads of one group) ----
 
-template <int kHeads, int kBlocks>
-TF_BF16_INLINE void attend_row_alone(const Args& a, int64_t row, int64_t head0) {
+template <int kHeads, int kBlocks, class Element>
+TF_BF16_INLINE void attend_row_alone(const Args<Element>& a, int64_t row, int64_t head0) {
   constexpr int64_t kHeadDim = kBlocks * 32, kGroups = kHeadDim / 16;
   const int64_t group = a.shape.n_heads / a.shape.n_kv_heads;
   const int64_t kv_offset = (head0 / group) * a.layout.head_stride;
@@ -156,12 +174,12 @@ TF_BF16_INLINE void attend_row_alone(const Args& a, int64_t row, int64_t head0) 
     for (; j + kKeys <= n; j += kKeys) {
       Lanes<16> dots[16];
       for (int t = 0; t < kKeys; ++t) {
-        const float* key = key_at(a, slots[chunk + j + t], kv_offset);
-        __m512i key_words[kBlocks];
-        for (int b = 0; b < kBlocks; ++b) key_words[b] = bf16_pairs32(key + 32 * b);
+        const Element* key = key_at(a, slots[chunk + j + t], kv_offset);
+        __m512i words[kBlocks];
+        for (int b = 0; b < kBlocks; ++b) words[b] = key_words(key, b);
         for (int h = 0; h < kHeads; ++h) {
           __m512 d = _mm512_setzero_ps();
-          for (int b = 0; b < kBlocks; ++b) d = dot_add(d, query[h][b], key_words[b]);
+          for (int b = 0; b < kBlocks; ++b) d = dot_add(d, query[h][b], words[b]);
           dots[h * kKeys + t].part[0] = d;
         }
       }
@@ -171,10 +189,10 @@ TF_BF16_INLINE void attend_row_alone(const Args& a, int64_t row, int64_t head0) 
         for (int t = 0; t < kKeys; ++t) scores[h][j + t] = sums[h * kKeys + t] * a.shape.scale;
     }
     for (; j < n; ++j) {
-      const float* key = key_at(a, slots[chunk + j], kv_offset);
+      const Element* key = key_at(a, slots[chunk + j], kv_offset);
       for (int h = 0; h < kHeads; ++h) {
         __m512 d = _mm512_setzero_ps();
-        for (int b = 0; b < kBlocks; ++b) d = dot_add(d, query[h][b], bf16_pairs32(key + 32 * b));
+        for (int b = 0; b < kBlocks; ++b) d = dot_add(d, query[h][b], key_words(key, b));
         scores[h][j] = sum_tree(d) * a.shape.scale;
       }
     }
@@ -201,8 +219,8 @@ TF_BF16_INLINE void attend_row_alone(const Args& a, int64_t row, int64_t head0) 
       running_max[h] = new_max;
     }
     for (int64_t pair = 0; 2 * pair < n; ++pair) {
-      const float* first = value_at(a, slots[chunk + 2 * pair], kv_offset);
-      const float* second = 2 * pair + 1 < n ? value_at(a, slots[chunk + 2 * pair + 1], kv_offset) : kZeros;
+      const Element* first = value_at(a, slots[chunk + 2 * pair], kv_offset);
+      const Element* second = 2 * pair + 1 < n ? value_at(a, slots[chunk + 2 * pair + 1], kv_offset) : kZeros<Element>;
       __m512i weights[kHeads];
       for (int h = 0; h < kHeads; ++h) {
         weights[h] = broadcast_word(&weight_pairs[h][pair]);
@@ -211,7 +229,7 @@ TF_BF16_INLINE void attend_row_alone(const Args& a, int64_t row, int64_t head0) 
         if (2 * pair + 1 < n) sum[h] = sum[h] + tf::bf16_to_f32(uint16_t(weight_pairs[h][pair] >> 16));
       }
       for (int g = 0; g < kGroups; ++g) {
-        const __m512i values = bf16_interleave(_mm512_loadu_ps(first + 16 * g), _mm512_loadu_ps(second + 16 * g));
+        const __m512i values = value_pairs(first, second, g);
         for (int h = 0; h < kHeads; ++h) acc[h][g] = dot_add(acc[h][g], weights[h], values);
       }
     }
@@ -276,8 +294,8 @@ TF_BF16_INLINE void score_four_keys(const uint32_t* queries, const uint32_t* con
                      _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(s0[t], s2[t]), _mm512_add_ps(s1[t], s3[t])), scale));
 }
 
-template <int kHeads, int kBlocks>
-TF_BF16_INLINE void attend_run_in_lanes(const Args& a, int64_t first_row, int64_t n_rows, int64_t longest,
+template <int kHeads, int kBlocks, class Element>
+TF_BF16_INLINE void attend_run_in_lanes(const Args<Element>& a, int64_t first_row, int64_t n_rows, int64_t longest,
                                         int64_t head0, LaneScratch& s) {
   constexpr int64_t kHeadDim = kBlocks * 32, kWords = kHeadDim / 2;
   const int64_t group = a.shape.n_heads / a.shape.n_kv_heads;
@@ -314,19 +332,18 @@ TF_BF16_INLINE void attend_run_in_lanes(const Args& a, int64_t first_row, int64_
     const int32_t* chunk_slots = slots + chunk;
     // The chunk's keys as words, and its values as pairs of keys.
     for (int64_t j = 0; j < n; ++j) {
-      const float* key = key_at(a, chunk_slots[j], kv_offset);
-      for (int b = 0; b < kBlocks; ++b) _mm512_storeu_si512(s.keys.data() + j * kWords + 16 * b, bf16_pairs32(key + 32 * b));
+      const Element* key = key_at(a, chunk_slots[j], kv_offset);
+      for (int b = 0; b < kBlocks; ++b) _mm512_storeu_si512(s.keys.data() + j * kWords + 16 * b, key_words(key, b));
     }
     const int64_t n_shared = std::clamp<int64_t>(fewest_keys - chunk, 0, n);
     const int64_t first_partial_pair = n_shared / 2;  // pairs before it: both keys in every lane
     for (int64_t p = 0; p < n_pairs; ++p) {
-      const float* first = value_at(a, chunk_slots[2 * p], kv_offset);
-      const float* second = 2 * p + 1 < n ? value_at(a, chunk_slots[2 * p + 1], kv_offset) : kZeros;
+      const Element* first = value_at(a, chunk_slots[2 * p], kv_offset);
+      const Element* second = 2 * p + 1 < n ? value_at(a, chunk_slots[2 * p + 1], kv_offset) : kZeros<Element>;
       for (int g = 0; g < kHeadDim / 16; ++g) {
-        const __m512 v0 = _mm512_loadu_ps(first + 16 * g);
-        _mm512_storeu_si512(s.values.data() + p * kHeadDim + 16 * g, bf16_interleave(v0, _mm512_loadu_ps(second + 16 * g)));
+        _mm512_storeu_si512(s.values.data() + p * kHeadDim + 16 * g, value_pairs(first, second, g));
         if (p >= first_partial_pair)
-          _mm512_storeu_si512(s.half_values.data() + p * kHeadDim + 16 * g, bf16_interleave(v0, _mm512_setzero_ps()));
+          _mm512_storeu_si512(s.half_values.data() + p * kHeadDim + 16 * g, value_pairs(first, kZeros<Element>, g));
       }
     }
     // Scores, four keys a pass, then one at a time.
@@ -405,7 +422,8 @@ TF_BF16_INLINE void attend_run_in_lanes(const Args& a, int64_t first_row, int64_
 }
 
 // Whether row r has keys and reads the slots of row `longest` at every position both have.
-bool shares_keys(const Args& a, int64_t r, int64_t longest) {
+template <class Element>
+bool shares_keys(const Args<Element>& a, int64_t r, int64_t longest) {
   const int64_t n = std::min(a.n_keys[r], a.n_keys[longest]);
   return a.n_keys[r] > 0 &&
          (a.key_slots[r] == a.key_slots[longest] ||
@@ -414,8 +432,8 @@ bool shares_keys(const Args& a, int64_t r, int64_t longest) {
 
 // A block's rows: runs of one sequence that fill kFewestLanes lanes or more take them, the others go
 // a row at a time.
-template <int kHeads, int kBlocks>
-TF_BF16_DOT_TARGET void attend_block(const Args& a, int64_t first_row, int64_t n_rows, int64_t head0, LaneScratch& s) {
+template <int kHeads, int kBlocks, class Element>
+TF_BF16_DOT_TARGET void attend_block(const Args<Element>& a, int64_t first_row, int64_t n_rows, int64_t head0, LaneScratch& s) {
   const int64_t end = first_row + n_rows;
   int64_t begin = first_row;
   while (begin < end) {
@@ -433,8 +451,8 @@ TF_BF16_DOT_TARGET void attend_block(const Args& a, int64_t first_row, int64_t n
   }
 }
 
-template <int kBlocks>
-void attend_all(const Args& a, int64_t n_rows, ThreadPool& pool) {
+template <int kBlocks, class Element>
+void attend_all(const Args<Element>& a, int64_t n_rows, ThreadPool& pool) {
   const int64_t group = a.shape.n_heads / a.shape.n_kv_heads;
   const int64_t heads_per_unit = group % 2 == 0 ? 2 : 1;
   const int64_t units_per_block = a.shape.n_heads / heads_per_unit;
@@ -456,20 +474,34 @@ void attend_all(const Args& a, int64_t n_rows, ThreadPool& pool) {
 
 }  // namespace
 
-bool attention_takes_bf16_dot(const AttentionShape& shape) {
-  return simd_level_has_bf16_dot(simd_level()) &&
-         (shape.head_dim == 64 || shape.head_dim == 128 || shape.head_dim == 256);
+bool attention_takes_bf16_dot(int64_t head_dim) {
+  return simd_level_has_bf16_dot(simd_level()) && (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
 
-void attention_bf16_dot(const float* q, int64_t n_rows, const float* k_cache, const float* v_cache,
-                        const KvLayout& layout, const int32_t* const* key_slots, const int32_t* n_keys,
-                        const AttentionShape& shape, float* out, ThreadPool& pool) {
-  const Args args{q, k_cache, v_cache, layout, key_slots, n_keys, shape, out};
-  switch (shape.head_dim) {
-    case 64: attend_all<2>(args, n_rows, pool); break;
-    case 128: attend_all<4>(args, n_rows, pool); break;
-    default: attend_all<8>(args, n_rows, pool); break;
+void attention_bf16_dot(const float* q, int64_t n_rows, const KvSlice& cache, const int32_t* const* key_slots,
+                        const int32_t* n_keys, const AttentionShape& shape, float* out, ThreadPool& pool) {
+  const auto run = [&]<class Element>(const Element*) {
+    const Args<Element> args{q,        static_cast<const Element*>(cache.keys), static_cast<const Element*>(cache.values),
+                             cache.layout, key_slots, n_keys, shape, out};
+    switch (shape.head_dim) {
+      case 64: attend_all<2>(args, n_rows, pool); break;
+      case 128: attend_all<4>(args, n_rows, pool); break;
+      default: attend_all<8>(args, n_rows, pool); break;
+    }
+  };
+  if (cache.is_bf16) {
+    run(static_cast<const uint16_t*>(nullptr));
+  } else {
+    run(static_cast<const float*>(nullptr));
   }
+}
+
+TF_BF16_DOT_TARGET void store_kv_row_bf16(uint16_t* cache, const KvLayout& layout, int64_t slot, const float* row,
+                                          int64_t n_kv_heads, int64_t head_dim) {
+  for (int64_t head = 0; head < n_kv_heads; ++head)
+    for (int64_t i = 0; i < head_dim; i += 32)
+      _mm512_storeu_si512(cache + slot * layout.slot_stride + head * layout.head_stride + i,
+                          bf16_pairs32(row + head * head_dim + i));
 }
 
 }  // namespace tf::cpu
