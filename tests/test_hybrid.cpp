@@ -177,6 +177,13 @@ TEST(HybridLoader, AMissingHybridFieldIsAnErrorNamingIt) {
   });
   test::expect_error_naming([&] { ModelConfig::load(dir); }, {"partial_rotary_factor", dir + "/config.json"});
   fs::remove_all(dir);
+  // Given twice (the top level and rope_parameters), the two must agree.
+  const std::string twice = edited_copy("qwen3.5-tiny-b", [](nlohmann::json& c) {
+    c["rope_parameters"]["partial_rotary_factor"] = 0.25;
+    c["partial_rotary_factor"] = 0.5;
+  });
+  test::expect_error_naming([&] { ModelConfig::load(twice); }, {"partial_rotary_factor", "different values"});
+  fs::remove_all(twice);
   const std::string short_schedule =
       edited_copy("qwen3.5-tiny-b", [](nlohmann::json& c) { c["layer_types"].erase(c["layer_types"].size() - 1); });
   test::expect_error_naming([&] { ModelConfig::load(short_schedule); }, {"layer_types", "4 entries", "5 layers"});

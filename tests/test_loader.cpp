@@ -433,6 +433,8 @@ TEST(ModelConfig, RejectsMissingWrongAndUnsupportedFields) {
                       {"unsupported architecture LlamaForCausalLM"});
   expect_config_error([](Json& c) { c.erase("architectures"); }, {"architectures"});
   expect_config_error([](Json& c) { c.erase("rope_theta"); c.erase("rope_parameters"); }, {"rope_theta"});
+  expect_config_error([](Json& c) { c["rope_theta"] = 1e4; c["rope_parameters"]["rope_theta"] = 5e6; },
+                      {"rope_theta", "different values"});
   expect_config_error([](Json& c) { c["num_key_value_heads"] = 2; }, {"num_key_value_heads"});
   expect_config_error([](Json& c) { c["hidden_size"] = 0; }, {"hidden_size", "positive"});
   expect_config_error([](Json& c) { c["tie_word_embeddings"] = 1; }, {"tie_word_embeddings"});

@@ -91,6 +91,20 @@ void add_eos_token_from_tokenizer(const std::string& dir, std::set<int32_t>* ids
   }
 }
 
+// A RoPE setting (rope_theta, partial_rotary_factor): newer transformers versions keep it in
+// "rope_parameters", older files at the top level; a file with both must say the same in both.
+double rope_number(const Json& text, const char* name, const std::string& path) {
+  const Json* parameters = find_field(text, "rope_parameters");
+  const Json* nested = parameters && parameters->is_object() ? find_field(*parameters, name) : nullptr;
+  const Json* top = find_field(text, name);
+  if (!nested && !top) fail_field(name, path, "is missing (looked in rope_parameters and at the top level)");
+  const std::string nested_name = std::string("rope_parameters.") + name;
+  const double value = nested ? read_number(*nested, nested_name.c_str(), path) : read_number(*top, name, path);
+  if (nested && top && read_number(*top, name, path) != value)
+    fail_field(name, path, "is given at the top level and in rope_parameters with different values");
+  return value;
+}
+
 // MLX writes "quantization" and, for Hugging Face tools, the same dict as "quantization_config".
 QuantizationConfig read_quantization(const Json& config, const std::string& path) {
   const char* field = "quantization";
@@ -138,13 +152,7 @@ HybridConfig read_hybrid_fields(const Json& text, const std::string& path, int64
   hybrid.linear_key_head_dim = required_int(text, "linear_key_head_dim", path);
   hybrid.linear_value_head_dim = required_int(text, "linear_value_head_dim", path);
   hybrid.conv_kernel = required_int(text, "linear_conv_kernel_dim", path);
-  // transformers reads partial_rotary_factor from rope_parameters; older files keep it at the top.
-  const Json* factor = nullptr;
-  if (const Json* parameters = find_field(text, "rope_parameters"); parameters && parameters->is_object())
-    factor = find_field(*parameters, "partial_rotary_factor");
-  if (!factor) factor = find_field(text, "partial_rotary_factor");
-  if (!factor) fail_field("partial_rotary_factor", path, "is missing (looked in rope_parameters and at the top level)");
-  const double rotary_fraction = read_number(*factor, "partial_rotary_factor", path);
+  const double rotary_fraction = rope_number(text, "partial_rotary_factor", path);
   if (!(rotary_fraction > 0 && rotary_fraction <= 1)) fail_field("partial_rotary_factor", path, "must be in (0, 1]");
   hybrid.rotary_dim = int64_t(double(head_dim) * rotary_fraction);  // int(), as transformers
   return hybrid;
@@ -189,15 +197,7 @@ ModelConfig ModelConfig::load(const std::string& model_dir) {
     config.head_dim = config.hidden_size / config.n_heads;
   }
 
-  // Newer transformers versions move rope_theta into "rope_parameters".
-  if (const Json* theta = find_field(text, "rope_theta")) {
-    config.rope_theta = read_number(*theta, "rope_theta", text_path);
-  } else if (const Json* parameters = find_field(text, "rope_parameters");
-             parameters && parameters->is_object() && find_field(*parameters, "rope_theta")) {
-    config.rope_theta = read_number((*parameters)["rope_theta"], "rope_parameters.rope_theta", text_path);
-  } else {
-    fail_field("rope_theta", text_path, "is missing (looked at the top level and in rope_parameters)");
-  }
+  config.rope_theta = rope_number(text, "rope_theta", text_path);
 
   // What this engine does not implement would give other tokens than the model: refused, never ignored.
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
