@@ -440,6 +440,9 @@ TEST(ModelConfig, RejectsMissingWrongAndUnsupportedFields) {
   expect_config_error([](Json& c) { c["tie_word_embeddings"] = 1; }, {"tie_word_embeddings"});
   expect_config_error([](Json& c) { c["quantization"] = {{"group_size", 48}, {"bits", 4}}; }, {"group_size", "48"});
   expect_config_error([](Json& c) { c["quantization"] = {{"group_size", 64}, {"bits", 3}}; }, {"bits", "3"});
+  expect_config_error(
+      [](Json& c) { c["quantization"] = {{"group_size", 64}, {"bits", 4}, {"lm_head", {{"group_size", 64}, {"bits", 8}}}}; },
+      {"lm_head", "mixed precision"});
   expect_config_error([](Json& c) { c["quantization"] = {{"bits", 4}}; }, {"group_size"});
   expect_config_error([](Json& c) { c["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}}; },
                       {"gptq"});
@@ -470,7 +473,11 @@ TEST(ModelConfig, DefaultsAlternativesAndEosUnion) {
   config.erase("rope_theta");  // still in rope_parameters
   config.erase("tie_word_embeddings");
   config["eos_token_id"] = {5, 2};
-  config["quantization_config"] = {{"group_size", 64}, {"bits", 8}};
+  // mlx-lm's per-module entries: the model's own settings again, or true / false, are accepted.
+  config["quantization_config"] = {{"group_size", 64},
+                                   {"bits", 8},
+                                   {"model.layers.0.mlp.gate_proj", {{"group_size", 64}, {"bits", 8}}},
+                                   {"model.layers.1.mlp.down_proj", false}};
   write_text(temp / "config.json", config.dump());
   write_text(temp / "generation_config.json", R"({"eos_token_id": 3})");
   write_text(temp / "tokenizer_config.json", R"({"eos_token": {"content": "<end>", "special": true}})");

@@ -123,13 +123,21 @@ QuantizationConfig read_quantization(const Json& config, const std::string& path
     fail(std::string("unsupported quantization mode ") + mode->dump() + " in " + path +
          " (only \"affine\" is supported)");
   }
-  for (const auto& [key, entry] : value->items()) {
-    if (entry.is_object() || entry.is_boolean())
-      fail("per-layer quantization (\"" + key + "\") in " + path + " is not supported");
-  }
   QuantizationConfig quantization;
   quantization.group_size = int(required_int(*value, "group_size", path));
   quantization.bits = int(required_int(*value, "bits", path));
+  // mlx-lm may name modules one by one: true or false (quantized or not: the tensors say which), or
+  // the settings of the whole model again. Other settings for one module (mixed precision) are not
+  // supported.
+  for (const auto& [key, entry] : value->items()) {
+    if (!entry.is_object()) continue;
+    const bool is_same = entry.contains("group_size") && entry["group_size"] == quantization.group_size &&
+                         entry.contains("bits") && entry["bits"] == quantization.bits &&
+                         (!entry.contains("mode") || entry["mode"] == "affine");
+    if (!is_same)
+      fail("per-layer quantization settings (\"" + key + "\": " + entry.dump() + ") in " + path +
+           " differ from the model's; mixed precision is not supported");
+  }
   return quantization;
 }
 
