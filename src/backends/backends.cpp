@@ -43,6 +43,16 @@ cuda::CudaModelOptions cuda_options(const ModelLoadOptions& options) {
 
 }  // namespace
 
+void check_model_dir(const std::string& model_dir) {
+  const ModelConfig config = ModelConfig::load(model_dir);
+  const Checkpoint checkpoint = Checkpoint::open(model_dir);
+  if (config.is_hybrid()) {
+    bind_qwen3_5_weights(checkpoint, config);
+  } else {
+    bind_qwen3_weights(checkpoint, config);
+  }
+}
+
 std::shared_ptr<Model> load_model(const std::string& model_dir, const ModelLoadOptions& options) {
   ModelConfig config = ModelConfig::load(model_dir);
   require_device_in_build(options.device);

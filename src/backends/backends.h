@@ -39,6 +39,10 @@ void require_device_in_build(const std::string& device);
 // build lacks is an error that says so.
 std::shared_ptr<Model> load_model(const std::string& model_dir, const ModelLoadOptions& options);
 
+// What load_model would refuse in model_dir's config and weights (binding every tensor, on no
+// device), as the tf::Error load_model would throw: for tools that read a checkpoint another way.
+void check_model_dir(const std::string& model_dir);
+
 // Random weights of a known shape (models/synthetic.h) on a device, bf16 or (bits 4/8)
 // MLX-quantized in groups of 64; on "cuda" they are generated on the GPU.
 std::shared_ptr<Model> make_synthetic_model(const std::string& name, int bits, const ModelLoadOptions& options);

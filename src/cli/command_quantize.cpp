@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "backends/backends.h"
 #include "loader/quantize.h"
 
 namespace tf::cli {
@@ -23,6 +24,7 @@ void register_quantize_command(CLI::App& app) {
       ->check(CLI::IsMember({32, 64, 128}))->capture_default_str();
   cmd->callback([flags] {
     if (flags->in_dir == flags->out_dir) fail("--out must differ from --model");
+    check_model_dir(flags->in_dir);  // a source the engine would refuse makes a copy it would refuse too
     quantize_model_dir(flags->in_dir, flags->out_dir, flags->options, stderr_progress("quantizing"));
     std::fprintf(stderr, "wrote %s (%d-bit, group size %d)\n", flags->out_dir.c_str(),
                  flags->options.bits, flags->options.group_size);

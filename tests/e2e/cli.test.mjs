@@ -97,6 +97,17 @@ test('quantize writes only into a new or empty directory, and leaves nothing beh
     fs.mkdirSync(empty);
     assert.equal(run(['quantize', '--model', tiny, '--out', empty, '--group-size', '32']).status, 0);
     assert.ok(fs.existsSync(path.join(empty, 'model.safetensors')));
+    // A source the engine would refuse (a hybrid whose convolution width disagrees with its weights)
+    // is refused before anything is written, naming the source.
+    const bad = path.join(root, 'bad-source');
+    fs.cpSync(fixture('qwen3.5-tiny-a'), bad, { recursive: true });
+    const config = JSON.parse(fs.readFileSync(path.join(bad, 'config.json'), 'utf8'));
+    (config.text_config ?? config).linear_conv_kernel_dim += 1;
+    fs.writeFileSync(path.join(bad, 'config.json'), JSON.stringify(config));
+    const out = path.join(root, 'from-bad');
+    const refused = expectRefusal(['quantize', '--model', bad, '--out', out], /conv/);
+    assert.match(refused.stderr, /bad-source/);
+    assert.ok(!fs.existsSync(out), 'nothing written');
   } finally {
     fs.rmSync(root, { recursive: true, force: true });
   }
