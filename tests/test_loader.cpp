@@ -319,6 +319,16 @@ TEST(Checkpoint, ReportsMissingFilesAndTensors) {
   write_text(temp / "model.safetensors.index.json", R"({"metadata": {}})");
   expect_error_naming([&] { tf::Checkpoint::open(temp.path); }, {"weight_map", "model.safetensors.index.json"});
 
+  // A single file beside an index of other shards is refused (one is stale); one the index names is a shard.
+  write_text(temp / "model.safetensors.index.json",
+             R"({"weight_map": {"y.weight": "model-00001-of-00002.safetensors"}})");
+  EXPECT_EQ(tf::Checkpoint::open(temp.path).names().size(), 1u);
+  tf::write_safetensors(temp / "model.safetensors", {{"y.weight", DType::f32, {2}, values.data(), 8}});
+  expect_error_naming([&] { tf::Checkpoint::open(temp.path); }, {temp.path, "stale"});
+  write_text(temp / "model.safetensors.index.json", R"({"weight_map": {"y.weight": "model.safetensors"}})");
+  EXPECT_EQ(tf::Checkpoint::open(temp.path).names().size(), 1u);
+  fs::remove(temp / "model-00001-of-00002.safetensors");
+
   const tf::Checkpoint checkpoint = tf::Checkpoint::open(kSourceDir + "/tests/fixtures/models/qwen3-tiny-a");
   expect_error_naming([&] { checkpoint.get("nope.weight"); }, {"nope.weight", "model.safetensors"});
   expect_error_naming([&] { checkpoint.get("model.embed_tokens.weight", {1, 2}); },

@@ -80,6 +80,11 @@ Checkpoint Checkpoint::open(const std::string& model_dir, const LoadProgress& pr
         fail("tensor \"" + name + "\" named by " + index_path + " is not in its shard " + shard.path());
       checkpoint.index_[name] = {&tensor->second, &shard};
     }
+    // A single file beside an index that does not name it: a stale copy of one or the other, and
+    // transformers would load the single file where this reads the shards.
+    if (file_exists(single_path) && !shards.count("model.safetensors"))
+      fail("model directory " + model_dir + " holds both model.safetensors and model.safetensors.index.json "
+           "(whose shards are other files): one of them is stale; remove it");
     // A tensor the index does not list would be neither bound nor reported as unused.
     for (const auto& shard : checkpoint.files_)
       for (const auto& [name, tensor] : shard->tensors()) {
