@@ -260,6 +260,49 @@ TEST(HttpTransport, AClientThatStopsReadingIsDroppedAtTheWriteDeadline) {
   EXPECT_LT(told_after_ms.load(), 10'000);
 }
 
+// The write deadline counts from the last bytes the client took, not from when a long queued write
+// began: a client that keeps reading, however slowly, gets its whole stream (one deadline for a whole
+// queued write cut such clients off mid-reply).
+TEST(HttpTransport, AClientThatReadsSlowlyButSteadilyGetsTheWholeStream) {
+  HttpTransportOptions options;
+  options.port = 0;
+  options.write_timeout = 300ms;
+  HttpHandlers handlers = plain_handlers();
+  HttpTransport* transport_ptr = nullptr;
+  std::atomic<bool> is_told{false};
+  constexpr int kChunks = 200;
+  handlers.handle = [&](HttpRequest, std::shared_ptr<HttpExchange> exchange) {
+    transport_ptr->run_on_worker([&, exchange] {
+      exchange->on_client_gone([&] { is_told = true; });
+      exchange->begin_stream(200, "text/event-stream", {});
+      const std::string chunk(16384, 'x');
+      for (int i = 0; i < kChunks && exchange->send_chunk(chunk); ++i) {
+      }
+      exchange->end_stream();
+    });
+  };
+  HttpTransport transport(options, handlers);
+  transport_ptr = &transport;
+  const int port = transport.listen();
+  transport.start();
+  const int fd = connect_to(port, 4096);
+  const std::string request = "GET /stream HTTP/1.1\r\n\r\n";
+  ASSERT_EQ(send(fd, request.data(), request.size(), 0), ssize_t(request.size()));
+  std::string data;
+  char buffer[4096];
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!data.ends_with("0\r\n\r\n") && std::chrono::steady_clock::now() < deadline) {
+    const ssize_t n = recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n == 0) break;  // closed
+    if (n > 0) data.append(buffer, size_t(n));
+    std::this_thread::sleep_for(2ms);  // about 2 MB/s: the 3.2 MB stream takes well over the deadline
+  }
+  close(fd);
+  EXPECT_TRUE(data.ends_with("0\r\n\r\n")) << "the stream was cut after " << data.size() << " bytes";
+  EXPECT_GE(data.size(), size_t(kChunks) * 16384);
+  EXPECT_FALSE(is_told);
+}
+
 TEST(HttpTransport, AHeadThatDoesNotArriveInTimeClosesTheConnection) {
   HttpTransportOptions options;
   options.port = 0;

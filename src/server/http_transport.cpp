@@ -4,6 +4,9 @@
 // (pipelining); while a route works it keeps reading, so a client that leaves is noticed at once.
 #include "server/http_transport.h"
 
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -126,7 +129,10 @@ struct Connection : std::enable_shared_from_this<Connection> {
   bool is_reading = false;
   bool is_head_checked = false;
   Phase phase = Phase::head;
-  std::string writing;  // the bytes of the write in flight
+  std::string writing;  // the bytes being written, sent up to writing_sent
+  size_t writing_sent = 0;
+  uint64_t bytes_sent = 0;         // handed to the kernel, in all
+  uint64_t taken_at_deadline = 0;  // bytes_taken() when the write deadline was last set
   std::string outbox;   // queued behind it
   bool close_after_flush = false;
   std::shared_ptr<Exchange> exchange;  // the request a route is answering
@@ -157,8 +163,31 @@ struct Connection : std::enable_shared_from_this<Connection> {
   void start() {
     set_read_deadline(server.options.head_timeout);
     watch_deadline(read_deadline, [](Connection& c) { return c.phase != Phase::handling; });
-    watch_deadline(write_deadline, [](Connection& c) { return !c.writing.empty(); });
+    watch_deadline(write_deadline, [](Connection& c) { return c.is_write_stalled(); });
     process();
+  }
+
+  // Bytes of the reply the client has taken: those sent, less those the kernel still holds
+  // (unsent or unacknowledged).
+  uint64_t bytes_taken() {
+    int held = 0;
+    if (ioctl(socket.native_handle(), SIOCOUTQ, &held) != 0) held = 0;
+    return bytes_sent - uint64_t(std::max(held, 0));
+  }
+
+  void set_write_deadline() {
+    taken_at_deadline = bytes_taken();
+    write_deadline.expires_after(server.options.write_timeout);
+  }
+
+  // A write waiting past its deadline with the client having taken nothing since it was set. A
+  // client that took something gets the deadline again: a large send buffer reports room only in
+  // large steps, so a slow but steady reader would otherwise look stalled.
+  bool is_write_stalled() {
+    if (writing.empty()) return false;
+    if (bytes_taken() == taken_at_deadline) return true;
+    set_write_deadline();
+    return false;
   }
 
   void set_read_deadline(std::chrono::milliseconds after) { read_deadline.expires_after(after); }
@@ -242,25 +271,36 @@ struct Connection : std::enable_shared_from_this<Connection> {
 
   void write(std::string bytes) {
     if (phase == Phase::closed) return;
-    if (outbox.size() + bytes.size() > max_queued_bytes) return close();
+    if (outbox.size() + (writing.size() - writing_sent) + bytes.size() > max_queued_bytes) return close();
     outbox += bytes;
     if (writing.empty()) write_next();
   }
 
+  // Sends what is queued a piece at a time, the deadline counted from the last bytes the client
+  // took (is_write_stalled): a client that reads, however slowly, keeps its stream (one deadline
+  // for a whole queued write cut such clients off mid-reply).
   void write_next() {
-    if (outbox.empty()) {
-      write_deadline.expires_at(Clock::time_point::max());
-      if (close_after_flush) linger();
-      return;
+    if (writing_sent == writing.size()) {
+      writing.clear();
+      writing_sent = 0;
     }
-    writing.swap(outbox);
-    outbox.clear();
-    write_deadline.expires_after(server.options.write_timeout);
-    asio::async_write(socket, asio::buffer(writing), [self = shared_from_this()](error_code ec, size_t) {
-      self->writing.clear();
-      if (ec) return self->close();
-      self->write_next();
-    });
+    if (writing.empty()) {
+      if (outbox.empty()) {
+        write_deadline.expires_at(Clock::time_point::max());
+        if (close_after_flush) linger();
+        return;
+      }
+      writing.swap(outbox);
+      outbox.clear();
+    }
+    set_write_deadline();
+    socket.async_write_some(asio::buffer(writing.data() + writing_sent, writing.size() - writing_sent),
+                            [self = shared_from_this()](error_code ec, size_t n) {
+                              if (ec) return self->close();
+                              self->writing_sent += n;
+                              self->bytes_sent += n;
+                              self->write_next();
+                            });
   }
 
   // Everything is sent: say so (FIN) and drop what the client still sends, for a short while.
