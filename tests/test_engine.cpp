@@ -166,6 +166,10 @@ TEST(EngineTest, CancelledLaneIsFreedAndNextRequestServed) {
   options.n_parallel = 1;
   options.n_ctx = 256;
   Engine engine(options, model, nullptr);
+  // The pool's figures are there before any request (/metrics read zeros until the first one).
+  EXPECT_GT(engine.stats().kv_block_size, 0);
+  EXPECT_GT(engine.stats().kv_blocks_total, 0);
+  EXPECT_EQ(engine.stats().kv_blocks_free, engine.stats().kv_blocks_total);
   GenerationRequest r;
   r.prompt = {5, 6, 7};
   r.max_tokens = 200;

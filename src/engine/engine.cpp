@@ -79,6 +79,7 @@ Engine::Impl::Impl(const EngineOptions& opts, std::shared_ptr<Model> m, std::sha
   scratch_lane = kv.lane_open();
   kv.lane_reserve(scratch_lane, opts.max_rows_per_round);
   model->set_tap_layers(speculation.tap_layers());
+  record_pool_stats();  // /metrics shows the pool from the start, not zeros until the first request
 }
 
 Engine::Engine(const EngineOptions& options, std::shared_ptr<Model> model,
