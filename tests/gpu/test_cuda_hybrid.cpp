@@ -11,9 +11,11 @@
 #include <random>
 
 #include "backends/backends.h"
+#include "backends/cuda/cuda_hybrid_storage.h"
 #include "gpu_test.h"
 #include "models/model.h"
 #include "support/equalities.h"
+#include "support/expect_error.h"
 #include "support/cpu_numerics.h"
 #include "support/fixtures.h"
 #include "support/forward_runs.h"
@@ -214,6 +216,19 @@ INSTANTIATE_TEST_SUITE_P(TinyHybrids, CudaHybridSpeculation,
                          ::testing::Values("qwen3.5-tiny-a", "qwen3.5-tiny-b", kWidened));
 
 // ---- The engine's equalities ----
+
+// A shape the Gated DeltaNet kernel does not run is refused when the model is made, naming the
+// config field (it failed at the kernel's first launch with the kernel's own words).
+TEST(CudaHybridLoader, AShapeTheKernelDoesNotRunIsRefusedNamingTheField) {
+  ModelConfig config = ModelConfig::load(model_dir("qwen3.5-tiny-a"));
+  EXPECT_NO_THROW(cuda::delta_net_shape(config));
+  ModelConfig wide_kernel = config;
+  wide_kernel.hybrid.conv_kernel = 9;
+  test::expect_error_naming([&] { cuda::delta_net_shape(wide_kernel); }, {"linear_conv_kernel_dim", "9", "--device cpu"});
+  ModelConfig wide_values = config;
+  wide_values.hybrid.linear_value_head_dim = 256;
+  test::expect_error_naming([&] { cuda::delta_net_shape(wide_values); }, {"linear_value_head_dim", "256"});
+}
 
 TEST(CudaHybridEngine, DraftedEqualsUndraftedGreedy) {
   test::expect_drafted_equals_undrafted(cuda_hybrid("qwen3.5-tiny-chat"), false);

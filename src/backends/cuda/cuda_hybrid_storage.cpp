@@ -11,6 +11,18 @@ namespace tf::cuda {
 
 DeltaNetShape delta_net_shape(const ModelConfig& config) {
   const HybridConfig& h = config.hybrid;
+  // Refused when the model is made, naming the field, not at the kernel's first launch.
+  const auto require = [](bool is_in_range, const char* field, int64_t value, const std::string& range) {
+    if (!is_in_range)
+      fail("the model's " + std::string(field) + " (" + std::to_string(value) +
+           ") is outside what the CUDA backend's Gated DeltaNet kernel runs (" + range + "); run it with --device cpu");
+  };
+  require(h.conv_kernel >= 2 && h.conv_kernel <= kMaxDeltaNetConvKernel, "linear_conv_kernel_dim", h.conv_kernel,
+          "2 to " + std::to_string(kMaxDeltaNetConvKernel));
+  require(h.linear_key_head_dim <= kMaxDeltaNetHeadDim, "linear_key_head_dim", h.linear_key_head_dim,
+          "at most " + std::to_string(kMaxDeltaNetHeadDim));
+  require(h.linear_value_head_dim <= kMaxDeltaNetHeadDim, "linear_value_head_dim", h.linear_value_head_dim,
+          "at most " + std::to_string(kMaxDeltaNetHeadDim));
   return {int(h.linear_n_key_heads), int(h.linear_n_value_heads), int(h.linear_key_head_dim),
           int(h.linear_value_head_dim), int(h.conv_kernel), int(h.n_layers_of(LayerKind::linear_attention))};
 }

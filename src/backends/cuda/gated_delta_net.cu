@@ -15,7 +15,7 @@
 namespace tf::cuda {
 namespace {
 
-constexpr int kMaxHistory = 7;
+constexpr int kMaxHistory = kMaxDeltaNetConvKernel - 1;
 constexpr int kCommitThreads = 256;
 
 // A lane's timeline of pre-conv records: its committed conv history (t < history), then the rows
@@ -357,8 +357,9 @@ __global__ void commit_records_kernel(const float* __restrict__ projection, Delt
 void check_shape(const DeltaNetShape& shape) {
   TF_CUDA_REQUIRE(shape.n_key_heads > 0 && shape.n_value_heads % shape.n_key_heads == 0,
                   "gated_delta_net: value heads must be a multiple of key heads");
-  TF_CUDA_REQUIRE(shape.key_head_dim > 0 && shape.key_head_dim <= 128, "gated_delta_net: key_head_dim must be 1..128");
-  TF_CUDA_REQUIRE(shape.value_head_dim > 0 && shape.value_head_dim <= 128,
+  TF_CUDA_REQUIRE(shape.key_head_dim > 0 && shape.key_head_dim <= kMaxDeltaNetHeadDim,
+                  "gated_delta_net: key_head_dim must be 1..128");
+  TF_CUDA_REQUIRE(shape.value_head_dim > 0 && shape.value_head_dim <= kMaxDeltaNetHeadDim,
                   "gated_delta_net: value_head_dim must be 1..128");
   TF_CUDA_REQUIRE(shape.conv_kernel >= 2 && shape.conv_kernel <= kMaxHistory + 1,
                   "gated_delta_net: conv_kernel must be 2..8");

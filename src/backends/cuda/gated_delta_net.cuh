@@ -15,12 +15,16 @@
 
 namespace tf::cuda {
 
+// What the kernels take (the CPU backend runs any shape the loader accepts).
+constexpr int kMaxDeltaNetHeadDim = 128;
+constexpr int kMaxDeltaNetConvKernel = 8;
+
 struct DeltaNetShape {
   int n_key_heads;
   int n_value_heads;    // a multiple of n_key_heads
-  int key_head_dim;     // at most 128
-  int value_head_dim;   // at most 128
-  int conv_kernel;      // 2 .. 8
+  int key_head_dim;     // at most kMaxDeltaNetHeadDim
+  int value_head_dim;   // at most kMaxDeltaNetHeadDim
+  int conv_kernel;      // 2 .. kMaxDeltaNetConvKernel
   int n_linear_layers;
 
   __host__ __device__ int key_dim() const { return n_key_heads * key_head_dim; }
