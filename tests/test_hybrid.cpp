@@ -165,7 +165,7 @@ std::string edited_copy(const std::string& name, const std::function<void(nlohma
 }
 
 TEST(HybridLoader, AMissingHybridFieldIsAnErrorNamingIt) {
-  for (const char* field : {"layer_types", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+  for (const char* field : {"linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
                             "linear_value_head_dim", "linear_conv_kernel_dim"}) {
     const std::string dir = edited_copy("qwen3.5-tiny-a", [&](nlohmann::json& c) { c["text_config"].erase(field); });
     test::expect_error_naming([&] { ModelConfig::load(dir); }, {field, dir + "/config.json", "text_config"});
@@ -177,6 +177,19 @@ TEST(HybridLoader, AMissingHybridFieldIsAnErrorNamingIt) {
   });
   test::expect_error_naming([&] { ModelConfig::load(dir); }, {"partial_rotary_factor", dir + "/config.json"});
   fs::remove_all(dir);
+  // Without layer_types, transformers' schedule: every full_attention_interval-th layer (4 unless
+  // given) is full attention, the rest linear.
+  const std::string by_interval = edited_copy("qwen3.5-tiny-a", [](nlohmann::json& c) { c["text_config"].erase("layer_types"); });
+  EXPECT_EQ(ModelConfig::load(by_interval).hybrid.layer_kinds, ModelConfig::load(test::fixture_model("qwen3.5-tiny-a")).hybrid.layer_kinds);
+  fs::remove_all(by_interval);
+  const std::string every_other = edited_copy("qwen3.5-tiny-a", [](nlohmann::json& c) {
+    c["text_config"].erase("layer_types");
+    c["text_config"]["full_attention_interval"] = 2;
+  });
+  EXPECT_EQ(ModelConfig::load(every_other).hybrid.layer_kinds,
+            (std::vector<LayerKind>{LayerKind::linear_attention, LayerKind::full_attention, LayerKind::linear_attention,
+                                    LayerKind::full_attention}));
+  fs::remove_all(every_other);
   // Given twice (the top level and rope_parameters), the two must agree.
   const std::string twice = edited_copy("qwen3.5-tiny-b", [](nlohmann::json& c) {
     c["rope_parameters"]["partial_rotary_factor"] = 0.25;

@@ -142,9 +142,17 @@ QuantizationConfig read_quantization(const Json& config, const std::string& path
 }
 
 // The Gated DeltaNet fields and the layer schedule of a hybrid's text config; each is required.
-HybridConfig read_hybrid_fields(const Json& text, const std::string& path, int64_t head_dim) {
+HybridConfig read_hybrid_fields(const Json& text, const std::string& path, int64_t head_dim, int64_t n_layers) {
   HybridConfig hybrid;
-  const Json& types = required_field(text, "layer_types", path);
+  const Json* given_types = find_field(text, "layer_types");
+  Json types = given_types ? *given_types : Json::array();
+  if (!given_types) {
+    // As transformers builds it: every full_attention_interval-th layer (default 4) is full attention.
+    const Json* interval_field = find_field(text, "full_attention_interval");
+    const int64_t interval = interval_field ? required_int(text, "full_attention_interval", path) : 4;
+    if (interval < 1) fail_field("full_attention_interval", path, "must be at least 1");
+    for (int64_t i = 0; i < n_layers; ++i) types.push_back((i + 1) % interval ? "linear_attention" : "full_attention");
+  }
   if (!types.is_array()) fail_field("layer_types", path, "must be a list of \"linear_attention\" / \"full_attention\"");
   for (const Json& type : types) {
     if (type == "linear_attention") {
@@ -242,7 +250,7 @@ ModelConfig ModelConfig::load(const std::string& model_dir) {
       break;
     }
   }
-  if (is_hybrid) config.hybrid = read_hybrid_fields(text, text_path, config.head_dim);
+  if (is_hybrid) config.hybrid = read_hybrid_fields(text, text_path, config.head_dim, config.n_layers);
   config.quantization = read_quantization(json, path);
 
   std::set<int32_t> eos_ids;
