@@ -303,6 +303,46 @@ TEST(HttpTransport, AClientThatReadsSlowlyButSteadilyGetsTheWholeStream) {
   EXPECT_FALSE(is_told);
 }
 
+// A client that leaves behind more pipelined requests than the connection reads while a route works
+// (reading pauses at 1 MiB) is still noticed, and its request told, within a fraction of a second.
+TEST(HttpTransport, AClientLeavingBehindAFullInboxIsNoticed) {
+  HttpTransportOptions options;
+  options.port = 0;
+  HttpHandlers handlers = plain_handlers();
+  HttpTransport* transport_ptr = nullptr;
+  std::atomic<bool> is_told{false};
+  handlers.handle = [&](HttpRequest request, std::shared_ptr<HttpExchange> exchange) {
+    if (request.path != "/slow") return exchange->reply(HttpReply{200, "text/plain", "ok", {}});
+    transport_ptr->run_on_worker([&, exchange] {
+      exchange->on_client_gone([&] { is_told = true; });
+      const auto deadline = std::chrono::steady_clock::now() + 10s;
+      while (!is_told && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+      exchange->reply(HttpReply{200, "text/plain", "late", {}});
+    });
+  };
+  HttpTransport transport(options, handlers);
+  transport_ptr = &transport;
+  const int port = transport.listen();
+  transport.start();
+  const int fd = connect_to(port);
+  std::string requests = "GET /slow HTTP/1.1\r\n\r\n";
+  // Just past the 1 MiB the connection reads: the rest must fit the socket buffers, or the client's
+  // close (its FIN behind unsent bytes) could not reach the server at all.
+  while (requests.size() < (size_t(1) << 20) + 32768) requests += "GET /health HTTP/1.1\r\n\r\n";
+  size_t sent = 0;
+  while (sent < requests.size()) {
+    const ssize_t n = send(fd, requests.data() + sent, requests.size() - sent, 0);
+    ASSERT_GT(n, 0);
+    sent += size_t(n);
+  }
+  std::this_thread::sleep_for(300ms);  // the inbox fills and reading pauses
+  const auto closed_at = std::chrono::steady_clock::now();
+  close(fd);
+  while (!is_told && std::chrono::steady_clock::now() - closed_at < 5s) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(is_told) << "the route never heard its client left";
+  EXPECT_LT(std::chrono::steady_clock::now() - closed_at, 2s);
+}
+
 TEST(HttpTransport, AHeadThatDoesNotArriveInTimeClosesTheConnection) {
   HttpTransportOptions options;
   options.port = 0;

@@ -5,6 +5,7 @@
 #include "server/http_transport.h"
 
 #include <linux/sockios.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 
 #include <array>
@@ -123,6 +124,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
   const std::string over_capacity_reason;
   asio::steady_timer read_deadline;
   asio::steady_timer write_deadline;
+  asio::steady_timer hangup_check;  // while reading waits on a full inbox (watch_for_hangup)
   HttpRequestParser parser;
   std::string inbox;  // bytes read and not yet parsed
   std::array<char, 16384> read_chunk;
@@ -146,6 +148,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
         is_over_capacity(!refusal.empty()),
         over_capacity_reason(std::move(refusal)),
         read_deadline(socket.get_executor()),
+        hangup_check(socket.get_executor()),
         write_deadline(socket.get_executor()),
         parser(owner.options.parse) {}
 
@@ -204,9 +207,22 @@ struct Connection : std::enable_shared_from_this<Connection> {
     });
   }
 
+  // With pipelined requests filling the inbox, reading pauses and a close would go unseen until the
+  // reply is written: ask the kernel now and then whether the client hung up (POLLRDHUP), so a
+  // non-streaming request behind them is still cancelled when its client leaves.
+  void watch_for_hangup() {
+    hangup_check.expires_after(std::chrono::milliseconds(200));
+    hangup_check.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec || self->phase != Phase::handling || self->is_reading) return;
+      pollfd probe{self->socket.native_handle(), POLLRDHUP, 0};
+      if (::poll(&probe, 1, 0) == 1 && (probe.revents & (POLLRDHUP | POLLHUP | POLLERR))) return self->close();
+      self->read_more();
+    });
+  }
+
   void read_more() {
     if (is_reading || phase == Phase::closed) return;
-    if (phase == Phase::handling && inbox.size() >= max_watch_bytes) return;  // read again once answered
+    if (phase == Phase::handling && inbox.size() >= max_watch_bytes) return watch_for_hangup();  // read again once answered
     is_reading = true;
     socket.async_read_some(asio::buffer(read_chunk), [self = shared_from_this()](error_code ec, size_t n) {
       self->on_read(ec, n);
@@ -465,6 +481,7 @@ void Connection::close() {
   socket.close(ignored);
   read_deadline.cancel();
   write_deadline.cancel();
+  hangup_check.cancel();
   if (exchange) {
     auto gone = std::move(exchange);
     exchange.reset();
