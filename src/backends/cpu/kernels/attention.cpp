@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels/attention_bf16_dot.h"
+#include "backends/cpu/kernels/attention_rows.h"
 #include "backends/cpu/kernels/exp.h"
 #include "backends/cpu/kernels/simd.h"
 #include "core/error.h"
@@ -15,23 +16,11 @@ namespace tf::cpu {
 
 namespace {
 
-struct AttentionArgs {
-  const float* q;
-  const float* k_cache;
-  const float* v_cache;
-  KvLayout layout;
-  const int32_t* const* key_slots;
-  const int32_t* n_keys;
-  AttentionShape shape;
-  float* out;
-};
+using AttentionArgs = attention_rows::Args<float>;
+using attention_rows::kBlockRows;
+using attention_rows::kFewestLanes;
+using attention_rows::shares_keys;
 
-// Rows that share a unit of work: a block of consecutive rows, one head or a pair of heads of a
-// group. The block walks its keys chunk by chunk and every row takes each chunk in turn, so a
-// chunk's keys and values (32 KB at head_dim 64) come from L1 for all but its first row: one row at a
-// time read every key from L2 or beyond for every row. Each row's operations are the same, in the
-// same order, as if it ran alone; only their interleaving with other rows changes.
-constexpr int64_t kBlockRows = 8;
 
 // The running state of one (row, head) between chunks: the value accumulator (head_dim floats),
 // the largest score so far and the sum of the exponentials.
@@ -269,10 +258,6 @@ TF_INLINE bool same_keys(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t
 // same operations in the same order for each (row, head), so the same bits, without horizontal
 // shuffles, each key and value read once for the block.
 
-// Runs that would fill fewer lanes than this stay a row at a time: a lane key costs the same with
-// any number of lanes filled, and below 12 of 16 the rows alone are faster (at 6 lanes 1.7x slower,
-// at 12 even; bench/receipts/cpu-attention-rows-in-lanes.md).
-constexpr int64_t kFewestLanes = 12;
 
 template <int W>
 TF_INLINE Lanes<W> lane_max(const Lanes<W>& a, const Lanes<W>& b) {  // std::max(a, b), lane by lane
@@ -459,15 +444,6 @@ TF_INLINE void attend_block_in_lanes(const AttentionArgs& a, int64_t first_row, 
       float* out = a.out + ((first_row + r) * a.shape.n_heads + head0 + h) * kHeadDim;
       for (int64_t d = 0; d < kHeadDim; ++d) out[d] = accumulators[d * kLanes + lane] / sums[lane];
     }
-}
-
-// Whether row r has keys and reads the slots of row `longest` at every position both have (one
-// key list a prefix of the other: rows of one sequence).
-TF_INLINE bool shares_keys(const AttentionArgs& a, int64_t r, int64_t longest) {
-  const int64_t n = std::min(a.n_keys[r], a.n_keys[longest]);
-  return a.n_keys[r] > 0 &&
-         (a.key_slots[r] == a.key_slots[longest] ||
-          std::memcmp(a.key_slots[r], a.key_slots[longest], size_t(n) * sizeof(int32_t)) == 0);
 }
 
 // Rows first_row .. first_row + n_rows - 1, heads head0 .. head0 + kHeads - 1, chunk by chunk.

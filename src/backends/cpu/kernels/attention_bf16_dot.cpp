@@ -22,6 +22,7 @@
 #include <limits>
 #include <vector>
 
+#include "backends/cpu/kernels/attention_rows.h"
 #include "backends/cpu/kernels/simd.h"
 
 // Vector arguments only cross always_inline calls, so the vector-ABI notes do not apply.
@@ -35,23 +36,11 @@
 namespace tf::cpu {
 namespace {
 
-constexpr int64_t kBlockRows = 8;  // rows a unit of work takes, as attention.cpp
-// A run of rows fills the lanes only from this many (row, head) pairs; fewer go a row at a time.
-constexpr int64_t kFewestLanes = 12;
+using attention_rows::Args;  // Element: float, or bf16 rounded from float as this path rounds on reading
+using attention_rows::kBlockRows;
+using attention_rows::kFewestLanes;
+using attention_rows::shares_keys;
 constexpr int64_t kPairsPerChunk = kAttentionChunk / 2;
-
-// Element: the cache's, float or bf16 (uint16_t) rounded from float as this path rounds on reading.
-template <class Element>
-struct Args {
-  const float* q;
-  const Element* k_cache;
-  const Element* v_cache;
-  KvLayout layout;
-  const int32_t* const* key_slots;
-  const int32_t* n_keys;
-  AttentionShape shape;
-  float* out;
-};
 
 alignas(64) constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                                   8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
@@ -419,15 +408,6 @@ TF_BF16_INLINE void attend_run_in_lanes(const Args<Element>& a, int64_t first_ro
       float* out = a.out + ((first_row + r) * a.shape.n_heads + head0 + h) * kHeadDim;
       for (int64_t d = 0; d < kHeadDim; ++d) out[d] = accumulators[d * 16 + lane] / sums[lane];
     }
-}
-
-// Whether row r has keys and reads the slots of row `longest` at every position both have.
-template <class Element>
-bool shares_keys(const Args<Element>& a, int64_t r, int64_t longest) {
-  const int64_t n = std::min(a.n_keys[r], a.n_keys[longest]);
-  return a.n_keys[r] > 0 &&
-         (a.key_slots[r] == a.key_slots[longest] ||
-          std::memcmp(a.key_slots[r], a.key_slots[longest], size_t(n) * sizeof(int32_t)) == 0);
 }
 
 // A block's rows: runs of one sequence that fill kFewestLanes lanes or more take them, the others go
