@@ -14,6 +14,7 @@
 #include "backends/cuda/embedding.cuh"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/linear_configs.cuh"
+#include "backends/cuda/qwen3_cuda_weights.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "gpu_test.h"
@@ -180,16 +181,6 @@ void test_configs_bitwise(int64_t n_out, int64_t n_in, std::mt19937& rng) {
   check(bad.empty(), what);
 }
 
-// bf16(scale * q + bias) rounded once to nearest even, as the GPU's bf16x2 fma computes it: the
-// sum is exact in double for these magnitudes, then rounded straight to 8 significant bits.
-uint16_t affine_bf16(uint16_t scale, uint32_t q, uint16_t bias) {
-  const double exact = double(bf16_to_f32(scale)) * double(q) + double(bf16_to_f32(bias));
-  if (exact == 0.0) return f32_to_bf16(float(exact));
-  int exponent = 0;
-  const double mantissa = std::frexp(exact, &exponent);  // in [0.5, 1)
-  return f32_to_bf16(float(std::ldexp(std::nearbyint(std::ldexp(mantissa, 8)), exponent - 8)));
-}
-
 // MLX affine weights of random codes, bf16 scales and biases, with their dequantized bf16 rows
 // (what the GPU computes in registers).
 struct QuantizedWeights {
@@ -204,13 +195,31 @@ struct QuantizedWeights {
   cuda::LinearWeights view() const { return {bits, group_size, nullptr, packed_device.data(), scale_bias_device.data()}; }
 };
 
-QuantizedWeights make_quantized(int64_t n_out, int64_t n_in, int bits, int group_size, std::mt19937& rng) {
+// +-(1 + m/128) * 2^e for e uniform in [lowest, highest]: below -126, bf16 subnormals.
+std::vector<uint16_t> spread_bf16(size_t n, int lowest, int highest, std::mt19937& rng) {
+  std::uniform_int_distribution<int> exponent(lowest, highest), mantissa(0, 127), sign(0, 1);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = f32_to_bf16(float(std::ldexp((sign(rng) ? -1.0 : 1.0) * (1.0 + mantissa(rng) / 128.0), exponent(rng))));
+  return v;
+}
+
+// Scales about 0.01 and biases about 0.05 (Normal), or (spread) over every binade the kernels can
+// pack, subnormal to the largest that fits (gpu_scale_fits), and biases as widely; a scale that
+// would not fit is divided by 16.
+QuantizedWeights make_quantized(int64_t n_out, int64_t n_in, int bits, int group_size, std::mt19937& rng,
+                                bool is_spread = false) {
   QuantizedWeights q{n_out, n_in, bits, group_size, std::vector<uint32_t>(size_t(n_out * n_in * bits / 32)),
                      {}, {}, {}, {}, {}, {}};
   for (uint32_t& word : q.packed) word = uint32_t(rng());
   const size_t n_groups = size_t(n_out * (n_in / group_size));
-  q.scales = random_bf16(n_groups, rng, 0.01f);
-  q.biases = random_bf16(n_groups, rng, 0.05f);
+  q.scales = is_spread ? spread_bf16(n_groups, -133, -2, rng) : random_bf16(n_groups, rng, 0.01f);
+  q.biases = is_spread ? spread_bf16(n_groups, -140, 0, rng) : random_bf16(n_groups, rng, 0.05f);
+  for (uint16_t& scale : q.scales)  // a sixteenth of it (test_unpackable_scales tests the others)
+    if (!cuda::gpu_scale_fits(scale, bits)) scale = uint16_t(scale - (4 << 7));
+  if (is_spread) {
+    q.scales[0] = bits == 4 ? 0x3effu : 0x3cffu;  // 0.498..., 0.0311...: the largest that fit
+    q.scales[1] = 0x0001u;                        // the smallest subnormal
+  }
   q.matrix.n_rows = n_out;
   q.matrix.n_cols = n_in;
   q.matrix.dtype = DType::u32;
@@ -232,7 +241,8 @@ QuantizedWeights make_quantized(int64_t n_out, int64_t n_in, int bits, int group
     for (int64_t i = 0; i < n_in; ++i) {
       const int64_t index = r * n_in + i, group = r * (n_in / group_size) + i / group_size;
       const uint32_t code = (q.packed[size_t(index / codes_per_word)] >> (bits * (index % codes_per_word))) & ((1u << bits) - 1);
-      rows[size_t(index)] = affine_bf16(q.scales[size_t(group)], code, q.biases[size_t(group)]);
+      rows[size_t(index)] = cuda::affine_bf16_rounded_once(bf16_to_f32(q.scales[size_t(group)]), code,
+                                                           bf16_to_f32(q.biases[size_t(group)]));
     }
   q.dequantized = Weights{n_out, n_in, rows, DeviceBuffer<uint16_t>(rows.size())};
   q.dequantized.device.copy_from_host(rows);
@@ -244,10 +254,11 @@ QuantizedWeights make_quantized(int64_t n_out, int64_t n_in, int bits, int group
 // gives the dequantized rows; and the result is close to cpu::linear on the quantized matrix
 // (which keeps the dequantized values in f32, not rounded to bf16). The dequantized rows are made
 // on the host from the codes, so a wrong unpacking or rounding on the GPU shows.
-void test_quantized(int64_t n_out, int64_t n_in, int bits, int group_size, std::mt19937& rng, ThreadPool& pool) {
-  const QuantizedWeights q = make_quantized(n_out, n_in, bits, group_size, rng);
+void test_quantized(int64_t n_out, int64_t n_in, int bits, int group_size, std::mt19937& rng, ThreadPool& pool,
+                    bool is_spread = false) {
+  const QuantizedWeights q = make_quantized(n_out, n_in, bits, group_size, rng, is_spread);
   const std::string shape = std::to_string(bits) + "-bit group " + std::to_string(group_size) + " N=" +
-                            std::to_string(n_out) + " K=" + std::to_string(n_in);
+                            std::to_string(n_out) + " K=" + std::to_string(n_in) + (is_spread ? " spread scales" : "");
   {
     const std::vector<int32_t> ids = {0, int32_t(n_out - 1), 3 % int32_t(n_out), -1, int32_t(n_out)};
     DeviceBuffer<int32_t> ids_device(ids.size());
@@ -311,6 +322,23 @@ void test_quantized(int64_t n_out, int64_t n_in, int bits, int group_size, std::
   check(bad.empty(), what);
   check(worst_cpu_error < 1e-2, "quantized linear close to cpu::linear (f32 dequantization), rel_err=" +
                                     format_error(worst_cpu_error) + " " + shape);
+}
+
+// A matrix with a scale the kernels cannot pack (gpu_scale_fits) is uploaded as bf16 rows holding
+// the values the packed kernels would have computed.
+void test_unpackable_scales(int bits, std::mt19937& rng) {
+  QuantizedWeights q = make_quantized(48, 256, bits, 64, rng);
+  q.scales[7] = bits == 4 ? 0x3f00u : 0x3d00u;  // 0.5, 2^-5: just too large
+  const int64_t codes_per_word = 32 / bits, groups_per_row = q.n_in / 64;
+  for (int64_t index = 0; index < q.n_out * q.n_in; ++index) {
+    const int64_t group = (index / q.n_in) * groups_per_row + (index % q.n_in) / 64;
+    const uint32_t code = (q.packed[size_t(index / codes_per_word)] >> (bits * (index % codes_per_word))) & ((1u << bits) - 1);
+    q.dequantized.host[size_t(index)] =
+        cuda::affine_bf16_rounded_once(bf16_to_f32(q.scales[size_t(group)]), code, bf16_to_f32(q.biases[size_t(group)]));
+  }
+  const cuda::CudaMatrix uploaded = cuda::upload_matrix(q.matrix);
+  check(uploaded.bits == 0 && uploaded.bf16.to_host() == q.dequantized.host,
+        std::to_string(bits) + "-bit matrix with a scale too large to pack: uploaded as bf16 rows of its values");
 }
 
 // The SwiGLU output of a gate/up linear (rows interleaved gate, up) against its bf16 output split
@@ -380,6 +408,10 @@ int main() {
     test_quantized(72, 4096, 4, 32, rng, pool);
     test_quantized(40, 1024, 4, 128, rng, pool);
     test_quantized(136, 768, 8, 64, rng, pool);
+    test_quantized(96, 1024, 4, 64, rng, pool, /*is_spread=*/true);
+    test_quantized(96, 1024, 8, 32, rng, pool, /*is_spread=*/true);
+    test_unpackable_scales(4, rng);
+    test_unpackable_scales(8, rng);
     if (!is_quick()) test_quantized(64, 12288, 4, 64, rng, pool);
   } catch (const std::exception& e) {
     check(false, std::string("exception: ") + e.what());

@@ -1,6 +1,7 @@
 // Hash-based fill: each element from splitmix64(seed + i), so the result depends on nothing else.
 #include "backends/cuda/fill_random.cuh"
 
+#include "backends/cuda/affine_layout.h"
 #include "backends/cuda/bf16_math.cuh"
 #include "backends/cuda/cuda_check.cuh"
 
@@ -31,12 +32,14 @@ __global__ void fill_random_u32_kernel(uint32_t* out, int64_t n, uint64_t seed) 
     out[i] = uint32_t(hash_of(seed, i) >> 32);
 }
 
-__global__ void fill_random_scale_bias_kernel(uint32_t* out, int64_t n, uint64_t seed, float scale) {
+__global__ void fill_random_scale_bias_kernel(uint32_t* out, int64_t n, uint64_t seed, float scale, int exponent_shift) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const uint64_t hash = hash_of(seed, i);
     const float scale_jitter = float(uint32_t(hash) & 0xffffu) * (2.0f / 65536.0f) - 1.0f;
     const float bias_jitter = float(uint32_t(hash >> 16) & 0xffffu) * (2.0f / 65536.0f) - 1.0f;
-    out[i] = uint32_t(f32_to_bf16_bits(scale * (1.0f + 0.01f * scale_jitter))) |
+    // The scale as the kernels store it (affine_layout.h): a normal bf16, so 2^exponent_shift is an
+    // addition to its exponent field.
+    out[i] = (uint32_t(f32_to_bf16_bits(scale * (1.0f + 0.01f * scale_jitter))) + (uint32_t(exponent_shift) << 7)) |
              uint32_t(f32_to_bf16_bits(-0.02f * (1.0f + 0.01f * bias_jitter))) << 16;
   }
 }
@@ -67,7 +70,8 @@ void fill_random_u32(uint32_t* out, int64_t n, uint64_t seed, cudaStream_t strea
 void fill_random_scale_bias(uint32_t* out, int64_t n, uint64_t seed, int bits, cudaStream_t stream) {
   TF_CUDA_REQUIRE(n >= 0 && (bits == 4 || bits == 8), "fill_random_scale_bias: 4 or 8 bits");
   if (n == 0) return;
-  fill_random_scale_bias_kernel<<<n_blocks_for(n), kThreads, 0, stream>>>(out, n, seed, 0.04f / float(1 << bits));
+  fill_random_scale_bias_kernel<<<n_blocks_for(n), kThreads, 0, stream>>>(out, n, seed, 0.04f / float(1 << bits),
+                                                                      gpu_scale_exponent(bits));
   TF_CUDA_CHECK_LAUNCH("fill_random_scale_bias_kernel");
 }
 

@@ -16,7 +16,8 @@ void fill_random_bf16(uint16_t* out, int64_t n, uint64_t seed, float scale, floa
 void fill_random_u32(uint32_t* out, int64_t n, uint64_t seed, cudaStream_t stream = nullptr);
 
 // Interleaved MLX scale and bias pairs (pack_scale_bias) for random codes of `bits`: scale about
-// 0.04 / 2^bits and bias about -0.02 (each +-1%), so the entries spread over about +-0.02.
+// 0.04 / 2^bits and bias about -0.02 (each +-1%), so the entries spread over about +-0.02; the scale
+// stored as the kernels read it (gpu_scale_exponent in affine_layout.h).
 void fill_random_scale_bias(uint32_t* out, int64_t n, uint64_t seed, int bits, cudaStream_t stream = nullptr);
 
 }  // namespace tf::cuda

@@ -85,13 +85,21 @@ Qwen3CudaWeights allocate_weights(const ModelConfig& c, const Qwen3Formats& form
   return w;
 }
 
-// Packed on the GPU when every part is MLX-quantized alike with bf16 scales (the kernels read bf16
-// scales; rounding another type to bf16 would change the values), bf16 otherwise.
+bool scales_fit(const WeightMatrix& w) {
+  const auto* scales = static_cast<const uint16_t*>(w.scales);
+  for (int64_t i = 0; i < w.n_rows * w.n_groups_per_row(); ++i)
+    if (!gpu_scale_fits(scales[i], w.bits)) return false;
+  return true;
+}
+
+// Packed on the GPU when every part is MLX-quantized alike with bf16 scales that fit the kernels'
+// stored form (the kernels read bf16 scales; rounding another type to bf16 would change the
+// values), bf16 rows of the same values otherwise.
 MatrixFormat format_of(std::initializer_list<const WeightMatrix*> parts) {
   const WeightMatrix& first = **parts.begin();
   for (const WeightMatrix* part : parts)
     if (!part->is_quantized() || part->bits != first.bits || part->group_size != first.group_size ||
-        part->scale_dtype != DType::bf16)
+        part->scale_dtype != DType::bf16 || !scales_fit(*part))
       return {};
   if ((first.bits != 4 && first.bits != 8) ||
       (first.group_size != 32 && first.group_size != 64 && first.group_size != 128))
@@ -178,8 +186,12 @@ class WeightUploader {
       pool_.parallel_for(n_rows, [&](int64_t begin, int64_t end) {
         std::vector<float> row(static_cast<size_t>(w.n_cols));
         for (int64_t r = begin; r < end; ++r) {
-          dequantize_row(w, first + r, row.data());
           uint16_t* out = staging_.data() + r * w.n_cols;
+          if (w.is_quantized()) {
+            affine_row_bf16(w, first + r, out);  // as the packed kernels dequantize it
+            continue;
+          }
+          dequantize_row(w, first + r, row.data());
           for (int64_t i = 0; i < w.n_cols; ++i) out[i] = f32_to_bf16(row[size_t(i)]);
         }
       });

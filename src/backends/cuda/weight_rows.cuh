@@ -2,7 +2,8 @@
 // gather share them, so a quantized entry becomes the same bf16 value wherever it is read.
 // MLX affine entries are dequantized in registers to bf16(scale * q + bias) rounded once, by the
 // bf16x2 fused multiply-add (two entries an instruction: the dequantization is most of a 4-bit
-// decode's arithmetic). Nothing dequantized is ever written to memory.
+// decode's arithmetic) on the codes as they lie in a register, masked (affine_layout.h). Nothing
+// dequantized is ever written to memory.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -57,14 +58,6 @@ __device__ __forceinline__ uint32_t fma_bf16x2(uint32_t a, uint32_t b, uint32_t 
   return d;
 }
 
-// (a & mask) | bits in one instruction: written out, the compiler splits it into two (one
-// immediate per instruction).
-__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t mask, uint32_t bits) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(mask), "r"(bits));
-  return d;
-}
-
 // MLX affine rows of kBits (4 or 8) in the GPU layout of affine_layout.h: one fetch is a lane's
 // next four K blocks, one 16-byte load per 4 bits of width, and their four scale/bias entries.
 template <int kBits>
@@ -105,19 +98,16 @@ struct AffineRows {
     f.scale_bias = __ldg(reinterpret_cast<const uint4*>(c.scale_bias + (quad << (5 - group_shift))));
     return f;
   }
-  // Entries 2p and 2p+1 of block s as the bf16 pair (q[2p], q[2p+1]), exact.
+  // Entries 2p and 2p+1 of block s as the bf16 pair (q[2p], q[2p+1]) * 2^-gpu_scale_exponent(kBits),
+  // exact (affine_layout.h): the codes moved into a half's low byte, the rest of it zero.
   __device__ __forceinline__ static uint32_t codes(const Fetched& f, int s, int p) {
     if constexpr (kBits == 4) {
-      // Entries 2p and 2p+1 sit at bits 4p and 16 + 4p (affine_layout.h). 0x4300 | n is the bf16
-      // 128 + n; one fma subtracts the 128 exactly.
-      constexpr uint32_t kMagic = 0x43004300u, kOne = 0x3f803f80u, kMinus128 = 0xc300c300u;
-      return fma_bf16x2(and_or(word(f.words[0], s) >> (4 * p), 0x000f000fu, kMagic), kOne, kMinus128);
+      // Entries 2p and 2p+1 sit at bits 4p and 16 + 4p; moved to bits 4..7 of each half.
+      const uint32_t w = word(f.words[0], s);
+      return (p == 0 ? w << 4 : p == 1 ? w : w >> (4 * (p - 1))) & 0x00f000f0u;
     } else {
-      // A byte is exact in bf16: the top half of its f32 (2^23 + q) - 2^23.
-      const uint32_t block = word(f.words[s / 2], 2 * (s % 2) + p / 2), shift = 16 * (p % 2);
-      const float low = __uint_as_float(0x4b000000u | ((block >> shift) & 0xffu)) - 8388608.0f;
-      const float high = __uint_as_float(0x4b000000u | ((block >> (shift + 8)) & 0xffu)) - 8388608.0f;
-      return (__float_as_uint(low) >> 16) | (__float_as_uint(high) & 0xffff0000u);
+      // A word holds entries 4i..4i+3, a byte each: two bytes to the low bytes of the halves.
+      return __byte_perm(word(f.words[s / 2], 2 * (s % 2) + p / 2), 0, p % 2 == 0 ? 0x4140 : 0x4342);
     }
   }
   __device__ __forceinline__ static uint4 expand(const Fetched& f, int s) {
