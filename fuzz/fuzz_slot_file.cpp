@@ -24,6 +24,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       tf::fuzz::broken("a slot file whose blocks exceed its tokens was accepted");
     if (s.taps.size() != size_t(s.n_blocks * s.block_size * s.tap_width))
       tf::fuzz::broken("a slot file whose taps do not fit its blocks was accepted");
+    if (s.n_prompt < 0 || size_t(s.n_prompt) > s.tokens.size())
+      tf::fuzz::broken("a slot file whose prompt exceeds its tokens was accepted");
+    for (size_t i = 0; i < s.recurrent.size(); ++i)
+      if (s.recurrent[i].n_blocks < 1 || s.recurrent[i].n_blocks > s.n_blocks ||
+          (i > 0 && s.recurrent[i].n_blocks <= s.recurrent[i - 1].n_blocks) ||
+          s.recurrent[i].bytes.size() != s.recurrent[0].bytes.size())
+        tf::fuzz::broken("a slot file whose states lie outside its blocks, out of order or of two sizes was accepted");
   });
   return 0;
 }

@@ -3,14 +3,22 @@
 // pool's bookkeeping (references, promises, least-recently-used eviction) underneath it.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
 #include "backends/backends.h"
+#include "core/sha256.h"
 #include "engine/engine.h"
+#include "engine/slot_file.h"
 #include "models/model.h"
 #include "runtime/kv_cache.h"
 #include "runtime/recurrent_checkpoints.h"
 #include "support/fixtures.h"
 #include "support/forward_runs.h"
 #include "support/hybrid_runs.h"
+#include "support/expect_error.h"
 #include "support/resumed.h"
 
 namespace tf {
@@ -154,6 +162,11 @@ TEST_P(PromptCacheOn, RestoredSlotContinuesExactly) {
       model(), std::string(TF_BINARY_DIR) + "/restored-slot-test-" + GetParam() + ".tfslot");
 }
 
+TEST_P(PromptCacheOn, RestoredSlotServesItsPromptAgain) {
+  test::expect_restored_slot_serves_its_prompt_again(
+      model(), std::string(TF_BINARY_DIR) + "/prompt-again-test-" + GetParam() + ".tfslot");
+}
+
 INSTANTIATE_TEST_SUITE_P(DenseAndHybrid, PromptCacheOn, ::testing::Values("qwen3-tiny-b", "qwen3.5-tiny-b"),
                          [](const auto& info) {
                            return std::string(std::string(info.param).find("qwen3.5") == 0 ? "Hybrid" : "Dense");
@@ -269,6 +282,115 @@ TEST(HybridPromptCache, ResumedEqualsFreshSampledDrafted) {
 }
 TEST(HybridPromptCache, ResumedEqualsFreshDraftedGreedyEveryThirdBlock) {
   test::expect_resumed_equals_fresh(hybrid_b(), false, true, 13, 3);
+}
+
+// Checkpoints as sparse as a large hybrid's (every 64 blocks): only the prompt's last block before
+// its last token and the reply's last block have a state.
+TEST(HybridPromptCache, RestoredSlotServesItsPromptAgainWithSparseCheckpoints) {
+  test::expect_restored_slot_serves_its_prompt_again(
+      hybrid_b(), std::string(TF_BINARY_DIR) + "/prompt-again-sparse-test.tfslot", 64);
+}
+
+// ---- Saved-slot files -----------------------------------------------------------------------------
+
+// Rewrites a slot file's header and its closing SHA-256: the file an older or a newer writer made.
+void rewrite_slot_header(const std::string& path, const std::function<void(nlohmann::json&)>& edit) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  constexpr size_t header_at = 7 + 8;  // "TFSLOT\n", the header's length
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes.data() + 7, 8);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(header_at, size_t(header_size)));
+  edit(header);
+  const std::string text = header.dump();
+  const uint64_t text_size = text.size();
+  std::string out = bytes.substr(0, 7);
+  out.append(reinterpret_cast<const char*>(&text_size), 8);
+  out += text;
+  out.append(bytes, header_at + size_t(header_size), bytes.size() - header_at - size_t(header_size) - 32);
+  Sha256 hasher;
+  hasher.update(out);
+  const auto digest = hasher.digest();
+  out.append(reinterpret_cast<const char*>(digest.data()), digest.size());
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(out.data(), std::streamsize(out.size()));
+}
+
+// A hybrid's slot holds the states at its prompt's last checkpoint before its last token and at its
+// last block, each its prefix's cold prefill's, bitwise. A version-2 file (the last state only)
+// restores as it did: the next turn resumes from that state and equals a cold run.
+TEST(SavedSlot, AHybridsStatesAreColdPrefillsAndAVersion2FileRestoresAsBefore) {
+  auto model = hybrid_b();
+  const std::string file = std::string(TF_BINARY_DIR) + "/version-2-test.tfslot";
+  const ModelIdentity identity{"fixture", {{"config.json", "0123"}}};
+  EngineOptions options;
+  options.n_ctx = 300;
+  options.n_parallel = 2;
+  options.model_id = "fixture";
+  GenerationRequest first = test::random_requests(1, false, model->config().vocab_size, 78, 60, 10)[0];
+  first.prompt.resize(60, 5);
+  first.max_tokens = 30;
+  SlotSnapshot saved;
+  {
+    Engine engine(options, model, nullptr);
+    test::EngineRun run;
+    test::submit_and_collect(engine, {first}, &run);
+    first.prompt.insert(first.prompt.end(), run.replies[0].tokens.begin(), run.replies[0].tokens.end());
+    saved = engine.save_slot(0);
+  }
+  ASSERT_EQ(saved.recurrent.size(), 2u) << "the prompt's state and the last";
+  EXPECT_EQ(saved.recurrent[0].n_blocks, (60 - 1) / kKvBlockSize);
+  EXPECT_EQ(saved.recurrent[1].n_blocks, saved.n_blocks);
+  for (const SlotRecurrentState& state : saved.recurrent) {  // each is that prefix's cold prefill's
+    const int64_t n_positions = state.n_blocks * kKvBlockSize;
+    KvCache alone = make_kv_cache(*model, 8);
+    const int32_t lane = alone.lane_open();
+    alone.lane_reserve(lane, n_positions);
+    prefill_rows(*model, alone, lane, first.prompt, 0, n_positions, nullptr);
+    std::vector<uint8_t> cold_state(static_cast<size_t>(model->recurrent_state_bytes()));
+    model->read_recurrent_state(alone, lane, n_positions, cold_state.data());
+    EXPECT_EQ(state.bytes, cold_state) << "the saved state at " << n_positions;
+  }
+  saved.recurrent.erase(saved.recurrent.begin());  // what a version-2 writer kept
+  write_slot_file(file, saved, identity);
+  rewrite_slot_header(file, [](nlohmann::json& header) {
+    header["version"] = 2;
+    header.erase("n_prompt");
+    header.erase("recurrent_blocks");
+  });
+  const SlotSnapshot read = read_slot_file(file, identity);
+  ASSERT_EQ(read.recurrent.size(), 1u);
+  EXPECT_EQ(read.recurrent[0].n_blocks, saved.n_blocks);
+  EXPECT_EQ(read.recurrent[0].bytes, saved.recurrent[0].bytes);
+  EXPECT_EQ(read.n_prompt, int64_t(read.tokens.size()));
+
+  GenerationRequest next = first;
+  for (int i = 0; i < 7; ++i) next.prompt.push_back(int32_t(3 + i));
+  const test::EngineRun fresh = test::run_engine(model, {test::cold(next)}, options, false);
+  Engine restored(options, model, nullptr);
+  const int64_t n_restored = restored.restore_slot(1, read);
+  EXPECT_EQ(n_restored, saved.n_blocks * kKvBlockSize);
+  test::EngineRun resumed;
+  test::submit_and_collect(restored, {next}, &resumed);
+  test::expect_same_tokens(fresh.replies, resumed.replies, "a version-2 slot");
+  EXPECT_EQ(resumed.replies[0].final_update.timings.cache_n, n_restored);
+  std::remove(file.c_str());
+}
+
+TEST(SavedSlot, AFileOfAVersionItDoesNotReadIsRefused) {
+  const std::string file = std::string(TF_BINARY_DIR) + "/unknown-version-test.tfslot";
+  const ModelIdentity identity{"fixture", {{"config.json", "0123"}}};
+  SlotSnapshot snapshot;
+  snapshot.tokens = tokens_from(1, 20);
+  snapshot.n_prompt = 20;
+  snapshot.kv_format = "f32 2x64";
+  snapshot.block_size = 16;
+  for (int version : {1, kSlotFileVersion + 1}) {
+    write_slot_file(file, snapshot, identity);
+    rewrite_slot_header(file, [&](nlohmann::json& header) { header["version"] = version; });
+    test::expect_error_naming([&] { read_slot_file(file, identity); },
+                              {"format version " + std::to_string(version), "reads versions 2 to 3"});
+  }
+  std::remove(file.c_str());
 }
 
 }  // namespace

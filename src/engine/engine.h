@@ -116,10 +116,17 @@ struct SlotInfo {
   ReplyTimings timings;       // idle: the last finished request's; processing: the running one's so far
 };
 
+// A recurrent model's state at the end of block n_blocks - 1 of a slot's tokens.
+struct SlotRecurrentState {
+  int64_t n_blocks = 0;
+  std::vector<uint8_t> bytes;  // [Model::recurrent_state_bytes()]
+};
+
 // A slot's sequence with the K/V of its longest cached prefix of full blocks, in the storage's own
 // form: what a saved-slot file holds (engine/slot_file.h).
 struct SlotSnapshot {
   std::vector<int32_t> tokens;
+  int64_t n_prompt = 0;        // tokens[0, n_prompt) were its last request's prompt, the rest its reply
   std::string cache_salt;
   std::string kv_format;       // KvStorage::format() of the storage it came from, and the numerics
   int64_t block_size = 0;
@@ -127,10 +134,12 @@ struct SlotSnapshot {
   std::vector<uint8_t> kv;     // [n_blocks][KvStorage::bytes_for(block_size)]
   int64_t tap_width = 0;       // 0: no drafter taps saved
   std::vector<float> taps;     // [n_blocks * block_size][tap_width]
-  // A recurrent model's state at the end of block n_blocks - 1 (Model::recurrent_state_format);
-  // without it such a model's blocks are of no use, so none are saved.
+  // A recurrent model's states (Model::recurrent_state_format), n_blocks ascending: at the last
+  // checkpoint inside the prompt before its last token (the same prompt again resumes there) and at
+  // block n_blocks - 1 (the next turn resumes there). Blocks past the last state are of no use to
+  // such a model, so none are saved.
   std::string recurrent_format;
-  std::vector<uint8_t> recurrent;
+  std::vector<SlotRecurrentState> recurrent;
 };
 
 enum class SubmitStatus { accepted, queue_full, too_long, invalid };

@@ -87,6 +87,7 @@ struct Engine::Impl {
   struct SlotRecord {
     SlotInfo info;
     std::vector<int32_t> tokens;  // idle: the sequence whose K/V its last request committed
+    int64_t n_prompt = 0;         // of tokens, its last request's prompt
     std::string cache_salt;
   };
   std::vector<SlotRecord> slot_records;

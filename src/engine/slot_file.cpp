@@ -1,6 +1,7 @@
 // Layout: "TFSLOT\n", a u64 header length, the header (JSON), the tokens (i32), the K/V bytes, the
-// taps (f32), a recurrent model's state bytes, then the SHA-256 of every byte before it. Numbers
-// little-endian.
+// taps (f32), a recurrent model's states one after another (the header's recurrent_blocks says
+// where each lies; version 2 had one, at the last block), then the SHA-256 of every byte before it.
+// Numbers little-endian.
 #include "engine/slot_file.h"
 
 #include <unistd.h>
@@ -53,6 +54,13 @@ json files_json(const ModelIdentity& model) {
 }  // namespace
 
 int64_t write_slot_file(const std::string& path, const SlotSnapshot& s, const ModelIdentity& model) {
+  json recurrent_blocks = json::array();
+  size_t recurrent_bytes = 0;
+  for (const SlotRecurrentState& state : s.recurrent) {
+    if (state.bytes.size() != s.recurrent.front().bytes.size()) fail_internal("a slot's states differ in size");
+    recurrent_blocks.push_back(state.n_blocks);
+    recurrent_bytes += state.bytes.size();
+  }
   const json header = {{"format", "tensorfold-slot"},
                        {"version", kSlotFileVersion},
                        {"model", model.model},
@@ -60,11 +68,13 @@ int64_t write_slot_file(const std::string& path, const SlotSnapshot& s, const Mo
                        {"kv_format", s.kv_format},
                        {"block_size", s.block_size},
                        {"n_tokens", s.tokens.size()},
+                       {"n_prompt", s.n_prompt},
                        {"n_blocks", s.n_blocks},
                        {"kv_bytes", s.kv.size()},
                        {"tap_width", s.tap_width},
                        {"recurrent_format", s.recurrent_format},
-                       {"recurrent_bytes", s.recurrent.size()},
+                       {"recurrent_blocks", recurrent_blocks},
+                       {"recurrent_bytes", recurrent_bytes},
                        {"cache_salt", s.cache_salt}};
   const std::string header_text = header.dump();
   std::string bytes(kMagic, kMagicSize);
@@ -73,7 +83,7 @@ int64_t write_slot_file(const std::string& path, const SlotSnapshot& s, const Mo
   put_array(bytes, s.tokens);
   put_array(bytes, s.kv);
   put_array(bytes, s.taps);
-  put_array(bytes, s.recurrent);
+  for (const SlotRecurrentState& state : s.recurrent) put_array(bytes, state.bytes);
   Sha256 hasher;
   hasher.update(bytes);
   const auto digest = hasher.digest();
@@ -140,9 +150,10 @@ SlotSnapshot read_slot_file(const std::string& path, const ModelIdentity& model,
     return v.get<std::string>();
   };
   if (header.value("format", json()) != "tensorfold-slot") refuse("is not a TensorFold slot file");
-  if (number("version") != uint64_t(kSlotFileVersion))
-    refuse("has format version " + std::to_string(number("version")) + "; this server reads version " +
-           std::to_string(kSlotFileVersion));
+  const uint64_t version = number("version");
+  if (version < uint64_t(kOldestSlotFileVersion) || version > uint64_t(kSlotFileVersion))
+    refuse("has format version " + std::to_string(version) + "; this server reads versions " +
+           std::to_string(kOldestSlotFileVersion) + " to " + std::to_string(kSlotFileVersion));
   if (header.value("model_files", json()) != files_json(model))
     refuse("was saved for another model (" + text("model") + "), not " + model.model +
            " (the model files' SHA-256 differ)");
@@ -163,6 +174,27 @@ SlotSnapshot read_slot_file(const std::string& path, const ModelIdentity& model,
   s.block_size = int64_t(block_size);
   s.n_blocks = int64_t(n_blocks);
   s.tap_width = int64_t(tap_width);
+  // Where each state lies: version 2 held one, at the last block, and no prompt length.
+  std::vector<int64_t> state_blocks;
+  if (version == 2) {
+    s.n_prompt = int64_t(n_tokens);
+    if (recurrent_bytes > 0 && n_blocks == 0) refuse("has a corrupt header (a state without blocks)");
+    if (recurrent_bytes > 0) state_blocks.push_back(int64_t(n_blocks));
+  } else {
+    const uint64_t n_prompt = number("n_prompt");
+    if (n_prompt > n_tokens) refuse("has a corrupt header (sizes that do not fit together)");
+    s.n_prompt = int64_t(n_prompt);
+    const json& blocks = header.value("recurrent_blocks", json());
+    if (!blocks.is_array() || blocks.size() > 64) refuse("has a corrupt header (field 'recurrent_blocks')");
+    for (const json& b : blocks) {
+      if (!b.is_number_unsigned() || b.get<uint64_t>() < 1 || b.get<uint64_t>() > n_blocks ||
+          (!state_blocks.empty() && b.get<int64_t>() <= state_blocks.back()))
+        refuse("has a corrupt header (field 'recurrent_blocks')");
+      state_blocks.push_back(b.get<int64_t>());
+    }
+    if (state_blocks.empty() ? recurrent_bytes != 0 : recurrent_bytes % state_blocks.size() != 0)
+      refuse("has a corrupt header (sizes that do not fit together)");
+  }
   const uint64_t n_taps = n_blocks * block_size * tap_width;
   const uint64_t body = 4 * n_tokens + kv_bytes + 4 * n_taps + recurrent_bytes;
   const size_t body_at = header_at + size_t(header_size);
@@ -183,7 +215,12 @@ SlotSnapshot read_slot_file(const std::string& path, const ModelIdentity& model,
   s.taps.resize(size_t(n_taps));
   if (n_taps > 0) std::memcpy(s.taps.data(), bytes.data() + at, 4 * n_taps);
   at += 4 * n_taps;
-  s.recurrent.assign(bytes.begin() + int64_t(at), bytes.begin() + int64_t(at + recurrent_bytes));
+  const uint64_t state_bytes = state_blocks.empty() ? 0 : recurrent_bytes / state_blocks.size();
+  for (int64_t b : state_blocks) {
+    const auto first = bytes.begin() + int64_t(at);
+    s.recurrent.push_back({b, std::vector<uint8_t>(first, first + int64_t(state_bytes))});
+    at += state_bytes;
+  }
   return s;
 }
 

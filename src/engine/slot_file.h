@@ -18,14 +18,16 @@ struct ModelIdentity {
   std::vector<std::pair<std::string, std::string>> files;  // (file name, hex SHA-256), sorted
 };
 
-constexpr int kSlotFileVersion = 2;  // 2: a recurrent model's state
+// 2: a recurrent model's state at the last block; 3: its states at several blocks, the prompt's length.
+constexpr int kSlotFileVersion = 3;
+constexpr int kOldestSlotFileVersion = 2;  // still read
 
 // Writes atomically (a temporary file renamed over `path`); returns the bytes written. Throws
 // tf::Error when the name is taken by something that is not a file, std::runtime_error when the
 // disk fails (a fault of the machine's, not of the request).
 int64_t write_slot_file(const std::string& path, const SlotSnapshot& snapshot, const ModelIdentity& model);
 // Reads and checks a file written by write_slot_file for `model`; throws tf::Error naming what is
-// wrong (not a slot file, another version, another model, truncated, corrupt); std::runtime_error
+// wrong (not a slot file, a version it does not read, another model, truncated, corrupt); std::runtime_error
 // when an existing file cannot be read.
 SlotSnapshot read_slot_file(const std::string& path, const ModelIdentity& model, int64_t* n_bytes = nullptr);
 

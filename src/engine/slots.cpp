@@ -2,6 +2,7 @@
 // request committed; saving writes that sequence with the K/V of its longest cached prefix, and
 // restoring puts the blocks back into the prefix cache, so the next request that starts with those
 // tokens adopts them exactly as if the server had never stopped (resumed = fresh).
+#include <algorithm>
 #include <future>
 
 #include "core/error.h"
@@ -33,6 +34,7 @@ void Engine::Impl::leave_slot(const Lane& lane) {
   SlotRecord& record = slot_records.at(size_t(lane.slot));
   const int64_t n_known = std::min(lane.n_cached, int64_t(lane.tokens.size()));
   record.tokens.assign(lane.tokens.begin(), lane.tokens.begin() + n_known);
+  record.n_prompt = std::min(lane.n_prompt, n_known);
   record.cache_salt = lane.request.cache_salt;
   record.info.is_processing = false;
   record.info.n_tokens = n_known;
@@ -93,6 +95,7 @@ SlotSnapshot Engine::save_slot(int32_t id) {
       const Impl::SlotRecord& record = impl.idle_slot(id);
       if (record.tokens.empty()) fail("slot " + std::to_string(id) + " holds no sequence to save");
       snapshot.tokens = record.tokens;
+      snapshot.n_prompt = record.n_prompt;
       snapshot.cache_salt = record.cache_salt;
     }
     KvCache& kv = impl.kv;
@@ -120,14 +123,20 @@ SlotSnapshot Engine::save_slot(int32_t id) {
       snapshot.taps.clear();
     }
     // A recurrent model resumes only where its state was checkpointed: the blocks up to the last
-    // checkpoint, and that state, are what is worth saving.
+    // checkpoint, and that state (the next turn resumes there), are what is worth saving, with the
+    // state at the prompt's last checkpoint before its last token (the same prompt again resumes
+    // there; the last one, in the reply, is past it). Two states at most, so the file stays bounded.
     if (impl.model->recurrent_state_bytes() > 0) {
       const int64_t n = impl.checkpoints.resumable_prefix(keys, snapshot.n_blocks);
+      const int64_t prompt_blocks = std::max<int64_t>(0, snapshot.n_prompt - 1) / block_size;
+      const int64_t n_in_prompt = impl.checkpoints.resumable_prefix(keys, std::min(n, prompt_blocks));
       snapshot.n_blocks = n;
       snapshot.kv.resize(size_t(n * block_bytes));
       if (snapshot.tap_width > 0) snapshot.taps.resize(size_t(n * block_size * snapshot.tap_width));
       snapshot.recurrent_format = impl.model->recurrent_state_format();
-      if (n > 0) snapshot.recurrent = *impl.checkpoints.find(keys[size_t(n - 1)]);
+      for (int64_t at : {n_in_prompt, n})
+        if (at > 0 && (snapshot.recurrent.empty() || snapshot.recurrent.back().n_blocks < at))
+          snapshot.recurrent.push_back({at, *impl.checkpoints.find(keys[size_t(at - 1)])});
     }
     return snapshot;
   });
@@ -147,9 +156,15 @@ int64_t Engine::restore_slot(int32_t id, SlotSnapshot snapshot) {
     const int64_t block_size = kv.block_size();
     const int64_t block_bytes = kv.storage().bytes_for(block_size);
     const int64_t state_bytes = impl.model->recurrent_state_bytes();
-    const bool same_state_form =
-        snapshot.recurrent_format == impl.model->recurrent_state_format() &&
-        int64_t(snapshot.recurrent.size()) == (state_bytes > 0 && snapshot.n_blocks > 0 ? state_bytes : 0);
+    // States ascending, each of this model's size, within the saved blocks.
+    bool same_state_form = snapshot.recurrent_format == impl.model->recurrent_state_format() &&
+                           (state_bytes > 0 || snapshot.recurrent.empty());
+    for (size_t i = 0; i < snapshot.recurrent.size(); ++i) {
+      const SlotRecurrentState& state = snapshot.recurrent[i];
+      same_state_form = same_state_form && int64_t(state.bytes.size()) == state_bytes && state.n_blocks >= 1 &&
+                        state.n_blocks <= snapshot.n_blocks &&
+                        (i == 0 || state.n_blocks > snapshot.recurrent[i - 1].n_blocks);
+    }
     // Sizes compared by division: a product of a file's sizes could wrap.
     const bool same_form = snapshot.kv_format == impl.kv_form() && snapshot.block_size == block_size &&
                            snapshot.n_blocks >= 0 && block_bytes > 0 && snapshot.kv.size() % size_t(block_bytes) == 0 &&
@@ -164,7 +179,13 @@ int64_t Engine::restore_slot(int32_t id, SlotSnapshot snapshot) {
       const BlockKey root = root_block_key(impl.options.model_id, snapshot.cache_salt);
       const auto keys = block_keys(root, snapshot.tokens, int64_t(snapshot.tokens.size()), block_size);
       int64_t n = std::min({snapshot.n_blocks, int64_t(keys.size()), kv.n_free_blocks()});
-      if (state_bytes > 0 && n < snapshot.n_blocks) n = 0;  // the state is for the last block only
+      // A recurrent model resumes only at a state: blocks past the last one that fits are of no use.
+      if (state_bytes > 0) {
+        int64_t n_resumable = 0;
+        for (const SlotRecurrentState& state : snapshot.recurrent)
+          if (state.n_blocks <= n) n_resumable = state.n_blocks;
+        n = n_resumable;
+      }
       std::vector<uint8_t> bytes(static_cast<size_t>(block_bytes));
       for (int64_t b = 0; b < n; ++b) {
         std::copy_n(snapshot.kv.data() + b * block_bytes, block_bytes, bytes.data());
@@ -176,16 +197,21 @@ int64_t Engine::restore_slot(int32_t id, SlotSnapshot snapshot) {
         if (!kv.insert_cached(keys[size_t(b)], bytes, std::move(taps))) break;
         n_restored += block_size;
       }
-      // A recurrent model resumes from the last block's state; blocks without it are of no use.
+      // A recurrent model resumes from a state whose blocks all came back: positions up to the
+      // furthest one the checkpoints kept are restored, none without one.
       if (state_bytes > 0) {
-        const bool has_state = n > 0 && n_restored == n * block_size &&
-                               impl.checkpoints.put(keys[size_t(n - 1)], std::move(snapshot.recurrent));
-        if (!has_state) n_restored = 0;
+        const int64_t n_blocks_restored = n_restored / block_size;
+        n_restored = 0;
+        for (SlotRecurrentState& state : snapshot.recurrent)
+          if (state.n_blocks <= n_blocks_restored &&
+              impl.checkpoints.put(keys[size_t(state.n_blocks - 1)], std::move(state.bytes)))
+            n_restored = state.n_blocks * block_size;
       }
     }
     std::lock_guard<std::mutex> lock(impl.mutex);
     Impl::SlotRecord& record = impl.slot_records[size_t(id)];
     record.tokens = std::move(snapshot.tokens);
+    record.n_prompt = std::clamp<int64_t>(snapshot.n_prompt, 0, int64_t(record.tokens.size()));
     record.cache_salt = std::move(snapshot.cache_salt);
     record.info.n_tokens = int64_t(record.tokens.size());
     impl.record_pool_stats();
@@ -205,6 +231,7 @@ int64_t Engine::erase_slot(int32_t id) {
     }
     const int64_t n_erased = int64_t(record.tokens.size());
     record.tokens.clear();
+    record.n_prompt = 0;
     record.info.n_tokens = 0;
     impl.record_pool_stats();
     return n_erased;

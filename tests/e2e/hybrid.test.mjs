@@ -1,7 +1,8 @@
 // A Qwen3.5-class hybrid (Gated DeltaNet + gated attention) served by `tensorfold serve --model DIR`:
 // /v1/completions through the `openai` client, with speculation on; replies equal the draft-off
 // ones and the solo ones when eight run together; a chat resumed from the prefix cache (the
-// recurrent state's checkpoints) and a restored slot equal the cold conversation.
+// recurrent state's checkpoints) and a restored slot equal the cold conversation, and the restored
+// slot serves its first question again too.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -125,6 +126,14 @@ test('a saved hybrid slot survives a restart and continues exactly', { timeout: 
       assert.equal(resumed.json.token_sha, expected.json.token_sha);
       assert.equal(resumed.json.choices[0].message.content, expected.json.choices[0].message.content);
       assert.ok(resumed.json.usage.prompt_tokens_details.cached_tokens >= 16, JSON.stringify(resumed.json.usage));
+      // The first question again (a retry): its state lies in the prompt, not at the reply's end,
+      // and the slot kept it, so it is served as a dense model's would be (all full blocks before
+      // the prompt's last token).
+      const retried = await ask(second, messages);
+      assert.equal(retried.json.token_sha, reply.json.token_sha);
+      const { prompt_tokens: n, prompt_tokens_details: { cached_tokens: n_cached } } = retried.json.usage;
+      assert.equal(n_cached, Math.floor((n - 1) / 16) * 16, JSON.stringify(retried.json.usage));
+      assert.ok(n_cached >= 16, JSON.stringify(retried.json.usage));
     } finally {
       await second.stop();
     }

@@ -252,4 +252,51 @@ inline void expect_restored_slot_continues_exactly(std::shared_ptr<Model> model,
   }
 }
 
+// The same prompt sent again (a retry, a regenerate, an agent loop) after its request: from the live
+// cache, and after its slot was saved and restored into a fresh engine. The reply equals a cold one
+// (tokens and logprobs) and the prompt's full blocks before its last token are served, as they are
+// for a dense model. The prompt is a whole number of blocks, so neither the state at its end nor the
+// reply's last one (the slot's last checkpoint) can serve it: a hybrid needs the one a block before.
+// checkpoint_blocks: EngineOptions::recurrent_checkpoint_blocks (0: automatic).
+inline void expect_restored_slot_serves_its_prompt_again(std::shared_ptr<Model> model, const std::string& file,
+                                                         int64_t checkpoint_blocks = 0) {
+  const int64_t vocab = model->config().vocab_size;
+  for (bool sampled : {false, true}) {
+    EngineOptions options;
+    options.n_ctx = 300;
+    options.n_parallel = 2;
+    options.model_id = "fixture";
+    options.recurrent_checkpoint_blocks = checkpoint_blocks;
+    GenerationRequest request = random_requests(1, sampled, vocab, 91, 64, 10)[0];
+    request.prompt.resize(4 * kKvBlockSize, 5);
+    request.max_tokens = 30;
+    request.n_top_logprobs = 3;
+    const int64_t n_served = expected_cache_n(int64_t(request.prompt.size()), int64_t(request.prompt.size()));
+    ModelIdentity identity{"fixture", {{"config.json", "0123"}}};
+    const EngineRun fresh = run_engine(model, {cold(request)}, options, false);
+    {
+      Engine engine(options, model, nullptr);
+      EngineRun first;
+      submit_and_collect(engine, {request}, &first);
+      expect_same_tokens(fresh.replies, first.replies, "first");
+      const SlotSnapshot saved = engine.save_slot(0);
+      EXPECT_GE(saved.n_blocks, 5);
+      write_slot_file(file, saved, identity);
+      EngineRun live;
+      submit_and_collect(engine, {request}, &live);
+      expect_same_tokens(fresh.replies, live.replies, "the same prompt again, live cache");
+      expect_same_logprobs(fresh, live, {request}, "the same prompt again, live cache");
+      EXPECT_EQ(live.replies[0].final_update.timings.cache_n, n_served) << "live cache";
+    }
+    Engine restored(options, model, nullptr);
+    EXPECT_GE(restored.restore_slot(1, read_slot_file(file, identity)), 5 * kKvBlockSize);
+    EngineRun again;
+    submit_and_collect(restored, {request}, &again);
+    expect_same_tokens(fresh.replies, again.replies, "the same prompt again, restored slot");
+    expect_same_logprobs(fresh, again, {request}, "the same prompt again, restored slot");
+    EXPECT_EQ(again.replies[0].final_update.timings.cache_n, n_served) << "restored slot";
+    std::remove(file.c_str());
+  }
+}
+
 }  // namespace tf::test
