@@ -205,15 +205,21 @@ inline void expect_resumed_lane_drafts_as_a_fresh_one(std::shared_ptr<Model> mod
   expect_resumed_lane_drafts_as_a_fresh_one(model, load_drafter(drafter_dir, *model, 1));
 }
 
+// The engine the saved-slot checks run: two slots, room for a prompt, its reply and a next turn.
+inline EngineOptions slot_test_options() {
+  EngineOptions options;
+  options.n_ctx = 300;
+  options.n_parallel = 2;
+  options.model_id = "fixture";
+  return options;
+}
+
 // A slot saved to a file, restored into a fresh engine, continues exactly: the next turn equals the
 // same conversation on a cold engine, and its prefix came from the restored blocks.
 inline void expect_restored_slot_continues_exactly(std::shared_ptr<Model> model, const std::string& file) {
   const int64_t vocab = model->config().vocab_size;
   for (bool sampled : {false, true}) {
-    EngineOptions options;
-    options.n_ctx = 300;
-    options.n_parallel = 2;
-    options.model_id = "fixture";
+    const EngineOptions options = slot_test_options();
     GenerationRequest first = random_requests(1, sampled, vocab, 77, 60, 10)[0];
     first.prompt.resize(60, 5);
     first.max_tokens = 30;
@@ -262,10 +268,7 @@ inline void expect_restored_slot_serves_its_prompt_again(std::shared_ptr<Model> 
                                                          int64_t checkpoint_blocks = 0) {
   const int64_t vocab = model->config().vocab_size;
   for (bool sampled : {false, true}) {
-    EngineOptions options;
-    options.n_ctx = 300;
-    options.n_parallel = 2;
-    options.model_id = "fixture";
+    EngineOptions options = slot_test_options();
     options.recurrent_checkpoint_blocks = checkpoint_blocks;
     GenerationRequest request = random_requests(1, sampled, vocab, 91, 64, 10)[0];
     request.prompt.resize(4 * kKvBlockSize, 5);
