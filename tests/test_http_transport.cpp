@@ -169,6 +169,14 @@ int connect_to(int port, int receive_buffer = 0) {
   return fd;
 }
 
+// A client with a 4 KB receive buffer that has asked for a stream: the fd, to read slowly or not at all.
+int request_stream(int port) {
+  const int fd = connect_to(port, 4096);
+  const std::string request = "GET /stream HTTP/1.1\r\n\r\n";
+  EXPECT_EQ(send(fd, request.data(), request.size(), 0), ssize_t(request.size()));
+  return fd;
+}
+
 std::string read_until_closed(int fd, std::chrono::milliseconds timeout) {
   timeval tv{0, 100'000};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -249,9 +257,7 @@ TEST(HttpTransport, AClientThatStopsReadingIsDroppedAtTheWriteDeadline) {
   transport_ptr = &transport;
   const int port = transport.listen();
   transport.start();
-  const int fd = connect_to(port, 4096);
-  const std::string request = "GET /stream HTTP/1.1\r\n\r\n";
-  ASSERT_EQ(send(fd, request.data(), request.size(), 0), ssize_t(request.size()));
+  const int fd = request_stream(port);
   const auto deadline = std::chrono::steady_clock::now() + 15s;
   while (!is_route_done && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
   close(fd);
@@ -285,9 +291,7 @@ TEST(HttpTransport, AClientThatReadsSlowlyButSteadilyGetsTheWholeStream) {
   transport_ptr = &transport;
   const int port = transport.listen();
   transport.start();
-  const int fd = connect_to(port, 4096);
-  const std::string request = "GET /stream HTTP/1.1\r\n\r\n";
-  ASSERT_EQ(send(fd, request.data(), request.size(), 0), ssize_t(request.size()));
+  const int fd = request_stream(port);
   std::string data;
   char buffer[4096];
   const auto deadline = std::chrono::steady_clock::now() + 30s;
