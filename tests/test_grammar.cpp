@@ -307,6 +307,9 @@ TEST(JsonSchemaTest, UnsupportedFeaturesAreRefusedNamingTheirPath) {
   EXPECT_EQ(param_of({{"$ref", "https://example.com/s.json"}}), "response_format.json_schema.schema.$ref");
   EXPECT_EQ(param_of({{"type", "array"}, {"maxItems", 5000}}), "response_format.json_schema.schema.maxItems");
   EXPECT_EQ(param_of({{"type", "tuple"}}), "response_format.json_schema.schema.type");
+  // 'properties' of another type than an object, empty or not, is no list of members.
+  EXPECT_EQ(param_of({{"type", "object"}, {"properties", json::array()}}), "response_format.json_schema.schema.properties");
+  EXPECT_EQ(param_of({{"properties", ""}}), "response_format.json_schema.schema.properties");
   // Schemas nothing can satisfy are refused, never answered with a reply that breaks them.
   EXPECT_EQ(param_of({{"type", "object"}, {"required", {"x"}}}), "response_format.json_schema.schema.required");
   EXPECT_EQ(param_of({{"type", "integer"}, {"enum", {"a"}}}), "response_format.json_schema.schema.enum");
@@ -632,6 +635,7 @@ TEST(JsonSchemaTest, ForcedXmlCallsRefuseWhatTheirRawFormCannotHold) {
             "tools[0].function.parameters.properties.a>b");
   EXPECT_EQ(param_of(R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}})"),
             "tools[0].function.parameters.properties.n.minimum");
+  EXPECT_EQ(param_of(R"({"type": "object", "properties": []})"), "tools[0].function.parameters.properties");
   EXPECT_EQ(param_of(R"({"type": "object", "properties": {"n": {"type": "integer"}}})"), "no error");
 }
 

@@ -111,8 +111,7 @@ class SchemaConverter {
                                                   "with this chat template (its calls write one <parameter> per property)");
     if (auto type = root_.find("type"); type != root_.end() && *type != "object")
       throw unsupported(root_path_ + ".type", "a tool's parameters must be an object schema");
-    auto properties = root_.find("properties");
-    if (properties == root_.end() || properties->empty()) {
+    if (!has_properties(root_, root_path_)) {
       auto additional = root_.find("additionalProperties");
       if (additional == root_.end() || *additional == true)
         return "(\"<parameter=\" xml-name \">\\n\" xml-text-0 \"\\n</parameter>\\n\")*";
@@ -527,9 +526,8 @@ class SchemaConverter {
   }
 
   std::string object(const json& schema, const std::string& path) {
-    auto properties = schema.find("properties");
     auto additional = schema.find("additionalProperties");
-    if (properties == schema.end() || properties->empty()) {
+    if (!has_properties(schema, path)) {
       // Members are written only from 'properties': a required one without them could never be.
       if (auto required = schema.find("required"); required != schema.end() && !required->empty())
         throw unsupported(path + ".required", "every required name must be one of 'properties'");
@@ -547,6 +545,15 @@ class SchemaConverter {
     return new_rule("\"{\" ws " + members(schema, path, "\",\" ws ", member) + " \"}\"");
   }
 
+  // Whether an object schema lists members: 'properties' is a non-empty object ([] or null is no
+  // empty list, but a mistake named like any other).
+  static bool has_properties(const json& schema, const std::string& path) {
+    auto properties = schema.find("properties");
+    if (properties == schema.end()) return false;
+    if (!properties->is_object()) throw unsupported(path + ".properties", "expected an object");
+    return !properties->empty();
+  }
+
   // The members of an object schema with 'properties', in the order the client gave them (no
   // others are written); an optional one may be left out. `member` writes one, `separator` goes
   // between two. tail[i][after]: the members from i on, `after` = a member precedes (so the next
@@ -555,7 +562,6 @@ class SchemaConverter {
   std::string members(const json& schema, const std::string& path, const std::string& separator,
                       const MemberWriter& member) {
     const json& properties = schema.at("properties");
-    if (!properties.is_object()) throw unsupported(path + ".properties", "expected an object");
     auto additional = schema.find("additionalProperties");
     if (additional != schema.end() && !additional->is_boolean())
       throw unsupported(path + ".additionalProperties", "a schema for additional properties beside 'properties' is not supported");
