@@ -278,7 +278,8 @@ void register_serve_command(CLI::App& app) {
   command->add_option("--port", flags->port, "Port to listen on (0: any free port)")
       ->envname("TF_PORT")->capture_default_str();
   CLI::Option* api_key = command->add_option("--api-key", flags->api_key,
-                      "Require 'Authorization: Bearer KEY' on every route but /health")
+                      "Require 'Authorization: Bearer KEY' on every route but /health and the chat page's files "
+                      "(the page asks for the key)")
       ->envname("TF_API_KEY");
   command->add_option("--parallel", flags->n_parallel, "Most requests generating at once (lanes)")
       ->envname("TF_PARALLEL")->capture_default_str();
