@@ -534,7 +534,8 @@ TEST(OpenAiProtocol, CompletionLogprobsNameByteTokensAndCountCharacters) {
   EXPECT_FLOAT_EQ(third["bytes:\\xb8"].get<float>(), -0.5f);
   EXPECT_FLOAT_EQ(third["bytes:\\xad"].get<float>(), -0.6f);
   EXPECT_FLOAT_EQ(third["bytes:\\xe4"].get<float>(), -0.7f);  // the chosen one, though not in the top
-  EXPECT_TRUE(completion["top_logprobs"][4].empty());  // none asked
+  // logprobs 0: no alternatives asked, the chosen token still given (OpenAI: up to logprobs + 1)
+  EXPECT_EQ(completion["top_logprobs"][4], json({{"bytes:\\xad", -0.4f}}));
 }
 
 TEST(OpenAiProtocol, DumpReplacesInvalidUtf8) {

@@ -367,13 +367,13 @@ json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprobs>& logprobs
     tokens.push_back(text);
     token_logprobs.push_back(entry.logprob);
     // Best first; a key two tokens share (same text) keeps the better one. The chosen token is
-    // always among them, as OpenAI's are.
+    // always among them, as OpenAI's are (up to logprobs + 1 entries; logprobs 0 gives it alone).
     json top = json::object();
     for (const TokenLogprob& alternative : entry.top) {
       const std::string key = completion_token_text(tokenizer, alternative.token);
       if (!top.contains(key)) top[key] = alternative.logprob;
     }
-    if (!entry.top.empty() && !top.contains(text)) top[text] = entry.logprob;
+    if (!top.contains(text)) top[text] = entry.logprob;
     top_logprobs.push_back(std::move(top));
     text_offsets.push_back(text_offset);
     text_offset += utf8_characters_begun(tokenizer.token_bytes(entry.token));
