@@ -327,6 +327,29 @@ TEST(ChatTemplate, ContinueFinalMessageEndsInsideTheLastMessage) {
     EXPECT_EQ(rendered.text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\ngreet\n</think>\n\nHello there");
     for (const tf::TextSpan& span : rendered.literal_spans) EXPECT_LE(span.end, rendered.text.size());
   }
+  // Whitespace at the message's edges, cut as transformers cuts it: after the last occurrence of the
+  // stripped text, with the trailing whitespace only where the template wrote the message whole.
+  struct EdgeCase {
+    ChatTemplateFamily family;
+    const char* content;
+    const char* expected_end;  // what follows "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+  };
+  const EdgeCase edges[] = {
+      {ChatTemplateFamily::qwen3, "The colour is ", "The colour is "},
+      {ChatTemplateFamily::qwen3_5, "The colour is ", "The colour is"},
+      {ChatTemplateFamily::qwen3, " The colour is ", " The colour is"},
+      {ChatTemplateFamily::qwen3_5, " The colour is ", "The colour is"},
+      {ChatTemplateFamily::qwen3, "\nThe colour", "The colour"},
+      {ChatTemplateFamily::qwen3_5, "\nThe colour", "The colour"},
+      {ChatTemplateFamily::qwen3, "Line one\n", "Line one\n"},
+      {ChatTemplateFamily::qwen3_5, "Line one\n", "Line one"},
+  };
+  for (const EdgeCase& edge : edges) {
+    const std::vector<tf::ChatMessage> edged = {{"user", "Hi", std::nullopt, {}}, {"assistant", edge.content, std::nullopt, {}}};
+    EXPECT_EQ(tf::ChatTemplate(edge.family).render(edged, options).text,
+              std::string("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n") + edge.expected_end)
+        << tf::ChatTemplate(edge.family).family_name() << ": '" << edge.content << "'";
+  }
   // Refused: a last message that is not the assistant's, one with tool calls, both switches on.
   const tf::ChatTemplate qwen3(ChatTemplateFamily::qwen3);
   EXPECT_THROW(qwen3.render({{"user", "Hi", std::nullopt, {}}}, options), tf::Error);

@@ -12,6 +12,7 @@
 #include "core/regular_file.h"
 #include "core/sha256.h"
 #include "tokenizer/chat_render.h"
+#include "tokenizer/python_json.h"
 
 namespace tf {
 namespace {
@@ -166,13 +167,19 @@ RenderedChat ChatTemplate::render(const std::vector<ChatMessage>& messages, cons
   if (options.add_generation_prompt) fail("continue_final_message and add_generation_prompt cannot both be true");
   if (last.role != "assistant" || !last.tool_calls.empty())
     fail("continue_final_message needs the last message to be an assistant message without tool calls");
-  // As transformers does: the rendered chat up to the end of the final message's content.
+  // As transformers cuts it: after the last occurrence of the content's stripped text, with its
+  // trailing whitespace only where the template wrote the content whole. A content of whitespace
+  // only ends before the turn's <|im_end|> (transformers would keep the closed turn).
   RenderedChat rendered = render_whole(messages, options);
-  const size_t found = last.content.empty() ? rendered.text.rfind("<|im_end|>") : rendered.text.rfind(last.content);
-  if (found == std::string::npos)
+  const std::string stripped = python_strip(last.content);
+  size_t end = rendered.text.rfind(stripped.empty() ? std::string("<|im_end|>") : stripped);
+  if (end == std::string::npos)
     fail("continue_final_message: the last message's content does not appear in the rendered chat (the template "
-         "strips it)");
-  const size_t end = found + last.content.size();
+         "changes it)");
+  if (!stripped.empty()) {
+    const size_t n_lstripped = last.content.size() - last.content.find(stripped);
+    end += rendered.text.compare(end, n_lstripped, last.content) == 0 ? n_lstripped : stripped.size();
+  }
   rendered.text.resize(end);
   std::erase_if(rendered.literal_spans, [&](const TextSpan& span) { return span.begin >= end; });
   for (TextSpan& span : rendered.literal_spans) span.end = std::min(span.end, end);
