@@ -6,6 +6,7 @@
 #include <atomic>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include <cuda_bf16.h>
 
@@ -488,16 +489,62 @@ __global__ void __launch_bounds__(kWarps * 32)
 constexpr int kStagedBlockBytes = kBlockK * 2;  // one row's K block of activations: 64 bytes
 template <class Rows>
 struct StagedWeights;
+// copy(): thread 0 brings a stage's weights (chain `chain`, K blocks first_block, + 8, ...: `count`
+// of them) for the weight rows col0.. into the box; fetch(): what a lane (weight row `row` of the
+// box, quad q) reads of it, expand(fetched, s): block s's inputs 8q .. 8q + 7 as bf16 pairs.
 template <>
 struct StagedWeights<Bf16Rows> {
   __host__ __device__ static constexpr int box_bytes(int cols, int blocks) {
     return blocks * cols * kStagedBlockBytes;
+  }
+  template <int kCols>
+  __device__ __forceinline__ static void copy(unsigned char* box, const CUtensorMap* w_map, const CUtensorMap*,
+                                              const Bf16Rows&, int chain, int first_block, int count, int col0,
+                                              uint64_t* barrier) {
+    for (int s = 0; s < count; ++s)
+      copy_box(box + s * kCols * kStagedBlockBytes, w_map, (first_block + kWarps * s) * kBlockK, col0, barrier);
+  }
+  using Fetched = const unsigned char*;  // the row's inputs 8q.. of block 0; block s follows kCols rows later
+  template <int kCols>
+  __device__ __forceinline__ static Fetched fetch(const unsigned char* box, int row, int q) {
+    return box + row * kStagedBlockBytes + 16 * q;
+  }
+  template <int kCols>
+  __device__ __forceinline__ static uint4 expand(Fetched fetched, int s) {
+    return *reinterpret_cast<const uint4*>(fetched + s * kCols * kStagedBlockBytes);
   }
 };
 template <int kBits>
 struct StagedWeights<AffineRows<kBits>> {
   static constexpr int kWordBytes = 16 * AffineRows<kBits>::kLaneWords;  // a lane's four blocks
   __host__ __device__ static constexpr int box_bytes(int cols, int) { return cols * (4 * kWordBytes + 16); }
+  // The chain's slice of quad t: lane words at t * 32 * 4 * words + w * 16 * words, entries at
+  // t * (32 >> shift) + (w >> shift) * 4 (the register kernel's cursor and fetch).
+  template <int kCols>
+  __device__ __forceinline__ static void copy(unsigned char* box, const CUtensorMap* w_map,
+                                              const CUtensorMap* scale_map, const AffineRows<kBits>& rows, int chain,
+                                              int first_block, int, int col0, uint64_t* barrier) {
+    const int quad = first_block / 32;
+    copy_box(box, w_map, quad * AffineRows<kBits>::kQuadWords + chain * 16 * AffineRows<kBits>::kLaneWords, col0,
+             barrier);
+    const int entry = (quad << (5 - rows.group_shift)) + ((chain >> rows.group_shift) << 2);
+    copy_box(box + kCols * 4 * kWordBytes, scale_map, entry, col0, barrier);
+  }
+  using Fetched = typename AffineRows<kBits>::Fetched;
+  template <int kCols>
+  __device__ __forceinline__ static Fetched fetch(const unsigned char* box, int row, int q) {
+    const unsigned char* words = box + row * 4 * kWordBytes + q * kWordBytes;
+    Fetched fetched;
+#pragma unroll
+    for (int h = 0; h < AffineRows<kBits>::kLaneWords; ++h)
+      fetched.words[h] = *reinterpret_cast<const uint4*>(words + 16 * h);
+    fetched.scale_bias = *reinterpret_cast<const uint4*>(box + kCols * 4 * kWordBytes + row * 16);
+    return fetched;
+  }
+  template <int kCols>
+  __device__ __forceinline__ static uint4 expand(const Fetched& fetched, int s) {
+    return AffineRows<kBits>::expand(fetched, s);
+  }
 };
 
 template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage, class Rows>
@@ -542,9 +589,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const auto x_box = [&](int slot, int s) {
     return staged_shared + slot * Shape::kStageBytes + s * Shape::kRows * kStagedBlockBytes;
   };
-  const auto w_box = [&](int slot, int s) {  // bf16: block s's box; quantized: the words' box
-    return staged_shared + slot * Shape::kStageBytes + Shape::kInputBytes + s * Shape::kCols * kStagedBlockBytes;
-  };
+  const auto w_box = [&](int slot) { return staged_shared + slot * Shape::kStageBytes + Shape::kInputBytes; };
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
   const int row0 = int(blockIdx.x) * Shape::kRows, col0 = int(blockIdx.y) * Shape::kCols;
   const int n_blocks_k = (n_in + kBlockK - 1) / kBlockK;
@@ -570,20 +615,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     // A box's bytes count in full, the zeros past the matrix's edges included.
     const int weight_bytes = StagedWeights<Rows>::box_bytes(Shape::kCols, kIsBf16 ? count : kBlocksPerStage);
     barrier_arrive_expecting(&full[slot], uint32_t(count * Shape::kRows * kStagedBlockBytes + weight_bytes));
-    for (int s = 0; s < count; ++s) {
-      const int k = (copies.first_block + kWarps * s) * kBlockK;
-      copy_box(x_box(slot, s), &x_map, k, row0, &full[slot]);
-      if constexpr (kIsBf16) copy_box(w_box(slot, s), &w_map, k, col0, &full[slot]);
-    }
-    if constexpr (!kIsBf16) {
-      // The chain's slice of quad t: lane words at t * 32 * 4 * words + w * 16 * words, entries at
-      // t * (32 >> shift) + (w >> shift) * 4 (the register kernel's cursor and fetch).
-      const int quad = copies.first_block / 32, w = copies.chain;
-      constexpr int kLaneWords = Rows::kLaneWords;
-      copy_box(w_box(slot, 0), &w_map, quad * Rows::kQuadWords + w * 16 * kLaneWords, col0, &full[slot]);
-      copy_box(w_box(slot, 0) + Shape::kCols * 4 * StagedWeights<Rows>::kWordBytes, &scale_map,
-               (quad << (5 - rows.group_shift)) + ((w >> rows.group_shift) << 2), col0, &full[slot]);
-    }
+    for (int s = 0; s < count; ++s)
+      copy_box(x_box(slot, s), &x_map, (copies.first_block + kWarps * s) * kBlockK, row0, &full[slot]);
+    StagedWeights<Rows>::template copy<Shape::kCols>(w_box(slot), &w_map, &scale_map, rows, copies.chain,
+                                                     copies.first_block, count, col0, &full[slot]);
     copies.next();
     ++issued;
   };
@@ -602,19 +637,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       const int count = min(kBlocksPerStage, (n_blocks_k - b + kWarps - 1) / kWarps);
       const int slot = consumed % kStages;
       barrier_wait(&full[slot], uint32_t(consumed / kStages) & 1);
-      typename Rows::Fetched fetched[kColTiles];  // quantized: the stage's words of each column tile
-      if constexpr (!kIsBf16) {
-        constexpr int kWordBytes = StagedWeights<Rows>::kWordBytes;
-        const unsigned char* words = w_box(slot, 0) + (warp_col0 + g) * 4 * kWordBytes + q * kWordBytes;
-        const unsigned char* entries = w_box(slot, 0) + Shape::kCols * 4 * kWordBytes + (warp_col0 + g) * 16;
+      typename StagedWeights<Rows>::Fetched fetched[kColTiles];  // each column tile's part of the stage
 #pragma unroll
-        for (int c = 0; c < kColTiles; ++c) {
-#pragma unroll
-          for (int h = 0; h < Rows::kLaneWords; ++h)
-            fetched[c].words[h] = *reinterpret_cast<const uint4*>(words + c * kMmaCols * 4 * kWordBytes + 16 * h);
-          fetched[c].scale_bias = *reinterpret_cast<const uint4*>(entries + c * kMmaCols * 16);
-        }
-      }
+      for (int c = 0; c < kColTiles; ++c)
+        fetched[c] = StagedWeights<Rows>::template fetch<Shape::kCols>(w_box(slot), warp_col0 + c * kMmaCols + g, q);
       const auto multiply_block = [&](int s) {
         uint4 xv[kRowTiles][2], wv[kColTiles];
         const unsigned char* xs = x_box(slot, s) + (warp_row0 + g) * kStagedBlockBytes + 16 * q;
@@ -624,14 +650,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
           for (int h = 0; h < 2; ++h)
             xv[r][h] = *reinterpret_cast<const uint4*>(xs + (r * kMmaRows + 8 * h) * kStagedBlockBytes);
 #pragma unroll
-        for (int c = 0; c < kColTiles; ++c) {
-          if constexpr (kIsBf16) {
-            const unsigned char* ws = w_box(slot, s) + (warp_col0 + c * kMmaCols + g) * kStagedBlockBytes + 16 * q;
-            wv[c] = *reinterpret_cast<const uint4*>(ws);
-          } else {
-            wv[c] = Rows::expand(fetched[c], s);
-          }
-        }
+        for (int c = 0; c < kColTiles; ++c) wv[c] = StagedWeights<Rows>::template expand<Shape::kCols>(fetched[c], s);
         multiply_k_block(acc, xv, wv);
       };
       if (count == kBlocksPerStage) {  // a whole stage: no exit between its blocks, so loads can run ahead
@@ -667,47 +686,66 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       }
 }
 
-// The wgmma kernel, for many rows of bf16 weights: the staged kernel's stages and chains with each
-// k16 step one warpgroup mma (bench/receipts/h100-mma-bits-probe.md: the same bits for the same
-// steps). Three warpgroups: the first copies (thread 0 the activations by TMA, every thread weight
-// pairs by 4-byte async copies), the other two each multiply 64 rows by the block's 128 weight rows.
-// A step must take the register kernels' inputs (step s of a K block: 8q + 4s + i for q, i < 4), but
-// wgmma reads B's K as two core matrices of 8 k slots, so the weights' input pairs are written to
-// shared memory grouped by step (TMA moves nothing under 16 bytes). Which slot of a step holds which
-// input does not change the bits, so the slots are those that let thread q of an mma quad take its
-// A registers for both steps, inputs 8q .. 8q + 7 of a row, in one 16-byte load that no other
-// thread's load shares a bank with: pair 4q + j of a weight row (inputs 8q + 2j, + 1) goes to
-// step j / 2, core matrix j % 2, 4-byte place q. A warp's copies (8 weight rows, 4 places) touch
-// every bank once. (The 64-byte swizzle for B, with the same bits, was slower: h100-wgmma-linear.md.)
+// The wgmma kernel, for many rows of bf16 or MLX weights: the staged kernel's stages and chains
+// with each k16 step one warpgroup mma (bench/receipts/h100-mma-bits-probe.md: the same bits for the
+// same steps). Three warpgroups: the first feeds the stages, the other two each multiply 64 rows by the
+// block's 128 weight rows. A step must take the register kernels' inputs (step s of a K block:
+// 8q + 4s + i for q, i < 4), but wgmma reads B's K as two core matrices of 8 k slots, so the weights
+// are regrouped by step in shared memory: thread 0 brings each stage's activations into the stage and
+// its weight rows, as they lie, into a raw buffer (TMA moves nothing under 16 bytes), and the
+// feeding warpgroup moves the raw weights' input pairs into the stage. Which slot of a step holds
+// which input does not change the bits, so the slots are those that let thread q of an mma quad take
+// its A registers for both steps, inputs 8q .. 8q + 7 of a row, in one 16-byte load that no other
+// thread's load shares a bank with: pair 4q + j of a weight row (inputs 8q + 2j, + 1) goes to step
+// j / 2, core matrix j % 2, 4-byte place q. A warp's moves (8 weight rows, 4 places) touch every bank
+// once. (Async copies of each pair from global memory starved the multipliers, and the 64-byte
+// swizzle for B, with the same bits, was slower: h100-wgmma-linear.md.)
+constexpr size_t kMaxSharedBytes = 227 * 1024;                    // a Hopper block's, opted in
 constexpr int kWgmmaRows = 128, kWgmmaCols = 128;                 // activation rows, weight rows of a block
 constexpr int kWgmmaBlockBytes = kWgmmaCols * kStagedBlockBytes;  // a K block of the weights: 8 KB
 constexpr int kWgmmaStepBytes = kWgmmaBlockBytes / 2;             // one k16 step's B
 constexpr int kWgmmaHalfBytes = kWgmmaStepBytes / 2;              // its 8-slot core matrices (K step)
 
-template <int kBlocksPerStage, int kStages>
+template <int kBlocksPerStage, int kStages, class Rows>
 struct WgmmaShape {
+  static_assert(std::is_same_v<Rows, Bf16Rows> || kBlocksPerStage == 4, "linear: a quantized stage is one quad");
   static constexpr int kInputBytes = kBlocksPerStage * kWgmmaRows * kStagedBlockBytes;
   static constexpr int kStageBytes = kInputBytes + kBlocksPerStage * kWgmmaBlockBytes;
-  static constexpr size_t kSharedBytes = size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t);
+  static constexpr int kRawBytes = StagedWeights<Rows>::box_bytes(kWgmmaCols, kBlocksPerStage);
+  // Raw buffers: two, one landing while the other is moved, where they fit beside the stages.
+  static constexpr size_t kBarrierBytes = (2 * kStages + 2) * sizeof(uint64_t);
+  static constexpr int kRawBuffers =
+      size_t(kStages) * kStageBytes + 2 * size_t(kRawBytes) + kBarrierBytes <= kMaxSharedBytes ? 2 : 1;
+  static constexpr size_t kSharedBytes =
+      size_t(kStages) * kStageBytes + size_t(kRawBuffers) * kRawBytes + kBarrierBytes;
+  static_assert(kSharedBytes <= kMaxSharedBytes, "linear: the wgmma kernel's stages do not fit in shared memory");
 };
 
-template <int kBlocksPerStage, int kStages, LinearOutput kOutput>
+// Waits for the feeding warpgroup's 128 threads (named barrier 1; __syncthreads is barrier 0).
+__device__ __forceinline__ void feeders_sync() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
+
+template <int kBlocksPerStage, int kStages, LinearOutput kOutput, class Rows>
 __global__ void __launch_bounds__(3 * 128, 1)
-    linear_wgmma_kernel(const __grid_constant__ CUtensorMap x_map, const uint16_t* __restrict__ w, int n_rows,
-                        int n_out, int n_in, void* __restrict__ y) {
-  // The multiplying warps free a stage only once the next one's wgmma has started, and the copying
-  // threads mark a stage full only once the next one's copies have started: two stages are held.
+    linear_wgmma_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
+                        const __grid_constant__ CUtensorMap scale_map, Rows rows, int n_rows, int n_out, int n_in,
+                        void* __restrict__ y) {
+  // The multiplying warps free a stage only once the next one's wgmma has started: two stages are
+  // held, and the feeders need a third to fill.
   static_assert(kStages >= 3, "linear: the wgmma kernel needs a third stage to make progress");
-  using Shape = WgmmaShape<kBlocksPerStage, kStages>;
+  using Shape = WgmmaShape<kBlocksPerStage, kStages, Rows>;
+  using Raw = StagedWeights<Rows>;
   extern __shared__ __align__(128) unsigned char wgmma_shared[];
-  uint64_t* full = reinterpret_cast<uint64_t*>(wgmma_shared + kStages * Shape::kStageBytes);
+  unsigned char* raw_weights = wgmma_shared + kStages * Shape::kStageBytes;  // [buffer][the staged kernel's box]
+  uint64_t* full = reinterpret_cast<uint64_t*>(raw_weights + Shape::kRawBuffers * Shape::kRawBytes);
   uint64_t* empty = full + kStages;
+  uint64_t* raw_full = empty + kStages;
   const auto x_box = [&](int slot, int s) {
     return wgmma_shared + slot * Shape::kStageBytes + s * kWgmmaRows * kStagedBlockBytes;
   };
   const auto w_box = [&](int slot, int s) {
     return wgmma_shared + slot * Shape::kStageBytes + Shape::kInputBytes + s * kWgmmaBlockBytes;
   };
+  const auto raw_box = [&](int buffer) { return raw_weights + buffer * Shape::kRawBytes; };
   // Read through a shuffle so the compiler knows it is the same in every thread of a warp: wgmma in
   // a path it took for divergent would be serialized.
   const int warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0), thread = int(threadIdx.x) % 128;
@@ -715,9 +753,10 @@ __global__ void __launch_bounds__(3 * 128, 1)
   const int n_blocks_k = (n_in + kBlockK - 1) / kBlockK;
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < kStages; ++slot) {
-      barrier_init(&full[slot], 128 + 1);  // every copying thread, and thread 0's expected bytes
+      barrier_init(&full[slot], 128 + 1);  // every feeding thread, and thread 0's expected bytes
       barrier_init(&empty[slot], 8);       // every multiplying warp
     }
+    for (int buffer = 0; buffer < Shape::kRawBuffers; ++buffer) barrier_init(&raw_full[buffer], 1);
     barrier_init_fence();
   }
   __syncthreads();
@@ -725,45 +764,59 @@ __global__ void __launch_bounds__(3 * 128, 1)
   let_next_kernel_start();
 
   if (warpgroup == 0) {
-    // The copying warps need few registers: they give theirs to the multiplying ones, whose two
+    // The feeding warps need few registers: they give theirs to the multiplying ones, whose two
     // 64 x 128 sums (a chain's and the total) would not fit the 168 each of 384 threads gets.
     registers_give<40>();
-    // Thread (row r, quad q) copies inputs 8q .. 8q + 7 of weight row r as four pairs; a block of
-    // the stage is [step][core matrix][row / 8][row % 8][16 bytes].
-    const int quad = thread % 4, first_row = thread / 4;  // 32 rows a pass
-    StageWalk<kBlocksPerStage> copies;
+    StageWalk<kBlocksPerStage> copies, moves;  // thread 0's next stage to copy; everyone's next to move
     int issued = 0;
-    for (; copies.at_stage(n_blocks_k); copies.next(), ++issued) {
-      const int slot = issued % kStages;
-      if (issued >= kStages) barrier_wait(&empty[slot], uint32_t(issued / kStages - 1) & 1);
+    // Thread 0: stage `issued`'s activations into its slot, its weights as they lie into a raw buffer.
+    const auto issue_next = [&] {
+      if (!copies.at_stage(n_blocks_k)) return;
+      const int slot = issued % kStages, buffer = issued % Shape::kRawBuffers;
+      if (issued >= kStages) barrier_wait(&empty[slot], uint32_t(issued / kStages - 1) & 1);  // its last use read
       const int count = copies.blocks(n_blocks_k);
-      if (thread == 0) {
-        barrier_arrive_expecting(&full[slot], uint32_t(count * kWgmmaRows * kStagedBlockBytes));
-        for (int s = 0; s < count; ++s)
-          copy_box(x_box(slot, s), &x_map, (copies.first_block + kWarps * s) * kBlockK, row0, &full[slot]);
-      }
-      for (int s = 0; s < count; ++s) {
-        const int k = (copies.first_block + kWarps * s) * kBlockK + 8 * quad;  // n_in % 8 == 0: all 8 or none
-        for (int r = first_row; r < kWgmmaCols; r += 32) {
-          const bool valid = col0 + r < n_out && k < n_in;
-          const uint16_t* source = w + (valid ? int64_t(col0 + r) * n_in + k : 0);
-          unsigned char* place = w_box(slot, s) + (r / 8) * 128 + (r % 8) * 16 + 4 * quad;
+      // A box's bytes count in full, the zeros past the matrix's edges included.
+      barrier_arrive_expecting(&full[slot], uint32_t(count * kWgmmaRows * kStagedBlockBytes));
+      const int raw_blocks = std::is_same_v<Rows, Bf16Rows> ? count : kBlocksPerStage;  // a quad slice is whole
+      barrier_arrive_expecting(&raw_full[buffer], uint32_t(Raw::box_bytes(kWgmmaCols, raw_blocks)));
+      for (int s = 0; s < count; ++s)
+        copy_box(x_box(slot, s), &x_map, (copies.first_block + kWarps * s) * kBlockK, row0, &full[slot]);
+      Raw::template copy<kWgmmaCols>(raw_box(buffer), &w_map, &scale_map, rows, copies.chain, copies.first_block, count,
+                                     col0, &raw_full[buffer]);
+      copies.next();
+      ++issued;
+    };
+    if (thread == 0)
+      for (int i = 0; i < Shape::kRawBuffers; ++i) issue_next();
+    // Thread (row r, quad q) moves inputs 8q .. 8q + 7 of each block of weight row r, as bf16 (the
+    // register kernels' reader dequantizes), as four pairs; a block of the stage is
+    // [step][core matrix][row / 8][row % 8][16 bytes].
+    const int quad = thread % 4, first_row = thread / 4;  // 32 rows a pass
+    for (int moved = 0; moves.at_stage(n_blocks_k); moves.next(), ++moved) {
+      const int slot = moved % kStages, buffer = moved % Shape::kRawBuffers;
+      barrier_wait(&raw_full[buffer], uint32_t(moved / Shape::kRawBuffers) & 1);
+      const int count = moves.blocks(n_blocks_k);
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
-            copy_async<4>(place + (j / 2) * kWgmmaStepBytes + (j % 2) * kWgmmaHalfBytes, source + 2 * j, valid);
+      for (int pass = 0; pass < kWgmmaCols / 32; ++pass) {
+        const int r = first_row + 32 * pass;
+        const typename Raw::Fetched fetched = Raw::template fetch<kWgmmaCols>(raw_box(buffer), r, quad);
+#pragma unroll
+        for (int s = 0; s < kBlocksPerStage; ++s) {
+          if (s >= count) break;
+          const uint4 pairs = Raw::template expand<kWgmmaCols>(fetched, s);
+          unsigned char* place = w_box(slot, s) + (r / 8) * 128 + (r % 8) * 16 + 4 * quad;
+          *reinterpret_cast<uint32_t*>(place) = pairs.x;
+          *reinterpret_cast<uint32_t*>(place + kWgmmaHalfBytes) = pairs.y;
+          *reinterpret_cast<uint32_t*>(place + kWgmmaStepBytes) = pairs.z;
+          *reinterpret_cast<uint32_t*>(place + kWgmmaStepBytes + kWgmmaHalfBytes) = pairs.w;
         }
       }
-      copy_async_commit();
-      if (issued > 0) {  // the stage before this one has landed
-        copy_async_wait<1>();
-        fence_async_shared();
-        barrier_arrive(&full[(issued - 1) % kStages]);
-      }
-    }
-    if (issued > 0) {
-      copy_async_wait<0>();
-      fence_async_shared();
-      barrier_arrive(&full[(issued - 1) % kStages]);
+      fence_async_shared();  // the moved pairs, as the async proxy wgmma reads through sees them
+      barrier_arrive(&full[slot]);
+      // Every thread is done with the raw buffer before thread 0 refills it with a stage whose slot's
+      // wait on the multipliers then orders every thread's moves into that slot too.
+      feeders_sync();
+      if (thread == 0) issue_next();
     }
   } else {
     registers_take<232>();
@@ -966,6 +1019,20 @@ void size_staged_kernels() {
   }
 }
 
+// The tensor maps StagedWeights<Rows>::copy reads, boxes of `cols` weight rows: bf16 rows by K
+// block, or a quad slice's packed words and its scale/bias entries (the second map unused for bf16).
+template <class Rows>
+std::pair<CUtensorMap, CUtensorMap> staged_weight_maps(const LinearWeights& w, int64_t n_out, int64_t n_in, int cols) {
+  if constexpr (std::is_same_v<Rows, Bf16Rows>) {
+    const CUtensorMap w_map = matrix_map(w.bf16, TensorElement::bf16, n_out, n_in, cols, kBlockK);
+    return {w_map, w_map};
+  } else {
+    return {matrix_map(w.packed, TensorElement::u32, n_out, affine_row_words(n_in, w.bits), cols,
+                       4 * StagedWeights<Rows>::kWordBytes / 4),
+            matrix_map(w.scale_bias, TensorElement::u32, n_out, affine_row_entries(n_in, w.group_size), cols, 4)};
+  }
+}
+
 template <int kWarpRows, int kRowTiles, int kColTiles, int kBlocksPerStage, int kStages, int kFormats>
 void launch_staged(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in, void* y,
                    LinearOutput output, cudaStream_t stream) {
@@ -977,16 +1044,7 @@ void launch_staged(const uint16_t* x, int64_t n_rows, const LinearWeights& w, in
       constexpr size_t shared_bytes =
           staged_shared_bytes<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, kStages, Rows>();
       const CUtensorMap x_map = matrix_map(x, TensorElement::bf16, n_rows, n_in, Shape::kRows, kBlockK);
-      CUtensorMap w_map, scale_map;
-      if constexpr (is_bf16) {
-        w_map = matrix_map(w.bf16, TensorElement::bf16, n_out, n_in, Shape::kCols, kBlockK);
-        scale_map = w_map;  // unused
-      } else {
-        w_map = matrix_map(w.packed, TensorElement::u32, n_out, affine_row_words(n_in, w.bits), Shape::kCols,
-                           4 * StagedWeights<Rows>::kWordBytes / 4);
-        scale_map = matrix_map(w.scale_bias, TensorElement::u32, n_out, affine_row_entries(n_in, w.group_size),
-                               Shape::kCols, 4);
-      }
+      const auto [w_map, scale_map] = staged_weight_maps<Rows>(w, n_out, n_in, Shape::kCols);
       const dim3 grid(unsigned((n_rows + Shape::kRows - 1) / Shape::kRows),
                       unsigned((n_out + Shape::kCols - 1) / Shape::kCols));
       with_output(output, [&](auto output_constant) {
@@ -1001,26 +1059,40 @@ void launch_staged(const uint16_t* x, int64_t n_rows, const LinearWeights& w, in
   });
 }
 
-template <int kBlocksPerStage, int kStages>
+template <int kBlocksPerStage, int kStages, int kFormats>
 void size_wgmma_kernels() {
-  constexpr size_t bytes = WgmmaShape<kBlocksPerStage, kStages>::kSharedBytes;
-  allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, LinearOutput::bf16>>(bytes);
-  allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, LinearOutput::f32>>(bytes);
-  allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, LinearOutput::swiglu_bf16>>(bytes);
+  const auto for_rows = [&]<class Rows>() {
+    constexpr size_t bytes = WgmmaShape<kBlocksPerStage, kStages, Rows>::kSharedBytes;
+    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, LinearOutput::bf16, Rows>>(bytes);
+    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, LinearOutput::f32, Rows>>(bytes);
+    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, LinearOutput::swiglu_bf16, Rows>>(bytes);
+  };
+  if constexpr ((kFormats & kBf16) != 0) for_rows.template operator()<Bf16Rows>();
+  if constexpr ((kFormats & kQuantized) != 0) {
+    for_rows.template operator()<AffineRows<4>>();
+    for_rows.template operator()<AffineRows<8>>();
+  }
 }
 
-template <int kBlocksPerStage, int kStages>
+template <int kBlocksPerStage, int kStages, int kFormats>
 void launch_wgmma(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in, void* y,
                   LinearOutput output, cudaStream_t stream) {
-  TF_CUDA_REQUIRE(w.bits == 0, "linear: the wgmma kernel takes bf16 weights only");  // linear_config_fits has checked
-  const CUtensorMap x_map = matrix_map(x, TensorElement::bf16, n_rows, n_in, kWgmmaRows, kBlockK);
-  const dim3 grid(unsigned((n_rows + kWgmmaRows - 1) / kWgmmaRows), unsigned((n_out + kWgmmaCols - 1) / kWgmmaCols));
-  size_wgmma_kernels<kBlocksPerStage, kStages>();
-  with_output(output, [&](auto output_constant) {
-    launch_overlapped("linear_wgmma_kernel",
-                      linear_wgmma_kernel<kBlocksPerStage, kStages, decltype(output_constant)::value>, grid,
-                      dim3(3 * 128), WgmmaShape<kBlocksPerStage, kStages>::kSharedBytes, stream, x_map, w.bf16,
-                      int(n_rows), int(n_out), int(n_in), y);
+  with_rows(w, int(n_in), [&](const auto& rows) {
+    using Rows = std::decay_t<decltype(rows)>;
+    constexpr bool is_bf16 = std::is_same_v<Rows, Bf16Rows>;
+    if constexpr ((kFormats & (is_bf16 ? kBf16 : kQuantized)) != 0) {
+      const CUtensorMap x_map = matrix_map(x, TensorElement::bf16, n_rows, n_in, kWgmmaRows, kBlockK);
+      const auto [w_map, scale_map] = staged_weight_maps<Rows>(w, n_out, n_in, kWgmmaCols);
+      const dim3 grid(unsigned((n_rows + kWgmmaRows - 1) / kWgmmaRows),
+                      unsigned((n_out + kWgmmaCols - 1) / kWgmmaCols));
+      size_wgmma_kernels<kBlocksPerStage, kStages, kFormats>();
+      with_output(output, [&](auto output_constant) {
+        launch_overlapped("linear_wgmma_kernel",
+                          linear_wgmma_kernel<kBlocksPerStage, kStages, decltype(output_constant)::value, Rows>, grid,
+                          dim3(3 * 128), WgmmaShape<kBlocksPerStage, kStages, Rows>::kSharedBytes, stream, x_map,
+                          w_map, scale_map, rows, int(n_rows), int(n_out), int(n_in), y);
+      });
+    }
   });
 }
 
@@ -1040,9 +1112,11 @@ struct ConfigEntry {
 #define TF_STREAMED_CONFIG(name, stages, formats)                                      \
   ConfigEntry{{name, 1, 2, 1, 4, false}, formats, &launch_streamed<stages, formats>, \
               &size_streamed_kernels<stages, formats>}
-// The wgmma kernel (bf16): 128 rows by 128 weight rows a block, `blocks` K blocks a stage, `stages` stages.
-#define TF_WGMMA_CONFIG(name, blocks, stages) \
-  ConfigEntry{{name, 8, 16, 1, blocks, false}, kBf16, &launch_wgmma<blocks, stages>, &size_wgmma_kernels<blocks, stages>}
+// The wgmma kernel: 128 rows by 128 weight rows a block, `blocks` K blocks a stage (4 for quantized
+// weights: a quad's slice), `stages` stages.
+#define TF_WGMMA_CONFIG(name, blocks, stages, formats)                                                     \
+  ConfigEntry{{name, 8, 16, 1, blocks, false}, formats, &launch_wgmma<blocks, stages, formats>, \
+              &size_wgmma_kernels<blocks, stages, formats>}
 // The staged kernel: a grid of warp_rows x (8 / warp_rows) warps, each row_tiles 16-row by
 // col_tiles 8-column mma tiles; blocks K blocks a stage (4 for quantized weights), `stages` stages.
 #define TF_STAGED_CONFIG(name, warp_rows, row_tiles, col_tiles, blocks, stages, formats)                       \
@@ -1098,7 +1172,8 @@ constexpr ConfigEntry kConfigs[] = {
     TF_STAGED_CONFIG("s128x64b4s4", 4, 2, 4, 4, 4, kAllFormats),
     TF_STAGED_CONFIG("s256x64b2s4", 4, 4, 4, 2, 4, kBf16),
     TF_STAGED_CONFIG("s64x32b4s6", 4, 1, 2, 4, 6, kAllFormats),
-    TF_WGMMA_CONFIG("g128x128b2s5", 2, 5),
+    TF_WGMMA_CONFIG("g128x128b2s5", 2, 5, kBf16),
+    TF_WGMMA_CONFIG("g128x128b4s3", 4, 3, kAllFormats),
 };
 #undef TF_LINEAR_CONFIG
 #undef TF_SWAPPED_CONFIG
@@ -1128,14 +1203,15 @@ constexpr DispatchEntry kBf16Dispatch[] = {
     {32, config_id_of("r2c4u2")},
     {192, config_id_of("r4c4g2u1")},
     {256, config_id_of("s64x128b4s4")},
-    {INT64_MAX, config_id_of("s128x128b4s3")},  // g128x128b2s5: the same bits, 0.98-1.00x the time at 4,096 rows, slower at 512 (h100-wgmma-linear.md)
+    {INT64_MAX, config_id_of("g128x128b2s5")},  // 0.92x s128x128b4s3's time at 4,096 rows, the same at 512 (h100-wgmma-feeders.md)
 };
 constexpr DispatchEntry kQuantizedDispatch[] = {
     {8, config_id_of("t1r1u4")},
     {16, config_id_of("t2r2u4")},
     {32, config_id_of("r1c4u4")},
     {192, config_id_of("t2r8u1")},
-    {INT64_MAX, config_id_of("s64x128b4s4")},
+    {256, config_id_of("s64x128b4s4")},
+    {INT64_MAX, config_id_of("g128x128b4s3")},  // 0.72x s64x128b4s4's time at 4,096 rows (h100-wgmma-feeders.md)
 };
 template <size_t N>
 constexpr bool is_dispatch_valid(const DispatchEntry (&table)[N], int formats) {

@@ -1,7 +1,7 @@
-// Hopper warpgroup MMA (wgmma) and the per-thread async copies that feed it: the PTX wrappers the
-// wgmma linear kernel needs. An mma's 16 k slots are added as one set and wgmma gives mma.sync's bits
-// for the same k16 steps (bench/receipts/h100-mma-bits-probe.md), so a kernel built on these keeps the
-// register kernels' bits as long as it keeps their grouping of inputs into steps.
+// Hopper warpgroup MMA (wgmma): the PTX wrappers the wgmma linear kernel needs. An mma's 16 k slots
+// are added as one set and wgmma gives mma.sync's bits for the same k16 steps
+// (bench/receipts/h100-mma-bits-probe.md), so a kernel built on these keeps the register kernels'
+// bits as long as it keeps their grouping of inputs into steps.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -56,21 +56,6 @@ __device__ __forceinline__ void registers_take() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
 }
 
-// Copies kBytes (4, 8 or 16) from global to shared memory asynchronously; with `valid` false it
-// writes zeros (and reads nothing).
-template <int kBytes>
-__device__ __forceinline__ void copy_async(void* destination, const void* source, bool valid) {
-  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(shared_address(destination)), "l"(source),
-               "n"(kBytes), "r"(valid ? kBytes : 0)
-               : "memory");
-}
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Waits until at most `kPending` of this thread's committed copy groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
 // Makes this thread's finished shared-memory writes visible to wgmma, which reads through the async proxy.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
