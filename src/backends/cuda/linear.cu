@@ -719,6 +719,10 @@ struct WgmmaShape {
   static constexpr size_t kSharedBytes =
       size_t(kStages) * kStageBytes + size_t(kRawBuffers) * kRawBytes + kBarrierBytes;
   static_assert(kSharedBytes <= kMaxSharedBytes, "linear: the wgmma kernel's stages do not fit in shared memory");
+  // Thread 0 refills a raw buffer with the stage kRawBuffers on, whose slot the multipliers free only
+  // once they have started the stage after the one it held: more raw buffers than kStages - 1 wait on
+  // a stage not yet moved (a deadlock; 4 of 5 ran 1.38x slower than 2, h100-wgmma-feeders.md).
+  static_assert(kRawBuffers <= kStages - 1, "linear: the wgmma kernel's raw buffers must stay behind its stages");
 };
 
 // Waits for the feeding warpgroup's 128 threads (named barrier 1; __syncthreads is barrier 0).
