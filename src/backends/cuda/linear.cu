@@ -517,6 +517,7 @@ struct StagedWeights<Bf16Rows> {
 template <int kBits>
 struct StagedWeights<AffineRows<kBits>> {
   static constexpr int kWordBytes = 16 * AffineRows<kBits>::kLaneWords;  // a lane's four blocks
+  // A quad slice comes whole, whatever the stage's count of blocks.
   __host__ __device__ static constexpr int box_bytes(int cols, int) { return cols * (4 * kWordBytes + 16); }
   // The chain's slice of quad t: lane words at t * 32 * 4 * words + w * 16 * words, entries at
   // t * (32 >> shift) + (w >> shift) * 4 (the register kernel's cursor and fetch).
@@ -581,7 +582,6 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
                          const __grid_constant__ CUtensorMap scale_map, Rows rows, int n_rows, int n_out, int n_in,
                          void* __restrict__ y) {
   using Shape = StagedShape<kWarpRows, kRowTiles, kColTiles, kBlocksPerStage, Rows>;
-  constexpr bool kIsBf16 = std::is_same_v<Rows, Bf16Rows>;
   extern __shared__ __align__(128) unsigned char staged_shared[];
   // Stage s: kBlocksPerStage activation boxes [kRows][32], then the weights (StagedWeights).
   uint64_t* full = reinterpret_cast<uint64_t*>(staged_shared + kStages * Shape::kStageBytes);
@@ -613,7 +613,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     if (issued >= kStages) barrier_wait(&empty[slot], uint32_t(issued / kStages - 1) & 1);  // its last use read
     const int count = copies.blocks(n_blocks_k);
     // A box's bytes count in full, the zeros past the matrix's edges included.
-    const int weight_bytes = StagedWeights<Rows>::box_bytes(Shape::kCols, kIsBf16 ? count : kBlocksPerStage);
+    const int weight_bytes = StagedWeights<Rows>::box_bytes(Shape::kCols, count);
     barrier_arrive_expecting(&full[slot], uint32_t(count * Shape::kRows * kStagedBlockBytes + weight_bytes));
     for (int s = 0; s < count; ++s)
       copy_box(x_box(slot, s), &x_map, (copies.first_block + kWarps * s) * kBlockK, row0, &full[slot]);
@@ -781,8 +781,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
       const int count = copies.blocks(n_blocks_k);
       // A box's bytes count in full, the zeros past the matrix's edges included.
       barrier_arrive_expecting(&full[slot], uint32_t(count * kWgmmaRows * kStagedBlockBytes));
-      const int raw_blocks = std::is_same_v<Rows, Bf16Rows> ? count : kBlocksPerStage;  // a quad slice is whole
-      barrier_arrive_expecting(&raw_full[buffer], uint32_t(Raw::box_bytes(kWgmmaCols, raw_blocks)));
+      barrier_arrive_expecting(&raw_full[buffer], uint32_t(Raw::box_bytes(kWgmmaCols, count)));
       for (int s = 0; s < count; ++s)
         copy_box(x_box(slot, s), &x_map, (copies.first_block + kWarps * s) * kBlockK, row0, &full[slot]);
       Raw::template copy<kWgmmaCols>(raw_box(buffer), &w_map, &scale_map, rows, copies.chain, copies.first_block, count,
