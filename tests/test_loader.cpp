@@ -233,6 +233,9 @@ TEST(Safetensors, RejectsEachMalformedHeader) {
       {"overlap", R"({"first.weight":{)" + f32_ok + R"(},"second.weight":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 16,
        {"first.weight", "second.weight", "overlap"}},
       {"metadata not strings", R"({"__metadata__":{"format":3},"ok":{)" + f32_ok + "}}", 8, {"__metadata__", "format"}},
+      // JSON keeps the last of two equal keys: the second entry would silently replace the first.
+      {"name given twice", R"({"twice.weight":{)" + f32_ok + R"(},"twice.weight":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+       16, {"twice.weight", "twice"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -129,8 +130,18 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
          "-byte header but has only " + std::to_string(file_size - 8) + " bytes after the length");
 
   const char* header_text = reinterpret_cast<const char*>(file->base_ + 8);
-  Json header = Json::parse(header_text, header_text + header_size, nullptr, /*allow_exceptions=*/false);
+  // A JSON object keeps the last of two equal keys, so a tensor named twice would silently be the second.
+  std::set<std::string> names;
+  std::string duplicate;
+  const Json::parser_callback_t note_duplicate = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (depth == 1 && event == Json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second &&
+        duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  Json header = Json::parse(header_text, header_text + header_size, note_duplicate, /*allow_exceptions=*/false);
   if (header.is_discarded()) fail("safetensors file " + path + " has a header that is not valid JSON");
+  if (!duplicate.empty()) fail("safetensors file " + path + ": tensor \"" + duplicate + "\" appears twice in the header");
   if (!header.is_object()) fail("safetensors file " + path + " has a header that is not a JSON object");
 
   const uint8_t* data = file->base_ + 8 + header_size;
