@@ -201,6 +201,17 @@ TEST(HybridLoader, AMissingHybridFieldIsAnErrorNamingIt) {
       edited_copy("qwen3.5-tiny-b", [](nlohmann::json& c) { c["layer_types"].erase(c["layer_types"].size() - 1); });
   test::expect_error_naming([&] { ModelConfig::load(short_schedule); }, {"layer_types", "4 entries", "5 layers"});
   fs::remove_all(short_schedule);
+  // An empty schedule is refused as one, not read as a dense model (whose tensors it then lacks).
+  const std::string no_schedule = edited_copy("qwen3.5-tiny-a", [](nlohmann::json& c) { c["text_config"]["layer_types"] = nlohmann::json::array(); });
+  test::expect_error_naming([&] { ModelConfig::load(no_schedule); }, {"layer_types", "0 entries", "4 layers", "text_config"});
+  fs::remove_all(no_schedule);
+  // Without layer_types the default schedule has one entry per layer: the count is bounded first.
+  const std::string huge = edited_copy("qwen3.5-tiny-a", [](nlohmann::json& c) {
+    c["text_config"].erase("layer_types");
+    c["text_config"]["num_hidden_layers"] = int64_t(1) << 40;
+  });
+  test::expect_error_naming([&] { ModelConfig::load(huge); }, {"num_hidden_layers", "1099511627776", "text_config"});
+  fs::remove_all(huge);
   const std::string bad_kind =
       edited_copy("qwen3.5-tiny-b", [](nlohmann::json& c) { c["layer_types"][0] = "sliding_attention"; });
   test::expect_error_naming([&] { ModelConfig::load(bad_kind); }, {"layer_types", "sliding_attention"});

@@ -144,6 +144,8 @@ QuantizationConfig read_quantization(const Json& config, const std::string& path
 // The Gated DeltaNet fields and the layer schedule of a hybrid's text config; each is required.
 HybridConfig read_hybrid_fields(const Json& text, const std::string& path, int64_t head_dim, int64_t n_layers) {
   HybridConfig hybrid;
+  // Bounded before the default schedule is built, one entry per layer.
+  require_in_range(n_layers, "num_hidden_layers", path, 1, 4096);
   const Json* given_types = find_field(text, "layer_types");
   Json types = given_types ? *given_types : Json::array();
   if (!given_types) {
@@ -163,6 +165,11 @@ HybridConfig read_hybrid_fields(const Json& text, const std::string& path, int64
       fail_field("layer_types", path, "holds " + type.dump() + " (each entry must be \"linear_attention\" or \"full_attention\")");
     }
   }
+  // Checked here, not only in validate_hybrid: an empty schedule would make the model dense.
+  if (int64_t(hybrid.layer_kinds.size()) != n_layers)
+    fail_field("layer_types", path,
+               "has " + std::to_string(hybrid.layer_kinds.size()) + " entries for " + std::to_string(n_layers) +
+                   " layers (num_hidden_layers)");
   hybrid.linear_n_key_heads = required_int(text, "linear_num_key_heads", path);
   hybrid.linear_n_value_heads = required_int(text, "linear_num_value_heads", path);
   hybrid.linear_key_head_dim = required_int(text, "linear_key_head_dim", path);
