@@ -467,6 +467,7 @@ TEST(ModelConfig, RejectsMissingWrongAndUnsupportedFields) {
                       {"rope_parameters.rope_type", "linear"});
   expect_config_error([](Json& c) { c["use_sliding_window"] = true; }, {"use_sliding_window"});
   expect_config_error([](Json& c) { c["layer_types"] = {"full_attention", "sliding_attention"}; }, {"layer_types", "sliding_attention"});
+  expect_config_error([](Json& c) { c["layer_types"] = "full_attention"; }, {"layer_types", "list"});
   expect_config_error([](Json& c) { c["model_type"] = 5; }, {"model_type"});
   expect_config_error([](Json& c) { c["layer_types"] = {"full_attention"}; }, {"layer_types", "num_hidden_layers"});
   expect_config_error([](Json& c) { c["hidden_act"] = "gelu"; }, {"hidden_act", "gelu"});

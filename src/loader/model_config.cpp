@@ -234,7 +234,8 @@ ModelConfig ModelConfig::load(const std::string& model_dir) {
   if (const Json* sliding = find_field(text, "use_sliding_window"); sliding && *sliding == true)
     fail_field("use_sliding_window", text_path, "is true: sliding-window attention is not supported");
   if (!is_hybrid)
-    if (const Json* types = find_field(text, "layer_types"); types && types->is_array()) {
+    if (const Json* types = find_field(text, "layer_types")) {
+      if (!types->is_array()) fail_field("layer_types", text_path, "must be a list of \"full_attention\"");
       for (const Json& type : *types)
         if (type != "full_attention")
           fail_field("layer_types", text_path, "holds " + type.dump() + ": this architecture's layers are all full_attention");
