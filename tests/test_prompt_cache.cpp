@@ -120,6 +120,26 @@ TEST(KvPool, EvictsLeastRecentlyUsedAndNeverAHeldOrPromisedBlock) {
   EXPECT_EQ(kv.n_cached_prefix(keys[2]), 1);
 }
 
+// A restore whose first block is already cached, least recently used, with no block free: the
+// blocks it inserts after it must evict other prefixes, not that one (else the restored run is cut
+// at its head and nothing of it can be adopted, though the restore counted it).
+TEST(KvPool, ARestoredBlockAlreadyCachedIsNotEvictedByTheRestBeingInserted) {
+  KvCache kv = small_pool(3);
+  const BlockKey root = root_block_key("m", "");
+  const auto keys = block_keys(root, tokens_from(0, 32), 32, 16);
+  for (const auto& first : {keys[0], block_keys(root, tokens_from(500, 16), 16, 16)[0],
+                            block_keys(root, tokens_from(900, 16), 16, 16)[0]}) {
+    const int32_t lane = kv.lane_open();  // cached in this order: keys[0] is the least recently used
+    ASSERT_TRUE(kv.lane_reserve(lane, 16));
+    ASSERT_TRUE(kv.publish(lane, 0, first, {}));
+    kv.lane_close(lane);
+  }
+  ASSERT_EQ(kv.stats().free, 0);
+  EXPECT_TRUE(kv.insert_cached(keys[0], {}, {}));
+  EXPECT_TRUE(kv.insert_cached(keys[1], {}, {}));
+  EXPECT_EQ(kv.n_cached_prefix(keys), 2) << "the restored run keeps its first block";
+}
+
 TEST(KvPool, PromisesHoldWhateverOtherLanesDraw) {
   KvCache kv = small_pool(6);
   const int32_t a = kv.lane_open();

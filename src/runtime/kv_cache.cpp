@@ -226,7 +226,12 @@ const std::vector<float>& KvCache::cached_extras(const BlockKey& key) const {
 }
 
 bool KvCache::insert_cached(const BlockKey& key, const std::vector<uint8_t>& kv_bytes, std::vector<float> extras) {
-  if (by_key_.count(key)) return true;
+  if (const auto found = by_key_.find(key); found != by_key_.end()) {
+    // Already cached: now the most recently used, so the blocks inserted after it evict others first.
+    const BlockInfo& info = blocks_[size_t(found->second)];
+    if (info.refs == 0) lru_.splice(lru_.end(), lru_, info.lru);
+    return true;
+  }
   if (int64_t(kv_bytes.size()) != storage_->bytes_for(block_size_)) fail_internal("a cached block of the wrong size");
   if (n_free_blocks() < 1) return false;
   const int32_t block = take_block();

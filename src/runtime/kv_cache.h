@@ -109,8 +109,9 @@ class KvCache {
   // The physical block of a cached key, or -1, and the extras published with it.
   int32_t cached_block(const BlockKey& key) const;
   const std::vector<float>& cached_extras(const BlockKey& key) const;
-  // Puts a block read from elsewhere (a saved slot) into the cache under key, unless it is there:
-  // a free block, or the least recently used cached one. False when every block is held or promised.
+  // Puts a block read from elsewhere (a saved slot) into the cache under key, unless it is there
+  // (then it becomes the most recently used): a free block, or the least recently used cached one.
+  // False when every block is held or promised.
   bool insert_cached(const BlockKey& key, const std::vector<uint8_t>& kv_bytes, std::vector<float> extras);
   // Forgets the block cached under key, if any: free once nobody holds it.
   void forget(const BlockKey& key);
