@@ -706,6 +706,11 @@ TEST(OpenAiProtocol, UnsupportedOpenAiFieldsAreRefusedByName) {
   EXPECT_EQ(chat_error({{"repetition_penalty", 1.3}}).param, "repetition_penalty");
   EXPECT_EQ(completion_error({{"prompt", "p"}, {"repeat_penalty", 1.1}}).param, "repeat_penalty");
   EXPECT_NO_THROW(parse_chat_request(chat_body({{"repetition_penalty", 1.0}}), test_limits()));
+  // llama.cpp's slot pin is not honoured (a request runs in any free slot): refused, not ignored,
+  // so a client never saves a slot it believes its request ran in; -1 (any slot) asks for nothing.
+  EXPECT_EQ(chat_error({{"id_slot", 1}}).param, "id_slot");
+  EXPECT_EQ(completion_error({{"prompt", "p"}, {"id_slot", 0}}).param, "id_slot");
+  EXPECT_NO_THROW(parse_chat_request(chat_body({{"id_slot", -1}}), test_limits()));
   EXPECT_EQ(parse_completion_request(json{{"prompt", "p"}, {"logit_bias", {{"1", -5}}}}, test_limits())
                 .constraints.logit_bias.size(), 1u);
   EXPECT_EQ(chat_error({{"messages", json::parse(R"([{"role": "narrator", "content": "x"}])")}}).param, "messages[0].role");
