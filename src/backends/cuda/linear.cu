@@ -706,29 +706,36 @@ constexpr int kWgmmaBlockBytes = kWgmmaCols * kStagedBlockBytes;  // a K block o
 constexpr int kWgmmaStepBytes = kWgmmaBlockBytes / 2;             // one k16 step's B
 constexpr int kWgmmaHalfBytes = kWgmmaStepBytes / 2;              // its 8-slot core matrices (K step)
 
-template <int kBlocksPerStage, int kStages, class Rows>
+template <int kBlocksPerStage, int kStages, int kRaw, class Rows>
 struct WgmmaShape {
   static_assert(std::is_same_v<Rows, Bf16Rows> || kBlocksPerStage == 4, "linear: a quantized stage is one quad");
   static constexpr int kInputBytes = kBlocksPerStage * kWgmmaRows * kStagedBlockBytes;
   static constexpr int kStageBytes = kInputBytes + kBlocksPerStage * kWgmmaBlockBytes;
   static constexpr int kRawBytes = StagedWeights<Rows>::box_bytes(kWgmmaCols, kBlocksPerStage);
-  // Raw buffers: two, one landing while the other is moved, where they fit beside the stages.
-  static constexpr size_t kBarrierBytes = (2 * kStages + 2) * sizeof(uint64_t);
-  static constexpr int kRawBuffers =
-      size_t(kStages) * kStageBytes + 2 * size_t(kRawBytes) + kBarrierBytes <= kMaxSharedBytes ? 2 : 1;
-  static constexpr size_t kSharedBytes =
-      size_t(kStages) * kStageBytes + size_t(kRawBuffers) * kRawBytes + kBarrierBytes;
+  // Raw buffers: up to kRaw stages' weights in flight from global memory while one is moved, as many
+  // as fit beside the stages.
+  static constexpr size_t shared_bytes(int raw_buffers) {
+    return size_t(kStages) * kStageBytes + size_t(raw_buffers) * kRawBytes + (2 * kStages + raw_buffers) * sizeof(uint64_t);
+  }
+  static constexpr int kRawBuffers = [] {
+    int raw_buffers = kRaw;
+    while (raw_buffers > 1 && shared_bytes(raw_buffers) > kMaxSharedBytes) --raw_buffers;
+    return raw_buffers;
+  }();
+  static constexpr size_t kSharedBytes = shared_bytes(kRawBuffers);
   static_assert(kSharedBytes <= kMaxSharedBytes, "linear: the wgmma kernel's stages do not fit in shared memory");
   // Thread 0 refills a raw buffer with the stage kRawBuffers on, whose slot the multipliers free only
   // once they have started the stage after the one it held: more raw buffers than kStages - 1 wait on
-  // a stage not yet moved (a deadlock; 4 of 5 ran 1.38x slower than 2, h100-wgmma-feeders.md).
+  // a stage not yet moved (a deadlock), and more than kStages - 2 make the feeders wait on the
+  // multipliers (4 of 5 stages ran 1.38x slower than 2, h100-wgmma-feeders.md; 2 of 3 1.05-1.25x
+  // slower than 1, while 3 of 5 ran as 2: h100-wgmma-raw-buffers.md).
   static_assert(kRawBuffers <= kStages - 1, "linear: the wgmma kernel's raw buffers must stay behind its stages");
 };
 
 // Waits for the feeding warpgroup's 128 threads (named barrier 1; __syncthreads is barrier 0).
 __device__ __forceinline__ void feeders_sync() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
 
-template <int kBlocksPerStage, int kStages, LinearOutput kOutput, class Rows>
+template <int kBlocksPerStage, int kStages, int kRaw, LinearOutput kOutput, class Rows>
 __global__ void __launch_bounds__(3 * 128, 1)
     linear_wgmma_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
                         const __grid_constant__ CUtensorMap scale_map, Rows rows, int n_rows, int n_out, int n_in,
@@ -736,7 +743,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
   // The multiplying warps free a stage only once the next one's wgmma has started: two stages are
   // held, and the feeders need a third to fill.
   static_assert(kStages >= 3, "linear: the wgmma kernel needs a third stage to make progress");
-  using Shape = WgmmaShape<kBlocksPerStage, kStages, Rows>;
+  using Shape = WgmmaShape<kBlocksPerStage, kStages, kRaw, Rows>;
   using Raw = StagedWeights<Rows>;
   extern __shared__ __align__(128) unsigned char wgmma_shared[];
   unsigned char* raw_weights = wgmma_shared + kStages * Shape::kStageBytes;  // [buffer][the staged kernel's box]
@@ -1062,13 +1069,13 @@ void launch_staged(const uint16_t* x, int64_t n_rows, const LinearWeights& w, in
   });
 }
 
-template <int kBlocksPerStage, int kStages, int kFormats>
+template <int kBlocksPerStage, int kStages, int kRaw, int kFormats>
 void size_wgmma_kernels() {
   const auto for_rows = [&]<class Rows>() {
-    constexpr size_t bytes = WgmmaShape<kBlocksPerStage, kStages, Rows>::kSharedBytes;
-    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, LinearOutput::bf16, Rows>>(bytes);
-    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, LinearOutput::f32, Rows>>(bytes);
-    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, LinearOutput::swiglu_bf16, Rows>>(bytes);
+    constexpr size_t bytes = WgmmaShape<kBlocksPerStage, kStages, kRaw, Rows>::kSharedBytes;
+    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, LinearOutput::bf16, Rows>>(bytes);
+    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, LinearOutput::f32, Rows>>(bytes);
+    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, LinearOutput::swiglu_bf16, Rows>>(bytes);
   };
   if constexpr ((kFormats & kBf16) != 0) for_rows.template operator()<Bf16Rows>();
   if constexpr ((kFormats & kQuantized) != 0) {
@@ -1077,7 +1084,7 @@ void size_wgmma_kernels() {
   }
 }
 
-template <int kBlocksPerStage, int kStages, int kFormats>
+template <int kBlocksPerStage, int kStages, int kRaw, int kFormats>
 void launch_wgmma(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in, void* y,
                   LinearOutput output, cudaStream_t stream) {
   with_rows(w, int(n_in), [&](const auto& rows) {
@@ -1088,11 +1095,11 @@ void launch_wgmma(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int
       const auto [w_map, scale_map] = staged_weight_maps<Rows>(w, n_out, n_in, kWgmmaCols);
       const dim3 grid(unsigned((n_rows + kWgmmaRows - 1) / kWgmmaRows),
                       unsigned((n_out + kWgmmaCols - 1) / kWgmmaCols));
-      size_wgmma_kernels<kBlocksPerStage, kStages, kFormats>();
+      size_wgmma_kernels<kBlocksPerStage, kStages, kRaw, kFormats>();
       with_output(output, [&](auto output_constant) {
         launch_overlapped("linear_wgmma_kernel",
-                          linear_wgmma_kernel<kBlocksPerStage, kStages, decltype(output_constant)::value, Rows>, grid,
-                          dim3(3 * 128), WgmmaShape<kBlocksPerStage, kStages, Rows>::kSharedBytes, stream, x_map,
+                          linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, decltype(output_constant)::value, Rows>, grid,
+                          dim3(3 * 128), WgmmaShape<kBlocksPerStage, kStages, kRaw, Rows>::kSharedBytes, stream, x_map,
                           w_map, scale_map, rows, int(n_rows), int(n_out), int(n_in), y);
       });
     }
@@ -1116,10 +1123,10 @@ struct ConfigEntry {
   ConfigEntry{{name, 1, 2, 1, 4, false}, formats, &launch_streamed<stages, formats>, \
               &size_streamed_kernels<stages, formats>}
 // The wgmma kernel: 128 rows by 128 weight rows a block, `blocks` K blocks a stage (4 for quantized
-// weights: a quad's slice), `stages` stages.
-#define TF_WGMMA_CONFIG(name, blocks, stages, formats)                                                     \
-  ConfigEntry{{name, 8, 16, 1, blocks, false}, formats, &launch_wgmma<blocks, stages, formats>, \
-              &size_wgmma_kernels<blocks, stages, formats>}
+// weights: a quad's slice), `stages` stages, `raw` stages' weights landing as they lie.
+#define TF_WGMMA_CONFIG(name, blocks, stages, raw, formats)                                            \
+  ConfigEntry{{name, 8, 16, 1, blocks, false}, formats, &launch_wgmma<blocks, stages, raw, formats>, \
+              &size_wgmma_kernels<blocks, stages, raw, formats>}
 // The staged kernel: a grid of warp_rows x (8 / warp_rows) warps, each row_tiles 16-row by
 // col_tiles 8-column mma tiles; blocks K blocks a stage (4 for quantized weights), `stages` stages.
 #define TF_STAGED_CONFIG(name, warp_rows, row_tiles, col_tiles, blocks, stages, formats)                       \
@@ -1175,8 +1182,8 @@ constexpr ConfigEntry kConfigs[] = {
     TF_STAGED_CONFIG("s128x64b4s4", 4, 2, 4, 4, 4, kAllFormats),
     TF_STAGED_CONFIG("s256x64b2s4", 4, 4, 4, 2, 4, kBf16),
     TF_STAGED_CONFIG("s64x32b4s6", 4, 1, 2, 4, 6, kAllFormats),
-    TF_WGMMA_CONFIG("g128x128b2s5", 2, 5, kBf16),
-    TF_WGMMA_CONFIG("g128x128b4s3", 4, 3, kAllFormats),
+    TF_WGMMA_CONFIG("g128x128b2s5r2", 2, 5, 2, kBf16),
+    TF_WGMMA_CONFIG("g128x128b4s3r1", 4, 3, 1, kAllFormats),
 };
 #undef TF_LINEAR_CONFIG
 #undef TF_SWAPPED_CONFIG
@@ -1206,7 +1213,7 @@ constexpr DispatchEntry kBf16Dispatch[] = {
     {32, config_id_of("r2c4u2")},
     {192, config_id_of("r4c4g2u1")},
     {256, config_id_of("s64x128b4s4")},
-    {INT64_MAX, config_id_of("g128x128b2s5")},  // 0.92x s128x128b4s3's time at 4,096 rows, the same at 512 (h100-wgmma-feeders.md)
+    {INT64_MAX, config_id_of("g128x128b2s5r2")},  // 0.92x s128x128b4s3's time at 4,096 rows, the same at 512 (h100-wgmma-feeders.md)
 };
 constexpr DispatchEntry kQuantizedDispatch[] = {
     {8, config_id_of("t1r1u4")},
@@ -1214,7 +1221,7 @@ constexpr DispatchEntry kQuantizedDispatch[] = {
     {32, config_id_of("r1c4u4")},
     {192, config_id_of("t2r8u1")},
     {256, config_id_of("s64x128b4s4")},
-    {INT64_MAX, config_id_of("g128x128b4s3")},  // 0.72x s64x128b4s4's time at 4,096 rows (h100-wgmma-feeders.md)
+    {INT64_MAX, config_id_of("g128x128b4s3r1")},  // 0.95x two raw buffers' time at 4,096 rows, 0.80x at 512 (h100-wgmma-raw-buffers.md)
 };
 template <size_t N>
 constexpr bool is_dispatch_valid(const DispatchEntry (&table)[N], int formats) {
