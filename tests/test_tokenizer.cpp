@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -11,7 +12,10 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_classes.h"
+#include "tokenizer/utf8.h"
 
 namespace {
 
@@ -57,6 +61,106 @@ TEST(Tokenizer, EncodeMatchesReference) {
 TEST(Tokenizer, MongolianVowelSeparatorIsNotWhiteSpace) {
   EXPECT_EQ(qwen3()->encode("a \u180Eb"), (std::vector<int32_t>{64, 86089, 254, 236, 65}));
   EXPECT_EQ(qwen3()->encode("\u180E's"), (std::vector<int32_t>{123970, 236, 6, 82}));
+}
+
+// \p{L} and \p{N} are the reference's (Unicode 16 in tokenizers 0.23), not the system PCRE2's older
+// tables: each of these code points is a letter or a number only in the newer Unicode, so a class
+// from PCRE2's tables would split "X's" as "X'" + "s" (ids from tokenizers 0.23.2).
+TEST(Tokenizer, LettersAndNumbersAreTheReferences) {
+  const auto code_target = tf::Tokenizer::from_file(TF_SOURCE_DIR "/models/tensorfold-code-target/tokenizer.json");
+  EXPECT_EQ(qwen3()->encode("1 \U0001D2C0"), (std::vector<int32_t>{16, 220, 56252, 233, 222}));  // Kaktovik, N
+  EXPECT_EQ(code_target->encode("1 \U0001D2C0"), (std::vector<int32_t>{16, 220, 172, 251, 233, 222}));
+  struct Case {
+    std::string text;
+    std::vector<int32_t> qwen3_ids, code_target_ids;
+  };
+  const std::vector<Case> cases = {
+      {"\U0001D2C0's", {56252, 233, 222, 594}, {172, 251, 233, 222, 1260}},         // Kaktovik numeral, N
+      {"\U00011F50's", {128240, 121, 238, 594}, {172, 239, 121, 238, 1260}},        // Kawi digit, N
+      {"\U0001E4F0's", {172, 252, 241, 108, 594}, {172, 252, 241, 108, 1260}},      // Nag Mundari digit, N
+      {"\U00016D70's", {125427, 113, 108, 594}, {172, 244, 113, 108, 1260}},        // Kirat Rai digit, N
+      {"\U00031350's", {172, 109, 235, 238, 594}, {172, 109, 235, 238, 1260}},      // CJK extension H, L
+      {"\U0002EBF0's", {172, 106, 107, 108, 594}, {172, 106, 107, 108, 1260}},      // CJK extension I, L
+      {"\U00010D4A's", {123934, 113, 232, 594}, {172, 238, 113, 232, 1260}},        // Garay, L
+      {"\u1C89's", {128233, 231, 594}, {157, 110, 231, 1260}},                      // Cyrillic TJE, L
+      {"\uA7CB's", {166, 253, 233, 594}, {166, 253, 233, 1260}},                    // Latin, L
+      {"\U00011F04's", {128240, 120, 226, 594}, {172, 239, 120, 226, 1260}},        // Kawi letter, L
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(qwen3()->encode(c.text), c.qwen3_ids) << c.text;
+    EXPECT_EQ(code_target->encode(c.text), c.code_target_ids) << c.text;
+  }
+}
+
+// Every scalar value, in order, as UTF-8.
+std::string every_scalar_value() {
+  std::string text;
+  for (char32_t cp = 0; cp <= 0x10FFFF; ++cp) {
+    if (cp < 0xD800 || cp > 0xDFFF) tf::utf8::append_codepoint(text, cp);
+  }
+  return text;
+}
+
+bool in_ranges(std::span<const tf::unicode_classes::CodePointRange> ranges, char32_t cp) {
+  const auto after = std::upper_bound(ranges.begin(), ranges.end(), cp,
+                                      [](char32_t c, const auto& range) { return c < range.first; });
+  return after != ranges.begin() && cp <= std::prev(after)->last;
+}
+
+// The compiled regex's classes hold exactly the reference's tables, on every scalar value: in a
+// Split of `pattern` (Isolated), every code point of a match is in the class and none of a gap.
+TEST(Tokenizer, RegexClassesAreTheReferenceTables) {
+  const std::string text = every_scalar_value();
+  const auto category = [](std::string_view name) {
+    for (const auto& c : tf::unicode_classes::general_categories()) {
+      if (c.name == name) return c.ranges;
+    }
+    ADD_FAILURE() << name;
+    return std::span<const tf::unicode_classes::CodePointRange>{};
+  };
+  struct Case {
+    std::string pattern;
+    std::function<bool(char32_t)> is_member;
+  };
+  const auto ws = tf::unicode_classes::white_space();
+  const std::vector<Case> cases = {
+      {"\\p{L}+", [&](char32_t cp) { return in_ranges(category("L"), cp); }},
+      {"\\p{N}+", [&](char32_t cp) { return in_ranges(category("N"), cp); }},
+      {"\\pM+", [&](char32_t cp) { return in_ranges(category("M"), cp); }},
+      {"\\s+", [&](char32_t cp) { return in_ranges(ws, cp); }},
+      {"\\P{L}+", [&](char32_t cp) { return !in_ranges(category("L"), cp); }},
+      {"[^\\r\\n\\p{L}\\p{N}]+", [&](char32_t cp) {
+         return cp != '\r' && cp != '\n' && !in_ranges(category("L"), cp) && !in_ranges(category("N"), cp);
+       }},
+      {"[\\S\\p{Nd}]+", [&](char32_t cp) { return !in_ranges(ws, cp); }},
+      {"[^\\s\\P{Lu}]+", [&](char32_t cp) { return in_ranges(category("Lu"), cp); }},
+      // Outside a class, (?i) leaves a category uncased, as in the reference.
+      {"(?i)\\p{Lu}+", [&](char32_t cp) { return in_ranges(category("Lu"), cp); }},
+  };
+  for (const Case& c : cases) {
+    const tf::RegexSplitter splitter(c.pattern, "test");
+    std::vector<std::string_view> pieces;
+    splitter.split(text, pieces);
+    size_t n_wrong = 0;
+    for (std::string_view piece : pieces) {
+      // Isolated: pieces alternate between matches and gaps, so the first code point tells which.
+      const bool is_match = c.is_member(tf::utf8::decode_at(piece, 0, tf::utf8::sequence_at(piece, 0).length));
+      for (size_t at = 0; at < piece.size();) {
+        const size_t length = tf::utf8::sequence_at(piece, at).length;
+        const char32_t cp = tf::utf8::decode_at(piece, at, length);
+        if (c.is_member(cp) != is_match && ++n_wrong <= 5) ADD_FAILURE() << c.pattern << " at U+" << std::hex << unsigned(cp);
+        at += length;
+      }
+    }
+    EXPECT_EQ(n_wrong, 0u) << c.pattern;
+  }
+}
+
+// The generated White_Space table is the one the added tokens' stripping uses.
+TEST(Tokenizer, WhiteSpaceTableIsUnicodeWhiteSpace) {
+  for (char32_t cp = 0; cp <= 0x10FFFF; ++cp) {
+    ASSERT_EQ(in_ranges(tf::unicode_classes::white_space(), cp), tf::utf8::is_unicode_whitespace(cp)) << unsigned(cp);
+  }
 }
 
 TEST(Tokenizer, DecodeMatchesReference) {

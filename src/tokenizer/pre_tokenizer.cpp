@@ -1,15 +1,25 @@
-// PCRE2-backed Split steps (UTF + UCP so \p{L}, \s and (?i) are Unicode-aware, JIT when the
-// library has it) and validation of the ByteLevel step.
+// PCRE2-backed Split steps (UTF + UCP so (?i) and the classes left to PCRE2 are Unicode-aware, JIT
+// when the library has it; \s and \p{..} categories from the reference's tables) and validation of
+// the ByteLevel step.
 #define PCRE2_CODE_UNIT_WIDTH 8
 
 #include "tokenizer/pre_tokenizer.h"
 
 #include <pcre2.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <span>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "tokenizer/file_error.h"
+#include "tokenizer/unicode_classes.h"
+#include "tokenizer/utf8.h"
 
 namespace tf {
 
@@ -20,27 +30,178 @@ struct RegexSplitter::Compiled {
 
 namespace {
 
-// The White_Space property as a class body (utf8::is_unicode_whitespace's set): what \s means to
-// the tokenizers library's regex. PCRE2's \s adds U+180E (its \h list), which would split text
-// there that the reference keeps whole.
-constexpr const char* kWhiteSpace =
-    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+using unicode_classes::CodePointRange;
 
-// `pattern` with each \s and \S spelled as the White_Space class (a \S inside a class stays:
-// a class cannot hold a negated one).
-std::string with_white_space_classes(const std::string& pattern) {
+// The scalar values not in `ranges` (surrogates are never in a class and cannot be written in one).
+std::vector<CodePointRange> complement(std::span<const CodePointRange> ranges) {
+  std::vector<CodePointRange> out;
+  const auto add = [&](char32_t first, char32_t last) {
+    if (first < 0xD800 && last > 0xDFFF) {
+      out.push_back({first, 0xD7FF});
+      out.push_back({0xE000, last});
+    } else if (first >= 0xD800 && first <= 0xDFFF) {
+      if (last >= 0xE000) out.push_back({0xE000, last});
+    } else if (last >= 0xD800 && last <= 0xDFFF) {
+      out.push_back({first, 0xD7FF});
+    } else {
+      out.push_back({first, last});
+    }
+  };
+  char32_t next = 0;
+  for (const CodePointRange& range : ranges) {
+    if (range.first > next) add(next, range.first - 1);
+    next = range.last + 1;
+  }
+  if (next <= 0x10FFFF) add(next, 0x10FFFF);
+  return out;
+}
+
+// The code points of `a` not in `b` (both sorted and disjoint).
+std::vector<CodePointRange> difference(std::span<const CodePointRange> a, std::span<const CodePointRange> b) {
+  const std::vector<CodePointRange> not_b = complement(b);
+  std::vector<CodePointRange> out;
+  for (size_t i = 0, j = 0; i < a.size() && j < not_b.size();) {
+    const char32_t first = std::max(a[i].first, not_b[j].first), last = std::min(a[i].last, not_b[j].last);
+    if (first <= last) out.push_back({first, last});
+    (a[i].last < not_b[j].last ? i : j)++;
+  }
+  return out;
+}
+
+std::string class_body(std::span<const CodePointRange> ranges) {
+  std::string body;
+  char hex[32];
+  for (const CodePointRange& range : ranges) {
+    if (range.first == range.last) std::snprintf(hex, sizeof(hex), "\\x{%X}", unsigned(range.first));
+    else std::snprintf(hex, sizeof(hex), "\\x{%X}-\\x{%X}", unsigned(range.first), unsigned(range.last));
+    body += hex;
+  }
+  return body;
+}
+
+// The code points the linked PCRE2's own tables put in \p{name}: the runs its JIT finds in a
+// string of every scalar value in order.
+std::vector<CodePointRange> find_pcre2_class(std::string_view name) {
+  std::string every_scalar_value;
+  for (char32_t cp = 0; cp <= 0x10FFFF; ++cp) {
+    if (cp < 0xD800 || cp > 0xDFFF) utf8::append_codepoint(every_scalar_value, cp);
+  }
+  const std::string pattern = "\\p{" + std::string(name) + "}+";
+  int error_code = 0;
+  PCRE2_SIZE error_offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
+  if (code == nullptr) fail("PCRE2 does not know the Unicode class \\p{" + std::string(name) + "}");
+  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+  pcre2_match_data* match_data = pcre2_match_data_create_from_pattern(code, nullptr);
+  const std::string_view text = every_scalar_value;
+  std::vector<CodePointRange> runs;
+  for (size_t from = 0; pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), from,
+                                    PCRE2_NO_UTF_CHECK, match_data, nullptr) > 0;) {
+    const PCRE2_SIZE* offsets = pcre2_get_ovector_pointer(match_data);
+    size_t last = offsets[1] - 1;
+    while ((static_cast<unsigned char>(text[last]) & 0xC0) == 0x80) --last;
+    const auto decode = [&](size_t at) { return utf8::decode_at(text, at, utf8::sequence_at(text, at).length); };
+    runs.push_back({decode(offsets[0]), decode(last)});
+    from = offsets[1];
+  }
+  pcre2_match_data_free(match_data);
+  pcre2_code_free(code);
+  return complement(complement(runs));  // a run across the surrogate gap becomes two ranges
+}
+
+// find_pcre2_class, once per name and process (a scan takes milliseconds; a pattern names a class often).
+const std::vector<CodePointRange>& pcre2_class(std::string_view name) {
+  static std::mutex mutex;
+  static std::map<std::string, std::vector<CodePointRange>, std::less<>> found;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = found.find(name);
+  if (it == found.end()) it = found.emplace(std::string(name), find_pcre2_class(name)).first;
+  return it->second;
+}
+
+// How the pattern spells a class the reference's tables define.
+struct ReferenceClass {
+  std::string_view name;  // the general category, empty for White_Space
+  std::span<const CodePointRange> ranges;
+};
+
+// A class body that matches `named` as the reference does. For a category, PCRE2's own \p{X} (a
+// table lookup, where a long list of explicit ranges costs the JIT a comparison each) plus the code
+// points the reference's newer Unicode adds; all explicit ranges if PCRE2 has any the reference lacks.
+std::string positive_body(const ReferenceClass& named) {
+  if (named.name.empty()) return class_body(named.ranges);
+  const std::vector<CodePointRange>& pcre2 = pcre2_class(named.name);
+  if (!difference(pcre2, named.ranges).empty()) return class_body(named.ranges);
+  return "\\p{" + std::string(named.name) + "}" + class_body(difference(named.ranges, pcre2));
+}
+
+// The class an escape names (\s, \p{L}, \pN, \p{^L}, \P{Lu} ...) starting at pattern[i] == '\\', as
+// the reference's tables have it, whether it is negated, and the escape's length; a length of 0 when
+// the escape names none of these (PCRE2 then reads it itself).
+struct NamedClass {
+  ReferenceClass named;
+  bool is_negated = false;
+  size_t length = 0;
+};
+
+NamedClass named_class_at(const std::string& pattern, size_t i) {
+  const char kind = i + 1 < pattern.size() ? pattern[i + 1] : '\0';
+  if (kind == 's' || kind == 'S') return {{"", unicode_classes::white_space()}, kind == 'S', 2};
+  if (kind != 'p' && kind != 'P') return {};
+  std::string name;
+  size_t length = 3;
+  if (i + 2 < pattern.size() && pattern[i + 2] == '{') {
+    const size_t close = pattern.find('}', i + 3);
+    if (close == std::string::npos) return {};
+    name = pattern.substr(i + 3, close - i - 3);
+    length = close - i + 1;
+  } else if (i + 2 < pattern.size()) {
+    name = pattern.substr(i + 2, 1);
+  }
+  bool is_negated = kind == 'P';
+  if (!name.empty() && name[0] == '^') {
+    is_negated = !is_negated;
+    name.erase(0, 1);
+  }
+  for (const unicode_classes::UnicodeClass& category : unicode_classes::general_categories()) {
+    if (category.name == name) return {{category.name, category.ranges}, is_negated, length};
+  }
+  return {};
+}
+
+// `pattern` with \s, \S and the general categories (\p{L}, \P{N} ...) spelled as classes that hold
+// what the reference's tables hold: PCRE2's own tables follow its Unicode version, and its \s adds
+// U+180E (its \h list), which would split text there that the reference keeps whole. Outside a
+// class, an (?i) scope leaves a category as it is (as in the reference and in PCRE2's own \p),
+// whereas explicit ranges would be case-folded, so there the class is wrapped in (?-i:...).
+std::string with_reference_classes(const std::string& pattern) {
   std::string out;
   bool in_class = false;
+  bool is_caseless = false;
+  std::vector<bool> enclosing_caseless;  // one per open group, the flag to restore at its ')'
   for (size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
     if (c == '\\' && i + 1 < pattern.size()) {
-      const char next = pattern[++i];
-      if (next == 's') out += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
-      else if (next == 'S' && !in_class) out += "[^" + std::string(kWhiteSpace) + "]";
-      else out += {c, next};
+      const NamedClass escape = named_class_at(pattern, i);
+      if (escape.length == 0) {
+        out += {c, pattern[++i]};
+      } else if (in_class) {
+        out += escape.is_negated ? class_body(complement(escape.named.ranges)) : positive_body(escape.named);
+        i += escape.length - 1;
+      } else {
+        const std::string body = (escape.is_negated ? "[^" : "[") + positive_body(escape.named) + "]";
+        out += is_caseless ? "(?-i:" + body + ")" : body;
+        i += escape.length - 1;
+      }
       continue;
     }
-    if (c == '[' && !in_class) {
+    if (in_class) {
+      if (c == ']') in_class = false;
+      out += c;
+      continue;
+    }
+    if (c == '[') {
       in_class = true;
       out += c;
       // A ']' (or '^]') right after the opening bracket is a member, not the end.
@@ -48,7 +209,34 @@ std::string with_white_space_classes(const std::string& pattern) {
       if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
       continue;
     }
-    if (c == ']' && in_class) in_class = false;
+    if (c == '(') {
+      // Option letters: "(?i:" opens a caseless group, "(?i)" makes the rest of this group caseless.
+      size_t end = i + 2;
+      bool is_on = true, flag = is_caseless;
+      if (i + 1 < pattern.size() && pattern[i + 1] == '?') {
+        for (; end < pattern.size() && (std::isalpha(static_cast<unsigned char>(pattern[end])) ||
+                                        pattern[end] == '-' || pattern[end] == '^');
+             ++end) {
+          if (pattern[end] == '-') is_on = false;
+          else if (pattern[end] == '^') flag = false;
+          else if (pattern[end] == 'i') flag = is_on;
+        }
+      }
+      const bool has_options = end > i + 2 && end < pattern.size() && (pattern[end] == ':' || pattern[end] == ')');
+      if (!has_options || pattern[end] == ':') enclosing_caseless.push_back(is_caseless);
+      if (has_options) {
+        is_caseless = flag;
+        out += pattern.substr(i, end - i + 1);
+        i = end;
+      } else {
+        out += c;
+      }
+      continue;
+    }
+    if (c == ')' && !enclosing_caseless.empty()) {
+      is_caseless = enclosing_caseless.back();
+      enclosing_caseless.pop_back();
+    }
     out += c;
   }
   return out;
@@ -64,7 +252,7 @@ RegexSplitter::RegexSplitter(const std::string& source_pattern, const std::strin
     return pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
                          &error_code, &error_offset, nullptr);
   };
-  compiled_->code = compile(with_white_space_classes(source_pattern));
+  compiled_->code = compile(with_reference_classes(source_pattern));
   if (compiled_->code == nullptr) {
     // The error as the file's own pattern gives it (an offset into what the file says).
     if (pcre2_code* original = compile(source_pattern)) pcre2_code_free(original);
