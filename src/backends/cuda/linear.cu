@@ -1220,8 +1220,8 @@ constexpr DispatchEntry kQuantizedDispatch[] = {
     {16, config_id_of("t2r2u4")},
     {32, config_id_of("r1c4u4")},
     {192, config_id_of("t2r8u1")},
-    {256, config_id_of("s64x128b4s4")},
-    {INT64_MAX, config_id_of("g128x128b4s3r1")},  // 0.95x two raw buffers' time at 4,096 rows, 0.80x at 512 (h100-wgmma-raw-buffers.md)
+    // 0.75x s64x128b4s4's time at 256 rows; 0.95x two raw buffers' at 4,096, 0.80x at 512 (h100-wgmma-raw-buffers.md)
+    {INT64_MAX, config_id_of("g128x128b4s3r1")},
 };
 template <size_t N>
 constexpr bool is_dispatch_valid(const DispatchEntry (&table)[N], int formats) {
