@@ -12,8 +12,14 @@ namespace tf {
 void Engine::Impl::admit() {
   std::unique_lock<std::mutex> lock(mutex);
   const size_t first_new = lanes.size();
-  while (!pending.empty() && int64_t(lanes.size()) < options.n_parallel) {
-    PendingRequest& next = pending.front();
+  size_t index = 0;
+  while (index < pending.size() && int64_t(lanes.size()) < options.n_parallel) {
+    PendingRequest& next = pending[index];
+    // Pinned to a busy slot: later requests pass it (no idle lanes), never into its slot (it comes first here).
+    if (is_waiting_for_its_slot(next.request)) {
+      ++index;
+      continue;
+    }
     const std::vector<int32_t>& prompt = next.request.prompt;
     const int64_t n_positions = int64_t(prompt.size()) + next.request.max_tokens;
     // The prompt's last position is always computed: its logits give the first token. A partly
@@ -52,11 +58,13 @@ void Engine::Impl::admit() {
     stats.prompt_cache_hit_tokens += lane->n_cached;
     stats.prompt_cache_miss_tokens += lane->n_prompt - lane->n_cached;
     lanes.push_back(std::move(lane));
-    pending.pop_front();
+    pending.erase(pending.begin() + int64_t(index));
   }
   stats.queue_depth = int64_t(pending.size());
   stats.lanes_live = int64_t(lanes.size());  // with the queue, under one lock: submit's room counts both
-  n_waiting = stats.queue_depth;
+  // Only requests that could take a free lane may join the lone stream (window_for).
+  n_waiting = int64_t(std::count_if(pending.begin(), pending.end(),
+                                    [&](const PendingRequest& p) { return !is_waiting_for_its_slot(p.request); }));
   record_pool_stats();
   lock.unlock();
   // A drafter's context from cached taps is compute, a recurrent state a copy: outside the lock

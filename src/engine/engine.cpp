@@ -134,8 +134,21 @@ std::vector<SubmitResult> Engine::submit_together(std::vector<Submission> group)
                  " requests at once (--parallel + --max-queue); this request needs " + std::to_string(n),
              "n"}};
   std::lock_guard<std::mutex> lock(impl_->mutex);
+  // Requests pinned to a slot that is busy, or that an earlier queued request is pinned to, stay
+  // queued however many lanes are free: only the others can leave the queue for those lanes.
+  std::vector<bool> is_taken(size_t(options_.n_parallel), false);
+  for (const auto& record : impl_->slot_records) is_taken[size_t(record.info.id)] = record.info.is_processing;
+  int64_t n_staying = 0;
+  auto count_staying = [&](const GenerationRequest& request) {
+    if (request.slot == GenerationRequest::kAnySlot) return;
+    n_staying += is_taken[size_t(request.slot)];
+    is_taken[size_t(request.slot)] = true;
+  };
+  for (const PendingRequest& waiting : impl_->pending) count_staying(waiting.request);
+  for (const Submission& submission : group) count_staying(submission.request);
+  const int64_t n_queued = int64_t(impl_->pending.size()) + n;
   const int64_t free_lanes = std::max<int64_t>(0, options_.n_parallel - impl_->stats.lanes_live);
-  if (int64_t(impl_->pending.size()) + n > int64_t(options_.max_queue) + free_lanes)
+  if (n_queued > int64_t(options_.max_queue) + std::min(free_lanes, n_queued - n_staying))
     return {{SubmitStatus::queue_full, 0, "the server is busy: the request queue is full", ""}};
   std::vector<SubmitResult> results;
   for (Submission& submission : group) {
@@ -163,6 +176,9 @@ SubmitResult Engine::check(const GenerationRequest& request) const {
     if (id < 0 || id >= config.vocab_size)
       return invalid("replay.token_ids", "replay token id " + std::to_string(id) + " is outside the vocabulary");
   if (request.max_tokens < 1) return invalid("max_tokens", "max_tokens must be at least 1");
+  if (request.slot < GenerationRequest::kAnySlot || request.slot >= options_.n_parallel)
+    return invalid("id_slot", "there is no slot " + std::to_string(request.slot) + " (slots are 0.." +
+                                  std::to_string(options_.n_parallel - 1) + "; -1 is any free slot)");
   if (auto refused = check_constraints(request, config.vocab_size, impl_->tokenizer != nullptr))
     return invalid(refused->first, refused->second);
   int64_t total = int64_t(request.prompt.size()) + request.max_tokens;

@@ -149,7 +149,7 @@ struct SubmitResult {
   uint64_t request_id = 0;
   std::string message;  // for rejected requests, a sentence for the client
   // For rejected requests, the request field at fault: "prompt" (the prompt's tokens or length),
-  // "max_tokens", "replay.token_ids", "replay.accept"; empty when no field is (a full queue).
+  // "max_tokens", "replay.token_ids", "replay.accept", "id_slot"; empty when no field is (a full queue).
   std::string param = {};
 };
 
@@ -172,7 +172,9 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Validates (prompt + max_tokens within n_ctx, tokens in vocab) and queues the request.
+  // Validates (prompt + max_tokens within n_ctx, tokens in vocab, the slot) and queues the request.
+  // A request pinned to a slot (GenerationRequest::slot) runs there, after whatever runs there now;
+  // requests queued behind it may start in other slots meanwhile.
   SubmitResult submit(GenerationRequest request, UpdateSink sink);
   struct Submission {
     GenerationRequest request;

@@ -97,7 +97,7 @@ struct Engine::Impl {
   EngineHealth health;  // guarded by mutex
 
   std::vector<std::unique_ptr<Lane>> lanes;  // engine thread only
-  int64_t n_waiting = 0;                     // queue depth seen at the last admission
+  int64_t n_waiting = 0;                     // queued at the last admission, less those waiting for their slot
   int32_t scratch_lane;                      // slots for draft rows off their lane's main chain
   RoundRows round_rows;                      // this round's
   std::vector<int32_t> picked;               // [logit rows] the model's choice
@@ -146,7 +146,8 @@ struct Engine::Impl {
   void commit_prefill(Lane& lane, const LaneRows& placed);
   void feed_taps(Lane& lane, int64_t first_position, const std::vector<int64_t>& rows);
   // slots.cpp
-  int32_t take_slot(const Lane& lane);  // under mutex
+  int32_t take_slot(const Lane& lane);  // under mutex, while the lane's request is still pending
+  bool is_waiting_for_its_slot(const GenerationRequest& request) const;  // under mutex: pinned to a busy slot
   SlotRecord& idle_slot(int32_t id);    // under mutex; fails for an unknown or busy slot
   void run_tasks();
   std::string kv_form() const;  // the storage's form and the numerics that computed it

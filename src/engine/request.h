@@ -50,6 +50,10 @@ struct GenerationRequest {
   // only with requests of the same salt (tenants keep their prefixes apart).
   bool cache_prompt = true;
   std::string cache_salt;
+  // The slot the request runs in (llama.cpp's id_slot), so a client can save that slot afterwards:
+  // kAnySlot, or 0..n_parallel-1, and then the request waits in the queue while that slot is busy.
+  static constexpr int32_t kAnySlot = -1;
+  int32_t slot = kAnySlot;
   TokenConstraints constraints;
   // Which proposers draft ("draft": false is none) and the replay benchmark. Tokens always come
   // from the target alone: this changes speed, never the reply.

@@ -14,19 +14,32 @@ std::string Engine::Impl::kv_form() const {
   return kv.storage().format() + (options.numerics.empty() ? "" : ", " + options.numerics);
 }
 
+bool Engine::Impl::is_waiting_for_its_slot(const GenerationRequest& request) const {
+  return request.slot != GenerationRequest::kAnySlot && slot_records.at(size_t(request.slot)).info.is_processing;
+}
+
+// The lane's pinned slot; else the first idle slot no queued request is pinned to, else the first
+// idle slot (a request ahead of the pinned one in the queue may take it: it came first).
 int32_t Engine::Impl::take_slot(const Lane& lane) {
-  for (SlotRecord& record : slot_records) {
-    if (record.info.is_processing) continue;
-    record.info.is_processing = true;
-    record.info.request_id = lane.id;
-    record.info.n_prompt = lane.n_prompt;
-    record.info.n_prompt_cached = lane.n_cached;
-    record.info.n_tokens = 0;
-    record.info.timings = ReplyTimings{};  // the run's own, round by round (Impl::run)
-    record.tokens.clear();
-    return record.info.id;
-  }
-  fail_internal("a lane was admitted with every slot busy");
+  std::vector<bool> is_wanted(slot_records.size(), false);
+  for (const PendingRequest& waiting : pending)
+    if (waiting.request.slot != GenerationRequest::kAnySlot) is_wanted[size_t(waiting.request.slot)] = true;
+  int32_t id = lane.request.slot;
+  for (size_t i = 0; id == GenerationRequest::kAnySlot && i < slot_records.size(); ++i)
+    if (!slot_records[i].info.is_processing && !is_wanted[i]) id = int32_t(i);
+  for (size_t i = 0; id == GenerationRequest::kAnySlot && i < slot_records.size(); ++i)
+    if (!slot_records[i].info.is_processing) id = int32_t(i);
+  if (id == GenerationRequest::kAnySlot) fail_internal("a lane was admitted with every slot busy");
+  SlotRecord& record = slot_records.at(size_t(id));
+  if (record.info.is_processing) fail_internal("a lane was admitted into its pinned slot while it was busy");
+  record.info.is_processing = true;
+  record.info.request_id = lane.id;
+  record.info.n_prompt = lane.n_prompt;
+  record.info.n_prompt_cached = lane.n_cached;
+  record.info.n_tokens = 0;
+  record.info.timings = ReplyTimings{};  // the run's own, round by round (Impl::run)
+  record.tokens.clear();
+  return id;
 }
 
 void Engine::Impl::leave_slot(const Lane& lane) {
