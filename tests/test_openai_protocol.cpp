@@ -1,6 +1,7 @@
 // OpenAI request parsing and validation, and reply/chunk JSON, without a server or a model.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <set>
 
 #include "core/error.h"
@@ -706,14 +707,43 @@ TEST(OpenAiProtocol, UnsupportedOpenAiFieldsAreRefusedByName) {
   EXPECT_EQ(chat_error({{"repetition_penalty", 1.3}}).param, "repetition_penalty");
   EXPECT_EQ(completion_error({{"prompt", "p"}, {"repeat_penalty", 1.1}}).param, "repeat_penalty");
   EXPECT_NO_THROW(parse_chat_request(chat_body({{"repetition_penalty", 1.0}}), test_limits()));
-  // llama.cpp's slot pin is not honoured (a request runs in any free slot): refused, not ignored,
-  // so a client never saves a slot it believes its request ran in; -1 (any slot) asks for nothing.
-  EXPECT_EQ(chat_error({{"id_slot", 1}}).param, "id_slot");
-  EXPECT_EQ(completion_error({{"prompt", "p"}, {"id_slot", 0}}).param, "id_slot");
-  EXPECT_NO_THROW(parse_chat_request(chat_body({{"id_slot", -1}}), test_limits()));
+  // llama.cpp's slot pin is honoured (OpenAiProtocol.IdSlotPinsOneReplyToAnExistingSlot), not refused.
+  EXPECT_EQ(parse_chat_request(chat_body({{"id_slot", 0}}), test_limits()).id_slot, 0);
   EXPECT_EQ(parse_completion_request(json{{"prompt", "p"}, {"logit_bias", {{"1", -5}}}}, test_limits())
                 .constraints.logit_bias.size(), 1u);
   EXPECT_EQ(chat_error({{"messages", json::parse(R"([{"role": "narrator", "content": "x"}])")}}).param, "messages[0].role");
+}
+
+// id_slot (llama.cpp's): -1 or absent is any free slot, 0..n_slots-1 pins the reply to that slot; any
+// other value, a wrong type, or a pin with n > 1 (whose choices run in several slots) is a 400 naming it.
+TEST(OpenAiProtocol, IdSlotPinsOneReplyToAnExistingSlot) {
+  ProtocolLimits limits = test_limits();
+  limits.n_slots = 4;
+  EXPECT_EQ(parse_chat_request(chat_body(), limits).id_slot, -1);
+  EXPECT_EQ(parse_chat_request(chat_body({{"id_slot", -1}}), limits).id_slot, -1);
+  EXPECT_EQ(parse_chat_request(chat_body({{"id_slot", nullptr}}), limits).id_slot, -1);
+  EXPECT_EQ(parse_chat_request(chat_body({{"id_slot", 3}}), limits).id_slot, 3);
+  EXPECT_EQ(parse_completion_request(json{{"prompt", "p"}, {"id_slot", 1}}, limits).id_slot, 1);
+  EXPECT_EQ(parse_chat_request(chat_body({{"id_slot", -1}, {"n", 3}}), limits).n_choices, 3);
+  const auto error = [&](json extra) {
+    return error_of([&] { parse_chat_request(chat_body(std::move(extra)), limits); });
+  };
+  for (const json& value : {json(4), json(-2), json(std::numeric_limits<uint64_t>::max()),
+                            json(std::numeric_limits<int64_t>::min())}) {
+    const ApiError refused = error({{"id_slot", value}});
+    EXPECT_EQ(refused.status, 400) << value;
+    EXPECT_EQ(refused.param, "id_slot") << value;
+    EXPECT_NE(std::string(refused.what()).find("this server has 4 slots (0..3"), std::string::npos) << refused.what();
+  }
+  for (const json& value : {json("1"), json(1.5), json(true), json::array({1}), json::object()}) {
+    const ApiError refused = error({{"id_slot", value}});
+    EXPECT_EQ(refused.param, "id_slot") << value;
+    EXPECT_NE(std::string(refused.what()).find("expected an integer"), std::string::npos) << refused.what();
+  }
+  const ApiError several = error({{"id_slot", 2}, {"n", 2}});
+  EXPECT_EQ(several.param, "id_slot");
+  EXPECT_NE(std::string(several.what()).find("n = 2"), std::string::npos) << several.what();
+  EXPECT_EQ(error_of([&] { parse_completion_request(json{{"prompt", "p"}, {"id_slot", 9}}, limits); }).param, "id_slot");
 }
 
 TEST(OpenAiProtocol, ModelDefaultsFillSamplingFieldsARequestOmits) {

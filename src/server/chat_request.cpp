@@ -281,11 +281,6 @@ void refuse_unsupported_fields(const FieldReader& fields, Endpoint endpoint) {
     if (const json* value = fields.find(field); value && !(value->is_number() && value->get<double>() == 1.0))
       throw invalid(field, std::string("'") + field + "' is not supported by this server (give presence_penalty "
                                                       "or frequency_penalty).");
-  // llama.cpp's pin of a request to a slot: here a request runs in any free slot, so a client that
-  // pinned one and then saved that slot would save another conversation. -1 (any slot) asks for nothing.
-  if (const json* slot = fields.find("id_slot"); slot && *slot != -1)
-    throw invalid("id_slot", "'id_slot' is not supported by this server: a request runs in any free slot "
-                             "(GET /slots shows what each slot holds).");
   if (const json* store = fields.find("store"); store && *store == true)
     throw invalid("store", "'store' is not supported by this server: replies are not stored.");
   if (const json* modalities = fields.find("modalities"); modalities && is_chat && *modalities != json::array({"text"}))

@@ -118,6 +118,7 @@ GenerationRequest to_generation_request(const CompletionRequest& request, const 
   if (!request.use_draft) generation.draft.proposers = kNoProposers;
   generation.cache_prompt = request.cache_prompt;
   generation.cache_salt = request.cache_salt;
+  generation.slot = request.id_slot;
   if (!request.replay.empty()) {  // a forced acceptance: the replay drafts alone
     generation.draft.replay = request.replay;
     generation.draft.replay_depth = request.replay_accept;
@@ -462,6 +463,7 @@ std::shared_ptr<const ServingContext> make_serving_context(const ServingStack& s
   serving->limits.allow_bench_extensions = settings.allow_bench_extensions;
   serving->limits.sampling_defaults = facts.generation_defaults;
   serving->limits.chat_family = stack.chat_template().family();
+  serving->limits.n_slots = serving->engine->options().n_parallel;
   serving->n_ctx = serving->engine->options().n_ctx;
   serving->default_max_tokens = settings.default_max_tokens;
   return serving;

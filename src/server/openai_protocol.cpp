@@ -56,6 +56,28 @@ std::vector<std::string> parse_stop(const FieldReader& fields) {
   return strings;
 }
 
+// llama.cpp's id_slot: -1 (any free slot) or one of the server's slots, for one reply (the n
+// choices of a request run in several slots at once).
+int32_t parse_id_slot(const FieldReader& fields, const ProtocolLimits& limits, int64_t n_choices) {
+  const json* value = fields.find("id_slot");
+  if (!value) return -1;
+  if (!value->is_number_integer()) fields.wrong_type("id_slot", "an integer");
+  // A parsed non-negative number is unsigned: compared as such, no value wraps.
+  const int64_t n_slots = limits.n_slots;
+  const bool is_slot = value->is_number_unsigned()
+                           ? value->get<uint64_t>() < uint64_t(n_slots)
+                           : value->get<int64_t>() >= -1 && value->get<int64_t>() < n_slots;
+  if (!is_slot)
+    throw invalid("id_slot", "Invalid 'id_slot': this server has " + std::to_string(limits.n_slots) + " slots (0.." +
+                                 std::to_string(limits.n_slots - 1) + "; -1 is any free slot), but got " +
+                                 value->dump() + " instead.");
+  const int32_t slot = int32_t(value->get<int64_t>());
+  if (slot >= 0 && n_choices > 1)
+    throw invalid("id_slot", "'id_slot' pins one reply to a slot, but n = " + std::to_string(n_choices) +
+                                 " choices run in several slots at once; send n = 1 to pin a slot.");
+  return slot;
+}
+
 // Fields both endpoints share: sampling, budget, stop, stream, the draft extension.
 std::vector<int32_t> parse_token_ids(const json& array, const std::string& param);
 
@@ -109,6 +131,7 @@ CompletionRequest parse_common(const json& body, Endpoint endpoint,
   request.cache_prompt = fields.boolean("cache_prompt").value_or(true);
   request.cache_salt = fields.string("cache_salt").value_or("");
   if (request.cache_salt.size() > 256) throw invalid("cache_salt", "'cache_salt' must be at most 256 bytes.");
+  request.id_slot = parse_id_slot(fields, limits, request.n_choices);
   if (const json* replay = fields.object("replay")) {
     if (!limits.allow_bench_extensions)
       throw invalid("replay", "'replay' is a benchmark extension; this server was not started with "

@@ -57,6 +57,7 @@ struct ProtocolLimits {
   GenerationDefaults sampling_defaults;  // the model's generation_config.json, for fields a request omits
   ChatTemplateFamily chat_family = ChatTemplateFamily::qwen3;  // what the chat template can render
   int64_t max_choices = 16;              // the largest n
+  int32_t n_slots = 1;                   // --parallel: id_slot names one of 0..n_slots-1
 };
 
 enum class Endpoint { chat, completion };
@@ -92,6 +93,7 @@ struct CompletionRequest {
   bool return_provenance = false;       // each token's source and round in "provenance" (extension)
   bool cache_prompt = true;             // "cache_prompt": the prefix cache (llama.cpp's name)
   std::string cache_salt;               // "cache_salt": only requests with the same salt share blocks
+  int32_t id_slot = -1;                 // "id_slot": the slot the reply runs in (-1: any free one)
   // Benchmark extension: a reply the replay proposer drafts, alone, replay_accept tokens a round
   // (0: as many as the window holds), so a benchmark can force an acceptance length.
   std::vector<int32_t> replay;
