@@ -156,6 +156,23 @@ TEST(Tokenizer, RegexClassesAreTheReferenceTables) {
   }
 }
 
+// A pattern PCRE2 compiles as written but not once its classes are spelled out (too large) is
+// refused naming the field and why, never with PCRE2's "no error" from the second compile.
+TEST(Tokenizer, APatternTooLargeSpelledOutSaysSo) {
+  std::string pattern = "[^";
+  for (int i = 0; i < 1000; ++i) pattern += "\\P{L}\\p{Lo}";
+  pattern += "]";
+  try {
+    const tf::RegexSplitter splitter(pattern, "tokenizer.json");
+    FAIL() << "a pattern of 1,000 spelled-out complements compiled";
+  } catch (const tf::Error& error) {
+    const std::string what = error.what();
+    EXPECT_NE(what.find("pre_tokenizer.pattern.Regex"), std::string::npos) << what;
+    EXPECT_NE(what.find("spelled out"), std::string::npos) << what;
+    EXPECT_EQ(what.find("no error"), std::string::npos) << what;
+  }
+}
+
 // The generated White_Space table is the one the added tokens' stripping uses.
 TEST(Tokenizer, WhiteSpaceTableIsUnicodeWhiteSpace) {
   for (char32_t cp = 0; cp <= 0x10FFFF; ++cp) {

@@ -254,12 +254,22 @@ RegexSplitter::RegexSplitter(const std::string& source_pattern, const std::strin
   };
   compiled_->code = compile(with_reference_classes(source_pattern));
   if (compiled_->code == nullptr) {
-    // The error as the file's own pattern gives it (an offset into what the file says).
-    if (pcre2_code* original = compile(source_pattern)) pcre2_code_free(original);
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(error_code, message, sizeof(message));
+    const auto message_of = [](int code) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(code, message, sizeof(message));
+      return std::string(reinterpret_cast<char*>(message));
+    };
+    const std::string spelled_out_error = message_of(error_code);
+    // The error as the file's own pattern gives it (an offset into what the file says); where that
+    // compiles, its Unicode classes spelled out as the reference's did not (a pattern too large).
+    if (pcre2_code* original = compile(source_pattern)) {
+      pcre2_code_free(original);
+      fail_in_file(file_path, "pre_tokenizer.pattern.Regex",
+                   "cannot compile once its Unicode classes are spelled out as the reference tokenizer's: " +
+                       spelled_out_error);
+    }
     fail_in_file(file_path, "pre_tokenizer.pattern.Regex",
-            "cannot compile at offset " + std::to_string(error_offset) + ": " + reinterpret_cast<char*>(message));
+                 "cannot compile at offset " + std::to_string(error_offset) + ": " + message_of(error_code));
   }
   pcre2_jit_compile(compiled_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
 }
