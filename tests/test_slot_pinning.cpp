@@ -158,6 +158,8 @@ TEST(SlotPinning, APinnedRequestWaitsForItsBusySlotWhileLaterOnesPass) {
   EXPECT_EQ(slots[0].request_id, running_id);
   EXPECT_EQ(slots[1].request_id, passing_id) << "the later request took the free slot";
   EXPECT_EQ(engine.stats().queue_depth, 2) << "both pinned requests wait";
+  EXPECT_EQ(slots[0].n_waiting, 2) << "both wait for slot 0";
+  EXPECT_EQ(slots[1].n_waiting, 0);
   EXPECT_EQ(waiting.first_event, -1) << "the pinned request ran while its slot was busy";
   engine.cancel(cancelled_id);
   looked.set_value();
@@ -170,6 +172,7 @@ TEST(SlotPinning, APinnedRequestWaitsForItsBusySlotWhileLaterOnesPass) {
   EXPECT_LT(cancelled.final_event, running.final_event) << "a cancelled waiter is dropped at once";
   EXPECT_GT(waiting.first_event, running.final_event) << "the pinned request ran after its slot's request";
   EXPECT_EQ(engine.slots()[0].request_id, waiting_id);
+  EXPECT_EQ(engine.slots()[0].n_waiting, 0);
   EXPECT_EQ(engine.slots()[1].request_id, passing_id);
   // Its reply is the one it gives unpinned, alone.
   const Reply alone = run_to_completion(engine, {short_request(GenerationRequest::kAnySlot, 11)})[0];

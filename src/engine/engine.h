@@ -114,6 +114,7 @@ struct SlotInfo {
   int64_t n_prompt_cached = 0;  // ...of which the prefix cache served
   int64_t n_tokens = 0;       // idle: the remembered sequence (save writes it); processing: committed so far
   ReplyTimings timings;       // idle: the last finished request's; processing: the running one's so far
+  int64_t n_waiting = 0;      // queued requests pinned to this slot (GenerationRequest::slot)
 };
 
 // A recurrent model's state at the end of block n_blocks - 1 of a slot's tokens.

@@ -87,6 +87,8 @@ std::vector<SlotInfo> Engine::slots() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   std::vector<SlotInfo> out;
   for (const auto& record : impl_->slot_records) out.push_back(record.info);
+  for (const PendingRequest& waiting : impl_->pending)
+    if (waiting.request.slot != GenerationRequest::kAnySlot) ++out.at(size_t(waiting.request.slot)).n_waiting;
   return out;
 }
 

@@ -53,6 +53,7 @@ nlohmann::json slots_json(const Engine& engine) {
                    {"n_prompt_tokens", slot.n_prompt},
                    {"n_prompt_tokens_cached", slot.n_prompt_cached},
                    {"n_tokens", slot.n_tokens},
+                   {"n_waiting", slot.n_waiting},
                    {"timings", timings_json(slot.timings)}});
   }
   return out;

@@ -1,6 +1,7 @@
 // llama.cpp's id_slot through the real server: a completion pinned to slot 1, saved from slot 1,
 // erased or lost in a restart, restored, and sent again answers from the cache with the same reply;
-// a request pinned to a busy slot waits (later requests pass it, a client that leaves is dropped);
+// a request pinned to a busy slot waits (later requests pass it, a client that leaves is dropped,
+// GET /slots counts the waiters);
 // values that name no slot are refused by name.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -102,6 +103,8 @@ test('a request pinned to a busy slot waits for it; others pass; one that leaves
       const waiting = complete(server, { id_slot: 0 });
       const queued = await waitForMetrics(server, (values) => values.tensorfold_queue_depth === 2);
       assert.equal(queued.tensorfold_queue_depth, 2, 'the pinned requests wait while slot 1 is free');
+      const listed = (await request(server, '/slots', { method: 'GET' })).json;
+      assert.deepEqual(listed.map((slot) => slot.n_waiting), [2, 0], 'GET /slots shows who waits for which slot');
       const passing = await complete(server, { max_tokens: 4 });
       assert.equal(passing.status, 200, 'an unpinned request passes them into slot 1');
       assert.equal((await metrics(server)).tensorfold_queue_depth, 2);
@@ -109,6 +112,7 @@ test('a request pinned to a busy slot waits for it; others pass; one that leaves
       await left;
       const dropped = await waitForMetrics(server, (values) => values.tensorfold_queue_depth === 1);
       assert.equal(dropped.tensorfold_queue_depth, 1, 'the client that left is dropped from the queue');
+      assert.equal((await request(server, '/slots', { method: 'GET' })).json[0].n_waiting, 1);
 
       long.abort();
       const waited = await waiting;
@@ -116,6 +120,7 @@ test('a request pinned to a busy slot waits for it; others pass; one that leaves
       assert.equal(waited.json.token_sha, expected.json.token_sha, 'it ran after the stream, with its unpinned reply');
       const after = (await request(server, '/slots', { method: 'GET' })).json;
       assert.equal(after[0].n_prompt_tokens, waited.json.usage.prompt_tokens, 'in slot 0');
+      assert.equal(after[0].n_waiting, 0);
     } finally {
       await server.stop();
     }
