@@ -3,7 +3,9 @@
 // pool's bookkeeping (references, promises, least-recently-used eviction) underneath it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -411,6 +413,30 @@ TEST(SavedSlot, AFileOfAVersionItDoesNotReadIsRefused) {
                               {"format version " + std::to_string(version), "reads versions 2 to 3"});
   }
   std::remove(file.c_str());
+}
+
+// What a save killed before its rename leaves (F.tmp-XXXXXX for a slot file F) is removed; files of
+// other names, folders and links are left alone.
+TEST(SavedSlot, StaleTemporariesAreRemovedAndNothingElse) {
+  const std::filesystem::path dir = std::string(TF_BINARY_DIR) + "/stale-temporaries-test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directory(dir);
+  const std::vector<std::string> stale = {"chat.tfslot.tmp-Ab12Cd", "x_y-z.tfslot.tmp-000000"};
+  const std::vector<std::string> kept = {"chat.tfslot", "notes.txt", "chat.tfslot.tmp-Ab12C", "chat.tfslot.tmp-Ab12Cde",
+                                         "chat.tmp-Ab12Cd", "a.b.tfslot.tmp-Ab12Cd", "chat.tfslot.tmp-Ab12Cd.keep"};
+  for (const auto& names : {stale, kept})
+    for (const std::string& name : names) std::ofstream(dir / name) << "x";
+  std::filesystem::create_directory(dir / "folder.tfslot.tmp-Ab12Cd");
+  std::filesystem::create_symlink(dir / "notes.txt", dir / "link.tfslot.tmp-Ab12Cd");
+  EXPECT_EQ(remove_stale_slot_temporaries(dir.string(), "[A-Za-z0-9_-]{1,64}\\.tfslot"), 2);
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) left.push_back(entry.path().filename().string());
+  std::vector<std::string> expected = kept;
+  expected.insert(expected.end(), {"folder.tfslot.tmp-Ab12Cd", "link.tfslot.tmp-Ab12Cd"});
+  std::sort(left.begin(), left.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(left, expected);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

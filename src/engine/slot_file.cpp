@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <stdexcept>
 #include <nlohmann/json.hpp>
 
@@ -25,6 +26,9 @@ namespace {
 using json = nlohmann::json;
 constexpr char kMagic[] = "TFSLOT\n";
 constexpr size_t kMagicSize = sizeof kMagic - 1;
+// A slot file's temporary: its path and mkstemp's template, whose X's become six letters and digits.
+constexpr char kTemporarySuffix[] = ".tmp-XXXXXX";
+constexpr char kTemporarySuffixPattern[] = "\\.tmp-[A-Za-z0-9]{6}";
 
 void put_u64(std::string& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(char((v >> (8 * i)) & 0xff));
@@ -95,7 +99,7 @@ int64_t write_slot_file(const std::string& path, const SlotSnapshot& s, const Mo
   // A temporary file of this writer's own: two saves to one name at once must not write into one
   // file (one would rename the other's bytes); the last rename wins whole. mkstemp's mode, 0600,
   // stays: a slot holds a conversation.
-  std::string temporary = path + ".tmp-XXXXXX";
+  std::string temporary = path + kTemporarySuffix;
   const int fd = ::mkstemp(temporary.data());
   if (fd < 0)
     throw std::runtime_error("cannot create a temporary file beside the slot file " + path + ": " + std::strerror(errno));
@@ -116,6 +120,19 @@ int64_t write_slot_file(const std::string& path, const SlotSnapshot& s, const Mo
     throw std::runtime_error("cannot rename " + temporary + " to " + path + ": " + std::strerror(errno));
   }
   return int64_t(bytes.size());
+}
+
+int64_t remove_stale_slot_temporaries(const std::string& dir, const std::string& slot_file_name) {
+  const std::regex temporary("(" + slot_file_name + ")" + kTemporarySuffixPattern);
+  int64_t n_removed = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    // mkstemp makes regular files: a folder or a link of that name is not one of ours.
+    const bool is_file = entry.symlink_status(ec).type() == std::filesystem::file_type::regular;
+    if (is_file && std::regex_match(entry.path().filename().string(), temporary))
+      n_removed += std::filesystem::remove(entry.path(), ec);
+  }
+  return n_removed;
 }
 
 SlotSnapshot read_slot_file(const std::string& path, const ModelIdentity& model, int64_t* n_bytes) {

@@ -26,6 +26,10 @@ constexpr int kOldestSlotFileVersion = 2;  // still read
 // tf::Error when the name is taken by something that is not a file, std::runtime_error when the
 // disk fails (a fault of the machine's, not of the request).
 int64_t write_slot_file(const std::string& path, const SlotSnapshot& snapshot, const ModelIdentity& model);
+// Removes the temporary files write_slot_file left in `dir` when its process died before renaming
+// them: regular files named F.tmp-XXXXXX (mkstemp's six letters and digits) where F matches the
+// std::regex `slot_file_name`; nothing else. Returns how many it removed.
+int64_t remove_stale_slot_temporaries(const std::string& dir, const std::string& slot_file_name);
 // Reads and checks a file written by write_slot_file for `model`; throws tf::Error naming what is
 // wrong (not a slot file, a version it does not read, another model, truncated, corrupt); std::runtime_error
 // when an existing file cannot be read.

@@ -505,6 +505,9 @@ HttpServer::~HttpServer() {
 
 void HttpServer::run() {
   Impl& impl = *impl_;
+  if (const int64_t n_removed = remove_interrupted_saves(impl.options.slot_save_path))
+    std::fprintf(stderr, "tensorfold: removed %lld temporary slot files of saves cut short\n",
+                 static_cast<long long>(n_removed));
   const int port = impl.transport->listen();
   std::fprintf(stderr, "tensorfold: listening on http://%s:%d (model loading)\n", impl.options.host.c_str(), port);
   impl.load_in_background();

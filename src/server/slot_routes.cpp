@@ -21,14 +21,18 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+// A saved slot's file is NAME.tfslot, NAME of the client's choosing.
+constexpr char kNamePattern[] = "[A-Za-z0-9_-]{1,64}";
+constexpr char kExtension[] = ".tfslot";
+
 // The file a name maps to; the name is the whole of what the client chooses.
 std::string slot_path(const std::string& save_dir, const nlohmann::json& body) {
   const auto name = body.find("name");
   if (name == body.end()) throw invalid("name", "Missing required parameter: 'name'.");
-  static const std::regex allowed("[A-Za-z0-9_-]{1,64}");
+  static const std::regex allowed(kNamePattern);
   if (!name->is_string() || !std::regex_match(name->get<std::string>(), allowed))
     throw invalid("name", "Invalid 'name': use 1 to 64 letters, digits, '_' or '-'.");
-  return save_dir + "/" + name->get<std::string>() + ".tfslot";
+  return save_dir + "/" + name->get<std::string>() + kExtension;
 }
 
 // The saved slots in the folder (files named NAME.tfslot; temporaries and anything else aside).
@@ -43,6 +47,11 @@ int64_t saved_slot_count(const std::string& save_dir) {
 }
 
 }  // namespace
+
+int64_t remove_interrupted_saves(const std::string& save_dir) {
+  if (save_dir.empty()) return 0;
+  return remove_stale_slot_temporaries(save_dir, std::string(kNamePattern) + "\\" + kExtension);  // the dot escaped
+}
 
 nlohmann::json slots_json(const Engine& engine) {
   nlohmann::json out = nlohmann::json::array();

@@ -3,6 +3,7 @@
 // only by a short name from [A-Za-z0-9_-]; the server makes the path, so nothing a client sends
 // becomes a path.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,10 @@ struct SlotStore {
   std::string dir;
   int64_t max_files = 256;
 };
+
+// Removes the temporary files that saves cut short (a killed server) left in `save_dir`, nothing else
+// (they never count as saved slots either); returns how many. For start-up, before any save.
+int64_t remove_interrupted_saves(const std::string& save_dir);
 
 // POST /slots/{id}?action=...: `path` and `target` as sent (the id from the path, the action from
 // the query). Throws ApiError for the request's faults; a disk that fails throws std::runtime_error
