@@ -117,6 +117,7 @@ struct HttpServer::Impl {
   };
 
   ServerOptions options;
+  SlotStore slot_store;  // of options.slot_save_path
   std::vector<Route> routes;
   int64_t started_at = int64_t(std::time(nullptr));
   InFlightRequests in_flight;
@@ -139,6 +140,8 @@ struct HttpServer::Impl {
   std::unique_ptr<HttpTransport> transport;
 
   explicit Impl(ServerOptions server_options) : options(std::move(server_options)) {
+    slot_store.dir = options.slot_save_path;
+    slot_store.max_files = options.max_saved_slots;
     define_routes();
     transport = std::make_unique<HttpTransport>(transport_options(), handlers());
   }
@@ -175,8 +178,7 @@ struct HttpServer::Impl {
         {"POST", std::regex("/slots/([^/]+)"), false, true, nullptr,
          [this](auto& req, auto& exchange) {
            const json body = req.body.empty() ? json::object() : parse_body(req.body);
-           const SlotStore store{options.slot_save_path, options.max_saved_slots};
-           exchange.reply(json_reply(200, slot_action(*context->engine, *stack, store, req.path, req.target, body)));
+           exchange.reply(json_reply(200, slot_action(*context->engine, *stack, slot_store, req.path, req.target, body)));
          },
          true},
     };

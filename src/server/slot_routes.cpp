@@ -35,16 +35,40 @@ std::string slot_path(const std::string& save_dir, const nlohmann::json& body) {
   return save_dir + "/" + name->get<std::string>() + kExtension;
 }
 
-// The saved slots in the folder (files named NAME.tfslot; temporaries and anything else aside).
-int64_t saved_slot_count(const std::string& save_dir) {
-  int64_t n = 0;
+// The names of the saved slots in the folder (files named NAME.tfslot; temporaries and anything else aside).
+std::set<std::string> saved_slot_names(const std::string& save_dir) {
+  std::set<std::string> names;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(save_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    n += name.size() > 7 && name.compare(name.size() - 7, 7, ".tfslot") == 0;
-  }
-  return n;
+  for (const auto& entry : std::filesystem::directory_iterator(save_dir, ec))
+    if (entry.path().extension() == kExtension) names.insert(entry.path().stem().string());
+  return names;
 }
+
+// A save's hold on its name from its count to its rename: a new name passes only while the saved
+// slots and the names other saves hold number fewer than max_files, checked and taken under one lock.
+class NameReservation {
+ public:
+  NameReservation(SlotStore& store, const std::string& name) : store_(store), name_(name) {
+    std::lock_guard<std::mutex> lock(store_.mutex);
+    std::set<std::string> names = saved_slot_names(store_.dir);
+    names.insert(store_.names_being_saved.begin(), store_.names_being_saved.end());
+    if (names.count(name_) == 0 && int64_t(names.size()) >= store_.max_files)
+      throw invalid("name", "This server keeps at most " + std::to_string(store_.max_files) +
+                                " saved slots (--slot-save-max); save under a name already used, or ask its "
+                                "operator to remove some.");
+    store_.names_being_saved.insert(name_);
+  }
+  ~NameReservation() {
+    std::lock_guard<std::mutex> lock(store_.mutex);
+    store_.names_being_saved.erase(store_.names_being_saved.find(name_));
+  }
+  NameReservation(const NameReservation&) = delete;
+  NameReservation& operator=(const NameReservation&) = delete;
+
+ private:
+  SlotStore& store_;
+  std::string name_;
+};
 
 }  // namespace
 
@@ -82,7 +106,7 @@ std::string query_value(const std::string& target, const std::string& name) {
   return "";
 }
 
-nlohmann::json slot_action(Engine& engine, const ServingStack& stack, const SlotStore& store, const std::string& path,
+nlohmann::json slot_action(Engine& engine, const ServingStack& stack, SlotStore& store, const std::string& path,
                            const std::string& target, const nlohmann::json& body) {
   const std::string& save_dir = store.dir;
   const std::string id_text = path.substr(path.rfind('/') + 1);
@@ -104,11 +128,7 @@ nlohmann::json slot_action(Engine& engine, const ServingStack& stack, const Slot
     const std::string path = slot_path(save_dir, body);
     const std::string name = body["name"].get<std::string>();
     if (action == "save") {
-      std::error_code ec;
-      if (!std::filesystem::exists(path, ec) && saved_slot_count(save_dir) >= store.max_files)
-        throw invalid("name", "This server keeps at most " + std::to_string(store.max_files) +
-                                  " saved slots (--slot-save-max); save under a name already used, or ask its "
-                                  "operator to remove some.");
+      const NameReservation reservation(store, name);
       SlotSnapshot snapshot;
       try {
         snapshot = engine.save_slot(id);

@@ -4,6 +4,8 @@
 // becomes a path.
 #pragma once
 #include <cstdint>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -18,10 +20,14 @@ namespace tf::server {
 nlohmann::json slots_json(const Engine& engine);
 
 // Where saved slots go: `dir` empty: saving is off. At most `max_files` of them, so clients cannot
-// fill the disk; saving over an existing name is always allowed.
+// fill the disk; saving over an existing name is always allowed. One store serves every request.
 struct SlotStore {
   std::string dir;
   int64_t max_files = 256;
+  // The names saves in flight hold from their count to their rename, counted with the files there, so
+  // saves under new names at once cannot pass max_files together; guarded by mutex.
+  std::mutex mutex;
+  std::multiset<std::string> names_being_saved;
 };
 
 // Removes the temporary files that saves cut short (a killed server) left in `save_dir`, nothing else
@@ -31,7 +37,7 @@ int64_t remove_interrupted_saves(const std::string& save_dir);
 // POST /slots/{id}?action=...: `path` and `target` as sent (the id from the path, the action from
 // the query). Throws ApiError for the request's faults; a disk that fails throws std::runtime_error
 // (a 500, logged).
-nlohmann::json slot_action(Engine& engine, const ServingStack& stack, const SlotStore& store, const std::string& path,
+nlohmann::json slot_action(Engine& engine, const ServingStack& stack, SlotStore& store, const std::string& path,
                            const std::string& target, const nlohmann::json& body);
 
 }  // namespace tf::server
