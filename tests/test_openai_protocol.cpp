@@ -497,12 +497,12 @@ TEST(OpenAiProtocol, LogprobsForBothEndpoints) {
   const LetterTokenizer tokenizer;
   const std::vector<TokenLogprobs> logprobs = {{0, -0.5f, {{0, -0.5f}, {1, -1.5f}}},
                                                {2, -0.25f, {{2, -0.25f}}}};
-  const json chat = logprobs_json(Endpoint::chat, logprobs, tokenizer, 0);
+  const json chat = logprobs_json(Endpoint::chat, {logprobs, {0, 1}}, tokenizer);
   ASSERT_EQ(chat["content"].size(), 2u);
   EXPECT_EQ(chat["content"][0]["token"], "a");
   EXPECT_EQ(chat["content"][0]["bytes"], json::array({97}));
   EXPECT_EQ(chat["content"][0]["top_logprobs"][1]["token"], "b");
-  const json completion = logprobs_json(Endpoint::completion, logprobs, tokenizer, 10);
+  const json completion = logprobs_json(Endpoint::completion, {logprobs, {10, 11}}, tokenizer);
   EXPECT_EQ(completion["tokens"], json::array({"a", "c"}));
   EXPECT_EQ(completion["text_offset"], json::array({10, 11}));
   EXPECT_EQ(completion["top_logprobs"][0]["b"], -1.5);
@@ -519,15 +519,15 @@ class ByteTokenizer : public LetterTokenizer {
 };
 
 // Completions name byte tokens as OpenAI does ("bytes:\xe4"), so alternatives never collapse into one
-// "\ufffd" key; the chosen token is among its alternatives; text_offset counts characters.
-TEST(OpenAiProtocol, CompletionLogprobsNameByteTokensAndCountCharacters) {
+// "\ufffd" key; the chosen token is among its alternatives. (Offsets: test_logprob_release.cpp.)
+TEST(OpenAiProtocol, CompletionLogprobsNameByteTokensAsOpenAiDoes) {
   const ByteTokenizer tokenizer;
   const std::vector<TokenLogprobs> logprobs = {{3, -0.1f, {{3, -0.1f}}},
                                                {4, -0.2f, {{4, -0.2f}}},
                                                {0, -0.7f, {{1, -0.5f}, {2, -0.6f}}},
                                                {1, -0.3f, {{1, -0.3f}, {4, -1.0f}}},
                                                {2, -0.4f, {}}};
-  const json completion = logprobs_json(Endpoint::completion, logprobs, tokenizer, 5);
+  const json completion = logprobs_json(Endpoint::completion, {logprobs, {5, 6, 7, 8, 8}}, tokenizer);
   EXPECT_EQ(completion["tokens"], json::array({"\xc3\xa9", "x", "bytes:\\xe4", "bytes:\\xb8", "bytes:\\xad"}));
   EXPECT_EQ(completion["text_offset"], json::array({5, 6, 7, 8, 8}));
   const json& third = completion["top_logprobs"][2];

@@ -174,14 +174,7 @@ struct Choice {
   ChatReplyParser parser;
   bool is_parallel_tool_calls = true;
   int64_t completion_tokens = 0;
-  int64_t text_bytes = 0;   // of the reply's text released so far
-  // Logprobs wait until their token's text has begun to be released (the stop matcher holds text
-  // that may start a stop string): a token wholly inside a cut stop string is never listed.
-  std::vector<TokenLogprobs> held_logprobs;
-  int64_t held_from_byte = 0;  // where the first held token's text starts in the reply's text
-  int64_t held_from_character = 0;  // ...counted in characters (logprobs' text_offset)
-  int64_t token_bytes = 0;     // all tokens' bytes so far
-  int64_t token_characters = 0;  // ...and the characters they begin
+  LogprobRelease logprob_release;
   std::optional<std::vector<int32_t>> token_ids;  // kept when the request asked for them
   // Provenance of tokens not yet sent (the SSE path hands it to the next chunk it writes), when asked.
   std::optional<std::vector<TokenProvenance>> provenance;
@@ -190,15 +183,16 @@ struct Choice {
   bool is_done = false;
   ReplySummary summary;  // once done
 
-  explicit Choice(ReplyParserOptions options) : parser(std::move(options)) {}
+  Choice(ReplyParserOptions options, const Tokenizer& tokenizer)
+      : parser(std::move(options)), logprob_release(tokenizer) {}
 
   // Counts the update's tokens; returns the parsed text it releases and its logprobs (null when
   // none were asked for).
   std::pair<ReplyPiece, json> add(const GenerationUpdate& update, Endpoint endpoint, const Tokenizer& tokenizer,
                                   int64_t prompt_tokens) {
     completion_tokens += int64_t(update.tokens.size());
-    text_bytes += int64_t(update.text.size());
-    const json logprobs = release_logprobs(update, endpoint, tokenizer);
+    const ListedLogprobs listed = logprob_release.add(update);
+    const json logprobs = listed.is_empty() ? json() : logprobs_json(endpoint, listed, tokenizer);
     if (token_ids) token_ids->insert(token_ids->end(), update.tokens.begin(), update.tokens.end());
     if (provenance) provenance->insert(provenance->end(), update.provenance.begin(), update.provenance.end());
     if (completion_ids) completion_ids->insert(completion_ids->end(), update.tokens.begin(), update.tokens.end());
@@ -216,30 +210,6 @@ struct Choice {
       if (prediction) summary.prediction = prediction_usage(*prediction, *completion_ids);
     }
     return {std::move(piece), std::move(logprobs)};
-  }
-
-  // The held logprobs whose tokens' text has begun (all of them once the reply ended with nothing
-  // cut), as the endpoint's JSON; null when there are none.
-  json release_logprobs(const GenerationUpdate& update, Endpoint endpoint, const Tokenizer& tokenizer) {
-    for (const TokenLogprobs& entry : update.logprobs) {
-      if (held_logprobs.empty()) held_from_byte = token_bytes, held_from_character = token_characters;
-      held_logprobs.push_back(entry);
-      token_bytes += int64_t(tokenizer.token_bytes(entry.token).size());
-      token_characters += utf8_characters_begun(tokenizer.token_bytes(entry.token));
-    }
-    const bool is_whole = update.is_final && text_bytes >= token_bytes;
-    size_t n = 0;
-    for (int64_t start = held_from_byte; n < held_logprobs.size() && (is_whole || start < text_bytes); ++n)
-      start += int64_t(tokenizer.token_bytes(held_logprobs[n].token).size());
-    if (n == 0) return json();
-    const std::vector<TokenLogprobs> released(held_logprobs.begin(), held_logprobs.begin() + int64_t(n));
-    const json out = logprobs_json(endpoint, released, tokenizer, held_from_character);
-    for (const TokenLogprobs& entry : released) {
-      held_from_byte += int64_t(tokenizer.token_bytes(entry.token).size());
-      held_from_character += utf8_characters_begun(tokenizer.token_bytes(entry.token));
-    }
-    held_logprobs.erase(held_logprobs.begin(), held_logprobs.begin() + int64_t(n));
-    return out;
   }
 
   // Puts the provenance gathered so far into `chunk`'s choice, and starts gathering anew.
@@ -304,7 +274,8 @@ Choices submit_choices(const std::shared_ptr<const ServingContext>& context, con
   std::vector<Engine::Submission> group;
   for (int64_t index = 0; index < request.n_choices; ++index) {
     auto choice = std::make_unique<Choice>(
-        parser_options(request, *context, "call_" + reply_hex + "_" + std::to_string(index) + "_"));
+        parser_options(request, *context, "call_" + reply_hex + "_" + std::to_string(index) + "_"),
+        *context->tokenizer);
     choice->index = index;
     choice->seed = seed_of_choice(request.sampling.seed, index);
     choice->is_parallel_tool_calls = request.parallel_tool_calls;

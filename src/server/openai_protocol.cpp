@@ -366,11 +366,10 @@ json timings_json(const ReplyTimings& timings) {
               {"tokens_per_round", timings.tokens_per_round()}};
 }
 
-json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprobs>& logprobs,
-                   const Tokenizer& tokenizer, int64_t text_offset) {
+json logprobs_json(Endpoint endpoint, const ListedLogprobs& listed, const Tokenizer& tokenizer) {
   if (endpoint == Endpoint::chat) {
     json content = json::array();
-    for (const TokenLogprobs& entry : logprobs) {
+    for (const TokenLogprobs& entry : listed.logprobs) {
       json top = json::array();
       for (const TokenLogprob& alternative : entry.top)
         top.push_back({{"token", token_text(tokenizer, alternative.token)},
@@ -384,8 +383,8 @@ json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprobs>& logprobs
     return json{{"content", std::move(content)}};
   }
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
-       text_offsets = json::array();
-  for (const TokenLogprobs& entry : logprobs) {
+       text_offsets = json(listed.text_offsets);
+  for (const TokenLogprobs& entry : listed.logprobs) {
     const std::string text = completion_token_text(tokenizer, entry.token);
     tokens.push_back(text);
     token_logprobs.push_back(entry.logprob);
@@ -398,8 +397,6 @@ json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprobs>& logprobs
     }
     if (!top.contains(text)) top[text] = entry.logprob;
     top_logprobs.push_back(std::move(top));
-    text_offsets.push_back(text_offset);
-    text_offset += utf8_characters_begun(tokenizer.token_bytes(entry.token));
   }
   return json{{"tokens", std::move(tokens)},
               {"token_logprobs", std::move(token_logprobs)},

@@ -15,6 +15,7 @@
 #include "sampling/sampler.h"
 #include "server/chat_reply_parser.h"
 #include "server/constraint_params.h"
+#include "server/logprob_release.h"
 #include "tokenizer/chat_template.h"
 
 namespace tf {
@@ -150,11 +151,9 @@ struct ReplySummary {
 json usage_json(const ReplySummary& summary);
 json timings_json(const ReplyTimings& timings);
 
-// The logprobs object of a choice: chat {"content": [...]}, completion {"tokens", ...}.
-// `text_offset` is where the first of these tokens starts in the completion text, in characters
-// (code points, as OpenAI's and vLLM's count).
-json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprobs>& logprobs,
-                   const Tokenizer& tokenizer, int64_t text_offset);
+// The logprobs object of a choice: chat {"content": [...]}, completion {"tokens", ...} with the
+// listed tokens' text offsets.
+json logprobs_json(Endpoint endpoint, const ListedLogprobs& listed, const Tokenizer& tokenizer);
 
 // The characters whose first byte is among `bytes` (a token's text may end inside a character).
 inline int64_t utf8_characters_begun(std::string_view bytes) {
