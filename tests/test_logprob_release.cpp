@@ -164,5 +164,27 @@ TEST(LogprobRelease, OffsetsCountCharactersOfSplitTokens) {
   EXPECT_EQ(stopped.tokens, (std::vector<int32_t>{0, 1, 2, 3}));
 }
 
+// Invalid bytes reach the text as U+FFFD (three bytes for one): positions are the text's, so the
+// tokens inside the stop string stay unlisted and offsets count the replacement characters.
+TEST(LogprobRelease, InvalidBytesCountAsTheReplacementCharacter) {
+  const TableTokenizer tokenizer({"\xff", "ab", "STOP", "zz"});
+  const Listing listing = list_both_ways(tokenizer, {"STOP"});
+  EXPECT_EQ(listing.text, "\xef\xbf\xbd" "ab");
+  EXPECT_EQ(listing.tokens, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(listing.text_offsets, (std::vector<int64_t>{0, 1}));
+}
+
+// A stray continuation byte and a surrogate's three bytes are one and three characters of text.
+TEST(LogprobRelease, OffsetsCountEveryReplacementCharacter) {
+  const TableTokenizer tokenizer({"\x80", "a", "\xed\xa0\x80", "b", "\xe4\xb8", "c"});
+  const Listing listing = list_both_ways(tokenizer, {"STOP"});
+  EXPECT_EQ(listing.text, "\xef\xbf\xbd" "a" "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "b" "\xef\xbf\xbd" "c");
+  EXPECT_EQ(listing.tokens, (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(listing.text_offsets, (std::vector<int64_t>{0, 1, 2, 5, 6, 7}));
+  // Cut right after the surrogate: "b" and what follows are not listed.
+  const Listing stopped = list_both_ways(tokenizer, {"b"});
+  EXPECT_EQ(stopped.tokens, (std::vector<int32_t>{0, 1, 2}));
+}
+
 }  // namespace
 }  // namespace tf::server

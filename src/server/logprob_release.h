@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/request.h"
@@ -26,6 +28,7 @@ struct ListedLogprobs {
 // bytes, concatenated, start with the reply's text and only the last may run past its end: a token
 // that straddles a stop string's cut is listed, tokens wholly inside the stop string (and any
 // after it) never are. A reply that ends uncut lists every token, also those without text.
+// Positions are the text's as the client reads it: invalid bytes count as the U+FFFD they became.
 class LogprobRelease {
  public:
   explicit LogprobRelease(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
@@ -34,12 +37,29 @@ class LogprobRelease {
   ListedLogprobs add(const GenerationUpdate& update);
 
  private:
+  struct TextPosition {
+    int64_t byte = 0;
+    int64_t character = 0;
+  };
+  struct HeldToken {
+    TokenLogprobs logprobs;
+    int64_t first_byte = 0;  // in the tokens' bytes
+    // In the text: the character its first byte belongs to, and the characters before the token
+    // (that one too when the token starts inside it). Known once that character is complete.
+    std::optional<TextPosition> start;
+  };
+
+  // Reads the characters complete in the unread bytes (at the end of the reply, also a cut one)
+  // and places the held tokens that start in them.
+  void read_characters(bool is_final);
+
   const Tokenizer& tokenizer_;
-  std::deque<TokenLogprobs> held_;
-  int64_t held_from_byte_ = 0;       // where the first held token's text starts in the reply's text
-  int64_t held_from_character_ = 0;  // ...counted in characters
-  int64_t token_bytes_ = 0;          // all tokens' bytes so far
-  int64_t text_bytes_ = 0;           // the reply's text released so far
+  std::deque<HeldToken> held_;
+  int64_t n_unplaced_ = 0;  // the last held tokens, whose start is not known yet
+  std::string unread_;      // the tokens' bytes after the last complete character
+  int64_t n_token_bytes_ = 0;
+  TextPosition end_of_read_;  // where the text of the bytes read so far ends
+  int64_t text_bytes_ = 0;    // the reply's text released so far
 };
 
 }  // namespace server

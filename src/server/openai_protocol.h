@@ -155,13 +155,6 @@ json timings_json(const ReplyTimings& timings);
 // listed tokens' text offsets.
 json logprobs_json(Endpoint endpoint, const ListedLogprobs& listed, const Tokenizer& tokenizer);
 
-// The characters whose first byte is among `bytes` (a token's text may end inside a character).
-inline int64_t utf8_characters_begun(std::string_view bytes) {
-  int64_t n = 0;
-  for (unsigned char c : bytes) n += (c & 0xC0) != 0x80;
-  return n;
-}
-
 // [{"source": "target" | "long_copy" | "drafter" | "mtp" | "ngram" | "replay", "round": R}, ...], one per token.
 json provenance_json(const std::vector<TokenProvenance>& provenance);
 
