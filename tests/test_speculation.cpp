@@ -321,5 +321,57 @@ TEST(SpeculationTest, BudgetsEosAndStopsLandOnTheSameToken) {
   }
 }
 
+// A stop string that completes inside a round of accepted drafts ends the reply on the same token
+// as plain decoding, with the same text and bitwise the same logprobs: the drafts verified after it
+// never reach the reply.
+TEST(SpeculationTest, AStopInsideARoundKeepsTextAndLogprobs) {
+  std::string dir = test::source_path("tests/fixtures/models/qwen3-tiny-chat");
+  auto model = load_model(dir, {});
+  auto tokenizer = Tokenizer::from_file(dir + "/tokenizer.json");
+  const char* prompts[] = {"def f(x):\n    return x\n\ndef f(x):\n", "hello hello hello hello", "a b c a b c a b"};
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 9; ++i) {
+    GenerationRequest r;
+    r.prompt = tokenizer->encode(prompts[i % 3]);
+    r.max_tokens = 40;
+    r.ignore_eos = true;
+    r.sampling.temperature = i % 2 == 0 ? 0.0f : 0.7f;
+    r.sampling.seed = uint64_t(i);
+    r.n_top_logprobs = i % 3;
+    requests.push_back(r);
+  }
+  EngineOptions options;
+  options.n_ctx = 200;
+  const std::vector<Reply> full = run_requests(model, without_drafts(requests), options, true, tokenizer);
+  // Stops from different places of each reply; each round accepts `depth` drafts of the full reply.
+  constexpr int64_t depth = 8;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const std::string& text = full[i].text;
+    size_t cut = text.size() * (i + 2) / 12;
+    while (cut > 0 && (text[cut] & 0xC0) == 0x80) --cut;
+    ASSERT_GT(text.size(), cut + 3) << "request " << i;
+    requests[i].stop = {text.substr(cut, 3)};
+  }
+  replay_plain_replies(requests, full, depth);
+  const test::EngineRun plain = test::run_engine(model, without_drafts(requests), options, true, tokenizer);
+  const test::EngineRun drafted = test::run_engine(model, requests, options, false, tokenizer);  // the lone window
+  expect_same_tokens(plain.replies, drafted.replies, "stop inside a round");
+  test::expect_same_logprobs(plain, drafted, requests, "stop inside a round");
+  int64_t n_stopped_mid_round = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Reply& reply = drafted.replies[i];
+    EXPECT_EQ(reply.text, plain.replies[i].text) << "request " << i;
+    EXPECT_EQ(reply.text, full[i].text.substr(0, full[i].text.find(requests[i].stop[0]))) << "request " << i;
+    EXPECT_EQ(reply.final_update.finish_reason, FinishReason::stop) << "request " << i;
+    EXPECT_EQ(drafted.logprobs[i].size(), reply.tokens.size()) << "request " << i;
+    // The prompt's round gives the first token, each later one depth + 1: a count off that grid
+    // ended mid-round, with drafts verified after the stop.
+    const int64_t n_tokens = int64_t(reply.tokens.size());
+    EXPECT_LT(n_tokens, int64_t(full[i].tokens.size())) << "request " << i;
+    if ((n_tokens - 1) % (depth + 1) != 0) ++n_stopped_mid_round;
+  }
+  EXPECT_GT(n_stopped_mid_round, 0) << "the test must stop inside a round";
+}
+
 }  // namespace
 }  // namespace tf
