@@ -225,6 +225,7 @@ struct Choices {
   std::shared_ptr<const ServingContext> context;
   Endpoint endpoint = Endpoint::chat;
   int64_t prompt_tokens = 0;
+  bool wants_logprobs = false;
   std::string constraint_param;  // the parameter that set the grammar, for its errors
   std::vector<std::unique_ptr<Choice>> items;
 
@@ -259,6 +260,7 @@ Choices submit_choices(const std::shared_ptr<const ServingContext>& context, con
   Choices choices;
   choices.context = context;
   choices.endpoint = request.endpoint;
+  choices.wants_logprobs = request.n_top_logprobs >= 0;
   choices.prompt_tokens = int64_t(prompt.size());
   choices.constraint_param = request.constraints.grammar_param;
   // The prediction is a copy source for long copy: it changes speed, never tokens.
@@ -317,7 +319,8 @@ void answer_whole(Choices& choices, const ReplyHeader& header, HttpExchange& exc
   json choice_list = json::array();
   for (const auto& choice : choices.items) {
     AssembledReply reply;
-    json logprobs = nullptr;
+    // Asked for, logprobs are a list even when a stop string left no token to list (as vLLM's are).
+    json logprobs = choices.wants_logprobs ? logprobs_json(header.endpoint, {}, tokenizer) : json();
     while (!choice->is_done) {
       if (choices.is_client_gone()) return;
       for (const GenerationUpdate& update : choice->channel->take(poll_interval)) {

@@ -173,6 +173,73 @@ test('logprobs stop where a stop string cuts the reply, streamed or not', { time
   assert.deepEqual(streamed, listed);
 });
 
+// A reply's text and logprobs as a client assembles them, whole or streamed.
+async function listing(endpoint, params) {
+  const create = (body) => (endpoint === 'chat' ? client.chat.completions.create(body) : client.completions.create(body));
+  if (!params.stream) {
+    const choice = (await create(params)).choices[0];
+    return endpoint === 'chat'
+      ? { text: choice.message.content, logprobs: choice.logprobs.content }
+      : { text: choice.text, logprobs: choice.logprobs };
+  }
+  const assembled = endpoint === 'chat'
+    ? { text: '', logprobs: [] }
+    : { text: '', logprobs: { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] } };
+  for await (const chunk of await create(params)) {
+    const choice = chunk.choices[0];
+    if (!choice) continue;
+    if (endpoint === 'chat') {
+      assembled.text += choice.delta?.content ?? '';
+      assembled.logprobs.push(...(choice.logprobs?.content ?? []));
+    } else {
+      assembled.text += choice.text ?? '';
+      for (const [key, values] of Object.entries(choice.logprobs ?? {})) assembled.logprobs[key].push(...values);
+    }
+  }
+  return assembled;
+}
+
+// Whole and streamed, with speculation and with "draft": false: one text, one list of logprobs.
+async function assertOneListing(endpoint, params) {
+  const first = await listing(endpoint, params);
+  for (const variant of [{ stream: true }, { draft: false }, { draft: false, stream: true }])
+    assert.deepEqual(await listing(endpoint, { ...params, ...variant }), first, JSON.stringify(variant));
+  return first;
+}
+
+test('a stop string cuts text and logprobs alike, streamed or whole, drafted or not', { timeout: 120_000 },
+  async () => {
+    const params = {
+      model: modelId, prompt: 'def add(a, b):\n    return a + b\n\n\ndef add(a, b):\n', max_tokens: 40,
+      temperature: 0, logprobs: 2,
+    };
+    const free = (await client.completions.create(params)).choices[0];
+    const characters = Array.from(free.text);  // text_offset counts code points
+    const { tokens, text_offset: offsets } = free.logprobs;
+    // A stop string from the second character of a token on: that token straddles the cut.
+    const stopAt = (i) => characters.slice(offsets[i] + 1, offsets[i] + 4).join('');
+    const at = tokens.findIndex((token, i) => i >= 3 && !token.startsWith('bytes:') && Array.from(token).length >= 2
+      && stopAt(i).length === 3 && free.text.indexOf(stopAt(i)) === characters.slice(0, offsets[i] + 1).join('').length);
+    assert.ok(at >= 0, `no token to cut inside in ${JSON.stringify(tokens)}`);
+    const stop = stopAt(at);
+    const cut = await assertOneListing('completion', { ...params, stop: [stop] });
+    assert.equal(cut.text, characters.slice(0, offsets[at] + 1).join(''));
+    // Listed: every token up to the one the cut falls in, with its figures and offsets unchanged.
+    for (const key of ['tokens', 'token_logprobs', 'top_logprobs', 'text_offset'])
+      assert.deepEqual(cut.logprobs[key], free.logprobs[key].slice(0, at + 1), key);
+    assert.ok(cut.logprobs.text_offset.every((offset) => offset < Array.from(cut.text).length));
+    // A stop at the reply's very start: no text, and logprobs an empty list (not null).
+    const empty = await assertOneListing('completion', { ...params, stop: [characters.slice(0, 2).join('')] });
+    assert.equal(empty.text, '');
+    assert.deepEqual(empty.logprobs.tokens, []);
+
+    const chat = { model: modelId, messages: [{ role: 'user', content: 'def add(a, b):' }], max_tokens: 30,
+      temperature: 0, logprobs: true, top_logprobs: 2 };
+    const content = (await client.chat.completions.create(chat)).choices[0].message.content;
+    assert.ok(content.length > 8, JSON.stringify(content));
+    await assertOneListing('chat', { ...chat, stop: [content.slice(5, 8)] });
+  });
+
 test('/v1/models lists the served model', { timeout: 10_000 }, async () => {
   const models = [];
   for await (const model of client.models.list()) models.push(model.id);
