@@ -62,16 +62,25 @@ __device__ __forceinline__ float warp_sum(const float4 (&partials)[kColGroups][k
 
 // Stores the sums of columns col (even) and col + 1 of a row: as f32, as bf16, or (SwiGLU) both
 // rounded to bf16 as the plain bf16 output would store them, then silu(gate) * up to column col / 2.
-// `second` is unused when col + 1 is past n_out.
-template <LinearOutput kOutput>
+// `second` is unused when col + 1 is past n_out. kWide: a pair whose address allows it goes as one
+// store of 8 (f32) or 4 (bf16) bytes, the same values.
+template <LinearOutput kOutput, bool kWide = false>
 __device__ __forceinline__ void store_pair(void* y, int row, int col, int n_out, float first, float second) {
   const bool has_second = col + 1 < n_out;
   if constexpr (kOutput == LinearOutput::f32) {
     float* out = static_cast<float*>(y) + int64_t(row) * n_out + col;
+    if (kWide && has_second && reinterpret_cast<uintptr_t>(out) % 8 == 0) {
+      *reinterpret_cast<float2*>(out) = make_float2(first, second);
+      return;
+    }
     out[0] = first;
     if (has_second) out[1] = second;
   } else if constexpr (kOutput == LinearOutput::bf16) {
     uint16_t* out = static_cast<uint16_t*>(y) + int64_t(row) * n_out + col;
+    if (kWide && has_second && reinterpret_cast<uintptr_t>(out) % 4 == 0) {
+      *reinterpret_cast<uint32_t*>(out) = uint32_t(f32_to_bf16_bits(first)) | uint32_t(f32_to_bf16_bits(second)) << 16;
+      return;
+    }
     out[0] = f32_to_bf16_bits(first);
     if (has_second) out[1] = f32_to_bf16_bits(second);
   } else {
@@ -513,6 +522,23 @@ struct StagedWeights<Bf16Rows> {
   __device__ __forceinline__ static uint4 expand(Fetched fetched, int s) {
     return *reinterpret_cast<const uint4*>(fetched + s * kCols * kStagedBlockBytes);
   }
+  // hold(): every block's inputs of fetch()'s place loaded at once (blocks past a short stage's
+  // count included: the box has room for them, and nothing stores them); held(h, s) is block s's.
+  template <int kBlocks>
+  struct Held {
+    uint4 blocks[kBlocks];
+  };
+  template <int kCols, int kBlocks>
+  __device__ __forceinline__ static Held<kBlocks> hold(const unsigned char* box, int row, int q) {
+    Held<kBlocks> h;
+#pragma unroll
+    for (int s = 0; s < kBlocks; ++s) h.blocks[s] = expand<kCols>(fetch<kCols>(box, row, q), s);
+    return h;
+  }
+  template <int kCols, int kBlocks>
+  __device__ __forceinline__ static uint4 held(const Held<kBlocks>& h, int s) {
+    return h.blocks[s];
+  }
 };
 template <int kBits>
 struct StagedWeights<AffineRows<kBits>> {
@@ -545,6 +571,16 @@ struct StagedWeights<AffineRows<kBits>> {
   template <int kCols>
   __device__ __forceinline__ static uint4 expand(const Fetched& fetched, int s) {
     return AffineRows<kBits>::expand(fetched, s);
+  }
+  template <int kBlocks>
+  using Held = Fetched;  // a quad's words and scales: fetch() loads them all
+  template <int kCols, int kBlocks>
+  __device__ __forceinline__ static Held<kBlocks> hold(const unsigned char* box, int row, int q) {
+    return fetch<kCols>(box, row, q);
+  }
+  template <int kCols, int kBlocks>
+  __device__ __forceinline__ static uint4 held(const Held<kBlocks>& h, int s) {
+    return expand<kCols>(h, s);
   }
 };
 
@@ -706,6 +742,13 @@ constexpr int kWgmmaBlockBytes = kWgmmaCols * kStagedBlockBytes;  // a K block o
 constexpr int kWgmmaStepBytes = kWgmmaBlockBytes / 2;             // one k16 step's B
 constexpr int kWgmmaHalfBytes = kWgmmaStepBytes / 2;              // its 8-slot core matrices (K step)
 
+// How the feeding warpgroup moves a stage (a template parameter while the forms are compared):
+// kFeedInOrder loads and stores each place in turn, then the feeders meet at a named barrier before
+// thread 0 refills the raw buffer; kFeedLoadsFirst loads all of a stage's raw weights (kHeldPasses of
+// the four passes at a time), tells the raw buffer's own mbarrier it is free, then stores;
+// kFeedLoadsFirstWide also stores the outputs a pair at a time.
+constexpr int kFeedInOrder = 0, kFeedLoadsFirst = 1, kFeedLoadsFirstWide = 2;
+
 template <int kBlocksPerStage, int kStages, int kRaw, class Rows>
 struct WgmmaShape {
   static_assert(std::is_same_v<Rows, Bf16Rows> || kBlocksPerStage == 4, "linear: a quantized stage is one quad");
@@ -715,7 +758,8 @@ struct WgmmaShape {
   // Raw buffers: up to kRaw stages' weights in flight from global memory while one is moved, as many
   // as fit beside the stages.
   static constexpr size_t shared_bytes(int raw_buffers) {
-    return size_t(kStages) * kStageBytes + size_t(raw_buffers) * kRawBytes + (2 * kStages + raw_buffers) * sizeof(uint64_t);
+    return size_t(kStages) * kStageBytes + size_t(raw_buffers) * kRawBytes +
+           (2 * kStages + 2 * raw_buffers) * sizeof(uint64_t);
   }
   static constexpr int kRawBuffers = [] {
     int raw_buffers = kRaw;
@@ -730,12 +774,15 @@ struct WgmmaShape {
   // multipliers (4 of 5 stages ran 1.38x slower than 2, h100-wgmma-feeders.md; 2 of 3 1.05-1.25x
   // slower than 1, while 3 of 5 ran as 2: h100-wgmma-raw-buffers.md).
   static_assert(kRawBuffers <= kStages - 1, "linear: the wgmma kernel's raw buffers must stay behind its stages");
+  // Passes whose raw loads a feeding thread holds at once under kFeedLoadsFirst: 32 registers' worth.
+  static constexpr int kHeldPasses =
+      sizeof(typename StagedWeights<Rows>::template Held<kBlocksPerStage>) <= 32 ? kWgmmaCols / 32 : 2;
 };
 
 // Waits for the feeding warpgroup's 128 threads (named barrier 1; __syncthreads is barrier 0).
 __device__ __forceinline__ void feeders_sync() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
 
-template <int kBlocksPerStage, int kStages, int kRaw, LinearOutput kOutput, class Rows>
+template <int kBlocksPerStage, int kStages, int kRaw, int kFeed, LinearOutput kOutput, class Rows>
 __global__ void __launch_bounds__(3 * 128, 1)
     linear_wgmma_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
                         const __grid_constant__ CUtensorMap scale_map, Rows rows, int n_rows, int n_out, int n_in,
@@ -750,6 +797,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(raw_weights + Shape::kRawBuffers * Shape::kRawBytes);
   uint64_t* empty = full + kStages;
   uint64_t* raw_full = empty + kStages;
+  uint64_t* raw_empty = raw_full + Shape::kRawBuffers;  // kFeedLoadsFirst: every feeder has read it
   const auto x_box = [&](int slot, int s) {
     return wgmma_shared + slot * Shape::kStageBytes + s * kWgmmaRows * kStagedBlockBytes;
   };
@@ -767,7 +815,10 @@ __global__ void __launch_bounds__(3 * 128, 1)
       barrier_init(&full[slot], 128 + 1);  // every feeding thread, and thread 0's expected bytes
       barrier_init(&empty[slot], 8);       // every multiplying warp
     }
-    for (int buffer = 0; buffer < Shape::kRawBuffers; ++buffer) barrier_init(&raw_full[buffer], 1);
+    for (int buffer = 0; buffer < Shape::kRawBuffers; ++buffer) {
+      barrier_init(&raw_full[buffer], 1);
+      barrier_init(&raw_empty[buffer], 128);
+    }
     barrier_init_fence();
   }
   __syncthreads();
@@ -777,7 +828,10 @@ __global__ void __launch_bounds__(3 * 128, 1)
   if (warpgroup == 0) {
     // The feeding warps need few registers: they give theirs to the multiplying ones, whose two
     // 64 x 128 sums (a chain's and the total) would not fit the 168 each of 384 threads gets.
-    registers_give<40>();
+    if constexpr (kFeed == kFeedInOrder)
+      registers_give<40>();
+    else
+      registers_give<56>();
     StageWalk<kBlocksPerStage> copies, moves;  // thread 0's next stage to copy; everyone's next to move
     int issued = 0;
     // Thread 0: stage `issued`'s activations into its slot, its weights as they lie into a raw buffer.
@@ -785,6 +839,8 @@ __global__ void __launch_bounds__(3 * 128, 1)
       if (!copies.at_stage(n_blocks_k)) return;
       const int slot = issued % kStages, buffer = issued % Shape::kRawBuffers;
       if (issued >= kStages) barrier_wait(&empty[slot], uint32_t(issued / kStages - 1) & 1);  // its last use read
+      if (kFeed != kFeedInOrder && issued >= Shape::kRawBuffers)  // every feeder has read its last stage
+        barrier_wait(&raw_empty[buffer], uint32_t(issued / Shape::kRawBuffers - 1) & 1);
       const int count = copies.blocks(n_blocks_k);
       // A box's bytes count in full, the zeros past the matrix's edges included.
       barrier_arrive_expecting(&full[slot], uint32_t(count * kWgmmaRows * kStagedBlockBytes));
@@ -806,30 +862,58 @@ __global__ void __launch_bounds__(3 * 128, 1)
       const int slot = moved % kStages, buffer = moved % Shape::kRawBuffers;
       barrier_wait(&raw_full[buffer], uint32_t(moved / Shape::kRawBuffers) & 1);
       const int count = moves.blocks(n_blocks_k);
+      const auto store_pairs = [&](int r, const uint4& pairs, int s) {
+        unsigned char* place = w_box(slot, s) + (r / 8) * 128 + (r % 8) * 16 + 4 * quad;
+        *reinterpret_cast<uint32_t*>(place) = pairs.x;
+        *reinterpret_cast<uint32_t*>(place + kWgmmaHalfBytes) = pairs.y;
+        *reinterpret_cast<uint32_t*>(place + kWgmmaStepBytes) = pairs.z;
+        *reinterpret_cast<uint32_t*>(place + kWgmmaStepBytes + kWgmmaHalfBytes) = pairs.w;
+      };
+      if constexpr (kFeed == kFeedInOrder) {
 #pragma unroll
-      for (int pass = 0; pass < kWgmmaCols / 32; ++pass) {
-        const int r = first_row + 32 * pass;
-        const typename Raw::Fetched fetched = Raw::template fetch<kWgmmaCols>(raw_box(buffer), r, quad);
+        for (int pass = 0; pass < kWgmmaCols / 32; ++pass) {
+          const int r = first_row + 32 * pass;
+          const typename Raw::Fetched fetched = Raw::template fetch<kWgmmaCols>(raw_box(buffer), r, quad);
 #pragma unroll
-        for (int s = 0; s < kBlocksPerStage; ++s) {
-          if (s >= count) break;
-          const uint4 pairs = Raw::template expand<kWgmmaCols>(fetched, s);
-          unsigned char* place = w_box(slot, s) + (r / 8) * 128 + (r % 8) * 16 + 4 * quad;
-          *reinterpret_cast<uint32_t*>(place) = pairs.x;
-          *reinterpret_cast<uint32_t*>(place + kWgmmaHalfBytes) = pairs.y;
-          *reinterpret_cast<uint32_t*>(place + kWgmmaStepBytes) = pairs.z;
-          *reinterpret_cast<uint32_t*>(place + kWgmmaStepBytes + kWgmmaHalfBytes) = pairs.w;
+          for (int s = 0; s < kBlocksPerStage; ++s) {
+            if (s >= count) break;
+            store_pairs(r, Raw::template expand<kWgmmaCols>(fetched, s), s);
+          }
+        }
+      } else {
+        // The stores of a pass cannot start before its loads land, and ptxas keeps shared loads and
+        // stores in order: loading kHeldPasses passes first puts their latencies side by side.
+        using Held = typename Raw::template Held<kBlocksPerStage>;
+#pragma unroll
+        for (int first_pass = 0; first_pass < kWgmmaCols / 32; first_pass += Shape::kHeldPasses) {
+          Held held[Shape::kHeldPasses];
+#pragma unroll
+          for (int p = 0; p < Shape::kHeldPasses; ++p)
+            held[p] = Raw::template hold<kWgmmaCols, kBlocksPerStage>(raw_box(buffer), first_row + 32 * (first_pass + p),
+                                                                      quad);
+          if (first_pass + Shape::kHeldPasses == kWgmmaCols / 32) barrier_arrive(&raw_empty[buffer]);
+#pragma unroll
+          for (int p = 0; p < Shape::kHeldPasses; ++p)
+#pragma unroll
+            for (int s = 0; s < kBlocksPerStage; ++s) {
+              if (s >= count) break;
+              store_pairs(first_row + 32 * (first_pass + p), Raw::template held<kWgmmaCols, kBlocksPerStage>(held[p], s),
+                          s);
+            }
         }
       }
       fence_async_shared();  // the moved pairs, as the async proxy wgmma reads through sees them
       barrier_arrive(&full[slot]);
-      // Every thread is done with the raw buffer before thread 0 refills it with a stage whose slot's
-      // wait on the multipliers then orders every thread's moves into that slot too.
-      feeders_sync();
+      // kFeedInOrder: every thread is done with the raw buffer before thread 0 refills it with a
+      // stage whose slot's wait on the multipliers then orders every thread's moves into that slot too.
+      if constexpr (kFeed == kFeedInOrder) feeders_sync();
       if (thread == 0) issue_next();
     }
   } else {
-    registers_take<232>();
+    if constexpr (kFeed == kFeedInOrder)
+      registers_take<232>();
+    else
+      registers_take<224>();
     const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
     const int tile_row = (warpgroup - 1) * 64 + warp * 16 + g;  // and tile_row + 8
     // Inputs 8q .. 8q + 7 of rows tile_row and tile_row + 8: step s's A registers are their pairs 2s, 2s + 1.
@@ -881,7 +965,8 @@ __global__ void __launch_bounds__(3 * 128, 1)
       for (int h = 0; h < 2; ++h) {
         const int row = row0 + tile_row + 8 * h, col = col0 + 8 * j + 2 * q;
         if (row < n_rows && col < n_out)
-          store_pair<kOutput>(y, row, col, n_out, total[4 * j + 2 * h], total[4 * j + 2 * h + 1]);
+          store_pair<kOutput, kFeed == kFeedLoadsFirstWide>(y, row, col, n_out, total[4 * j + 2 * h],
+                                                             total[4 * j + 2 * h + 1]);
       }
   }
 }
@@ -1069,13 +1154,14 @@ void launch_staged(const uint16_t* x, int64_t n_rows, const LinearWeights& w, in
   });
 }
 
-template <int kBlocksPerStage, int kStages, int kRaw, int kFormats>
+template <int kBlocksPerStage, int kStages, int kRaw, int kFeed, int kFormats>
 void size_wgmma_kernels() {
   const auto for_rows = [&]<class Rows>() {
     constexpr size_t bytes = WgmmaShape<kBlocksPerStage, kStages, kRaw, Rows>::kSharedBytes;
-    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, LinearOutput::bf16, Rows>>(bytes);
-    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, LinearOutput::f32, Rows>>(bytes);
-    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, LinearOutput::swiglu_bf16, Rows>>(bytes);
+    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, kFeed, LinearOutput::bf16, Rows>>(bytes);
+    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, kFeed, LinearOutput::f32, Rows>>(bytes);
+    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, kFeed, LinearOutput::swiglu_bf16, Rows>>(
+        bytes);
   };
   if constexpr ((kFormats & kBf16) != 0) for_rows.template operator()<Bf16Rows>();
   if constexpr ((kFormats & kQuantized) != 0) {
@@ -1084,7 +1170,7 @@ void size_wgmma_kernels() {
   }
 }
 
-template <int kBlocksPerStage, int kStages, int kRaw, int kFormats>
+template <int kBlocksPerStage, int kStages, int kRaw, int kFeed, int kFormats>
 void launch_wgmma(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in, void* y,
                   LinearOutput output, cudaStream_t stream) {
   with_rows(w, int(n_in), [&](const auto& rows) {
@@ -1095,10 +1181,12 @@ void launch_wgmma(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int
       const auto [w_map, scale_map] = staged_weight_maps<Rows>(w, n_out, n_in, kWgmmaCols);
       const dim3 grid(unsigned((n_rows + kWgmmaRows - 1) / kWgmmaRows),
                       unsigned((n_out + kWgmmaCols - 1) / kWgmmaCols));
-      size_wgmma_kernels<kBlocksPerStage, kStages, kRaw, kFormats>();
+      size_wgmma_kernels<kBlocksPerStage, kStages, kRaw, kFeed, kFormats>();
       with_output(output, [&](auto output_constant) {
         launch_overlapped("linear_wgmma_kernel",
-                          linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, decltype(output_constant)::value, Rows>, grid,
+                          linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, kFeed, decltype(output_constant)::value,
+                                              Rows>,
+                          grid,
                           dim3(3 * 128), WgmmaShape<kBlocksPerStage, kStages, kRaw, Rows>::kSharedBytes, stream, x_map,
                           w_map, scale_map, rows, int(n_rows), int(n_out), int(n_in), y);
       });
@@ -1123,10 +1211,11 @@ struct ConfigEntry {
   ConfigEntry{{name, 1, 2, 1, 4, false}, formats, &launch_streamed<stages, formats>, \
               &size_streamed_kernels<stages, formats>}
 // The wgmma kernel: 128 rows by 128 weight rows a block, `blocks` K blocks a stage (4 for quantized
-// weights: a quad's slice), `stages` stages, `raw` stages' weights landing as they lie.
-#define TF_WGMMA_CONFIG(name, blocks, stages, raw, formats)                                            \
-  ConfigEntry{{name, 8, 16, 1, blocks, false}, formats, &launch_wgmma<blocks, stages, raw, formats>, \
-              &size_wgmma_kernels<blocks, stages, raw, formats>}
+// weights: a quad's slice), `stages` stages, `raw` stages' weights landing as they lie, `feed` the
+// feeders' form (kFeed...).
+#define TF_WGMMA_CONFIG(name, blocks, stages, raw, feed, formats)                                            \
+  ConfigEntry{{name, 8, 16, 1, blocks, false}, formats, &launch_wgmma<blocks, stages, raw, feed, formats>, \
+              &size_wgmma_kernels<blocks, stages, raw, feed, formats>}
 // The staged kernel: a grid of warp_rows x (8 / warp_rows) warps, each row_tiles 16-row by
 // col_tiles 8-column mma tiles; blocks K blocks a stage (4 for quantized weights), `stages` stages.
 #define TF_STAGED_CONFIG(name, warp_rows, row_tiles, col_tiles, blocks, stages, formats)                       \
@@ -1182,8 +1271,12 @@ constexpr ConfigEntry kConfigs[] = {
     TF_STAGED_CONFIG("s128x64b4s4", 4, 2, 4, 4, 4, kAllFormats),
     TF_STAGED_CONFIG("s256x64b2s4", 4, 4, 4, 2, 4, kBf16),
     TF_STAGED_CONFIG("s64x32b4s6", 4, 1, 2, 4, 6, kAllFormats),
-    TF_WGMMA_CONFIG("g128x128b2s5r2", 2, 5, 2, kBf16),
-    TF_WGMMA_CONFIG("g128x128b4s3r1", 4, 3, 1, kAllFormats),
+    TF_WGMMA_CONFIG("g128x128b2s5r2", 2, 5, 2, kFeedInOrder, kBf16),
+    TF_WGMMA_CONFIG("g128x128b4s3r1", 4, 3, 1, kFeedInOrder, kAllFormats),
+    TF_WGMMA_CONFIG("g128x128b2s5r2l", 2, 5, 2, kFeedLoadsFirst, kBf16),
+    TF_WGMMA_CONFIG("g128x128b4s3r1l", 4, 3, 1, kFeedLoadsFirst, kAllFormats),
+    TF_WGMMA_CONFIG("g128x128b2s5r2lw", 2, 5, 2, kFeedLoadsFirstWide, kBf16),
+    TF_WGMMA_CONFIG("g128x128b4s3r1lw", 4, 3, 1, kFeedLoadsFirstWide, kAllFormats),
 };
 #undef TF_LINEAR_CONFIG
 #undef TF_SWAPPED_CONFIG
