@@ -33,6 +33,13 @@ std::shared_ptr<const tf::Tokenizer> qwen3() {
   return tokenizer;
 }
 
+// The first token whose bytes are `bytes`, or -1.
+int32_t token_with_bytes(const tf::Tokenizer& tokenizer, const std::string& bytes) {
+  for (int32_t id = 0; id < tokenizer.n_tokens(); ++id)
+    if (tokenizer.token_bytes(id) == bytes) return id;
+  return -1;
+}
+
 const nlohmann::json& vectors() {
   static const nlohmann::json rows = read_json(TF_SOURCE_DIR "/tests/fixtures/tokenizer/qwen3_vectors.json");
   return rows;
@@ -209,14 +216,8 @@ TEST(Tokenizer, StreamingEqualsWholeDecode) {
 TEST(Tokenizer, StreamHoldsSplitCharacter) {
   // U+201C split after its second byte: the head token's bytes are an incomplete character.
   const auto tokenizer = qwen3();
-  const auto find_token = [&](const std::string& bytes) {
-    for (int32_t id = 0; id < tokenizer->n_tokens(); ++id) {
-      if (tokenizer->token_bytes(id) == bytes) return id;
-    }
-    return -1;
-  };
-  const int32_t head_id = find_token("\xE2\x80");
-  const int32_t tail_id = find_token("\x9C");
+  const int32_t head_id = token_with_bytes(*tokenizer, "\xE2\x80");
+  const int32_t tail_id = token_with_bytes(*tokenizer, "\x9C");
   ASSERT_GE(head_id, 0);
   ASSERT_GE(tail_id, 0);
   tf::StreamDecoder stream(*tokenizer);
@@ -226,6 +227,29 @@ TEST(Tokenizer, StreamHoldsSplitCharacter) {
   EXPECT_EQ(stream.push(head_id), "");
   EXPECT_EQ(stream.flush(), "\xEF\xBF\xBD");  // an incomplete tail at the end becomes U+FFFD
   EXPECT_EQ(stream.push(tail_id), "\xEF\xBF\xBD");  // a lone continuation byte is invalid
+}
+
+// Qwen3's special tokens (<|im_start|>, <|vision_start|>, ...) add no text when skipped; its added
+// tokens that are not special (<think>, <tool_call>, <|fim_prefix|>) always do: the reply parser
+// reads them. Skipping drops a token's bytes before they are decoded, as Hugging Face's
+// decode(skip_special_tokens=True) does, so one between a character's bytes does not split it.
+TEST(Tokenizer, StreamSkipsOnlySpecialTokens) {
+  const auto tokenizer = qwen3();
+  const auto streamed = [&](const std::vector<int32_t>& ids, bool skips_special_tokens) {
+    tf::StreamDecoder stream(*tokenizer, skips_special_tokens);
+    std::string text;
+    for (int32_t id : ids) text += stream.push(id);
+    return text + stream.flush();
+  };
+  const std::vector<int32_t> ids = tokenizer->encode(
+      "<|im_start|><think>a</think><|vision_start|>b<|box_start|><tool_call>{}</tool_call><|fim_prefix|>"
+      "<|endoftext|>");
+  EXPECT_EQ(streamed(ids, true), "<think>a</think>b<tool_call>{}</tool_call><|fim_prefix|>");
+  EXPECT_EQ(streamed(ids, false), tokenizer->decode(ids));
+  const std::vector<int32_t> split_quote = {token_with_bytes(*tokenizer, "\xE2\x80"),
+                                            tokenizer->token_id("<|im_end|>"), token_with_bytes(*tokenizer, "\x9C")};
+  EXPECT_EQ(streamed(split_quote, true), "\xE2\x80\x9C");
+  EXPECT_EQ(streamed(split_quote, false), "\xEF\xBF\xBD<|im_end|>\xEF\xBF\xBD");
 }
 
 TEST(Tokenizer, SpecialTokens) {

@@ -237,7 +237,7 @@ std::shared_ptr<const Tokenizer> Tokenizer::from_file(const std::string& tokeniz
 }
 
 std::string StreamDecoder::push(int32_t id) {
-  pending_ += tokenizer_.token_bytes(id);
+  pending_ += tokenizer_.text_bytes(id, skips_special_tokens_);
   const size_t complete = complete_utf8_prefix(pending_);
   std::string out = utf8::replace_invalid(std::string_view(pending_).substr(0, complete));
   pending_.erase(0, complete);

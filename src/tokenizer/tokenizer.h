@@ -34,20 +34,29 @@ class Tokenizer {
   // The id of a token given by its content (a vocab entry or an added token), or -1.
   virtual int32_t token_id(std::string_view content) const = 0;
   virtual bool is_special(int32_t id) const = 0;
+  // The bytes a token adds to a reply's text: none for a special token when the reply skips them
+  // (Hugging Face's decode(skip_special_tokens=True)), else its own. Qwen3 marks <think> and
+  // <tool_call> not special, so they stay for the reply parser.
+  std::string text_bytes(int32_t id, bool skips_special_tokens) const {
+    return skips_special_tokens && is_special(id) ? std::string() : token_bytes(id);
+  }
   // One past the largest id.
   virtual int64_t n_tokens() const = 0;
 };
 
 // Streaming decode: bytes of an incomplete UTF-8 sequence are held until it completes, so each
-// piece returned is valid UTF-8; invalid bytes become U+FFFD.
+// piece returned is valid UTF-8; invalid bytes become U+FFFD. Each token adds its text_bytes, so a
+// skipped special token between the bytes of one character does not split it.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool skips_special_tokens = false)
+      : tokenizer_(tokenizer), skips_special_tokens_(skips_special_tokens) {}
   std::string push(int32_t id);
   std::string flush();  // whatever is held, with U+FFFD for an incomplete tail
 
  private:
   const Tokenizer& tokenizer_;
+  bool skips_special_tokens_;
   std::string pending_;
 };
 
