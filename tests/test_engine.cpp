@@ -267,5 +267,40 @@ TEST(EngineTest, StopStringEndsTheReplyAndItsTextIsNeverSent) {
             stopped.tokens);
 }
 
+// Special tokens (<|box_start|>, <|vision_start|>: forced in among ordinary tokens by a mild bias and
+// a frequency penalty) add no text unless the request shows them; the tokens are the same either
+// way, drafted or not.
+TEST(EngineTest, SkippedSpecialTokensAddNoText) {
+  std::string dir = test::source_path("tests/fixtures/models/qwen3-tiny-chat");
+  auto model = load_model(dir, {});
+  auto tokenizer = Tokenizer::from_file(dir + "/tokenizer.json");
+  EngineOptions options;
+  options.n_ctx = 256;
+  GenerationRequest skipping;
+  skipping.prompt = tokenizer->encode("The sea is");
+  skipping.max_tokens = 16;
+  skipping.sampling.frequency_penalty = 1.0f;
+  skipping.constraints.logit_bias = {{tokenizer->token_id("<|box_start|>"), 2.5f},
+                                     {tokenizer->token_id("<|vision_start|>"), 2.5f}};
+  GenerationRequest showing = skipping;
+  showing.skips_special_tokens = false;
+  std::vector<GenerationRequest> requests = {skipping, showing, skipping, showing};
+  for (size_t i = 2; i < requests.size(); ++i) test::set_drafts_off(requests[i]);
+  Engine engine(options, model, tokenizer);
+  const std::vector<Reply> replies = run_to_completion(engine, requests);
+
+  const std::vector<int32_t>& tokens = replies[0].tokens;
+  std::vector<int32_t> ordinary_tokens;
+  for (int32_t token : tokens)
+    if (!tokenizer->is_special(token)) ordinary_tokens.push_back(token);
+  ASSERT_GT(ordinary_tokens.size(), 0u);
+  ASSERT_LT(ordinary_tokens.size(), tokens.size());
+  EXPECT_EQ(replies[0].text, tokenizer->decode(ordinary_tokens));
+  EXPECT_EQ(replies[1].text, tokenizer->decode(tokens));
+  for (size_t i = 1; i < replies.size(); ++i) EXPECT_EQ(replies[i].tokens, tokens) << i;
+  EXPECT_EQ(replies[2].text, replies[0].text);
+  EXPECT_EQ(replies[3].text, replies[1].text);
+}
+
 }  // namespace
 }  // namespace tf

@@ -2,6 +2,7 @@
 // with text offsets that count the text as the client reads it (invalid bytes as U+FFFD).
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,8 @@ namespace {
 // Token i is the i-th string of the table, so tests write replies as the pieces they are cut into.
 class TableTokenizer : public Tokenizer {
  public:
-  explicit TableTokenizer(std::vector<std::string> pieces) : pieces_(std::move(pieces)) {}
+  explicit TableTokenizer(std::vector<std::string> pieces, std::set<int32_t> special_ids = {})
+      : pieces_(std::move(pieces)), special_ids_(std::move(special_ids)) {}
   std::vector<int32_t> encode(std::string_view, const std::vector<TextSpan>&) const override { return {}; }
   std::vector<int32_t> encode(std::string_view) const override { return {}; }
   std::string decode(const std::vector<int32_t>& ids) const override {
@@ -25,18 +27,20 @@ class TableTokenizer : public Tokenizer {
   }
   std::string token_bytes(int32_t id) const override { return pieces_[size_t(id)]; }
   int32_t token_id(std::string_view) const override { return -1; }
-  bool is_special(int32_t) const override { return false; }
+  bool is_special(int32_t id) const override { return special_ids_.count(id) > 0; }
   int64_t n_tokens() const override { return int64_t(pieces_.size()); }
 
  private:
   std::vector<std::string> pieces_;
+  std::set<int32_t> special_ids_;
 };
 
 // The updates the engine sends for a reply of every table token in order (output.cpp): each token
 // with its logprob and the text the stream decoder and the stop matcher release; the reply ends
 // where a stop string completes, else after the last token.
-std::vector<GenerationUpdate> engine_updates(const Tokenizer& tokenizer, std::vector<std::string> stop) {
-  StreamDecoder decoder(tokenizer);
+std::vector<GenerationUpdate> engine_updates(const Tokenizer& tokenizer, std::vector<std::string> stop,
+                                             bool skips_special_tokens = false) {
+  StreamDecoder decoder(tokenizer, skips_special_tokens);
   StopMatcher matcher(std::move(stop));
   std::vector<GenerationUpdate> updates;
   for (int32_t token = 0; token < tokenizer.n_tokens() && !matcher.is_stopped(); ++token) {
@@ -71,8 +75,9 @@ struct Listing {
   std::vector<int64_t> text_offsets;
 };
 
-Listing list(const Tokenizer& tokenizer, const std::vector<GenerationUpdate>& updates) {
-  LogprobRelease release(tokenizer);
+Listing list(const Tokenizer& tokenizer, const std::vector<GenerationUpdate>& updates,
+             bool skips_special_tokens = false) {
+  LogprobRelease release(tokenizer, skips_special_tokens);
   Listing listing;
   for (const GenerationUpdate& update : updates) {
     listing.text += update.text;
@@ -85,10 +90,11 @@ Listing list(const Tokenizer& tokenizer, const std::vector<GenerationUpdate>& up
 }
 
 // Lists the reply token by token, and again as one update; both must list the same.
-Listing list_both_ways(const Tokenizer& tokenizer, const std::vector<std::string>& stop) {
-  const std::vector<GenerationUpdate> updates = engine_updates(tokenizer, stop);
-  const Listing by_token = list(tokenizer, updates);
-  const Listing at_once = list(tokenizer, {merged(updates)});
+Listing list_both_ways(const Tokenizer& tokenizer, const std::vector<std::string>& stop,
+                       bool skips_special_tokens = false) {
+  const std::vector<GenerationUpdate> updates = engine_updates(tokenizer, stop, skips_special_tokens);
+  const Listing by_token = list(tokenizer, updates, skips_special_tokens);
+  const Listing at_once = list(tokenizer, {merged(updates)}, skips_special_tokens);
   EXPECT_EQ(by_token.text, at_once.text);
   EXPECT_EQ(by_token.tokens, at_once.tokens);
   EXPECT_EQ(by_token.text_offsets, at_once.text_offsets);
@@ -184,6 +190,35 @@ TEST(LogprobRelease, OffsetsCountEveryReplacementCharacter) {
   // Cut right after the surrogate: "b" and what follows are not listed.
   const Listing stopped = list_both_ways(tokenizer, {"b"});
   EXPECT_EQ(stopped.tokens, (std::vector<int32_t>{0, 1, 2}));
+}
+
+// A skipped special token has no text: it is listed where the text after it begins (at the end of
+// an uncut reply), shown it is text like any other.
+TEST(LogprobRelease, ASkippedSpecialTokenIsListedWhereTheTextAfterItBegins) {
+  const TableTokenizer tokenizer({"<|s|>", "Hi", "<|s|>", " there", "<|s|>"}, {0, 2, 4});
+  const Listing skipped = list_both_ways(tokenizer, {"STOP"}, true);
+  EXPECT_EQ(skipped.text, "Hi there");
+  EXPECT_EQ(skipped.tokens, (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(skipped.text_offsets, (std::vector<int64_t>{0, 0, 2, 2, 8}));
+  const Listing shown = list_both_ways(tokenizer, {"STOP"}, false);
+  EXPECT_EQ(shown.text, "<|s|>Hi<|s|> there<|s|>");
+  EXPECT_EQ(shown.tokens, (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(shown.text_offsets, (std::vector<int64_t>{0, 5, 7, 12, 18}));
+}
+
+// Stop strings see the text as returned: a skipped token's text cannot complete one, and a skipped
+// token just before the cut is not listed, as no text of the reply follows it.
+TEST(LogprobRelease, StopStringsSeeTheTextWithoutSkippedTokens) {
+  const TableTokenizer tokenizer({"Hi", "<|s|>", " the", "re"}, {1});
+  const Listing not_a_stop = list_both_ways(tokenizer, {"<|s|>"}, true);
+  EXPECT_EQ(not_a_stop.text, "Hi there");
+  EXPECT_EQ(not_a_stop.tokens, (std::vector<int32_t>{0, 1, 2, 3}));
+  const Listing across_the_skipped = list_both_ways(tokenizer, {"i the"}, true);
+  EXPECT_EQ(across_the_skipped.text, "H");
+  EXPECT_EQ(across_the_skipped.tokens, (std::vector<int32_t>{0}));
+  const Listing right_after = list_both_ways(tokenizer, {" the"}, true);
+  EXPECT_EQ(right_after.text, "Hi");
+  EXPECT_EQ(right_after.tokens, (std::vector<int32_t>{0}));
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ void Engine::Impl::admit() {
     lane->n_cached = n_adopt * kv.block_size();
     lane->timings.cache_n = lane->n_cached;
     lane->slot = take_slot(*lane);
-    if (tokenizer) lane->decoder = std::make_unique<StreamDecoder>(*tokenizer);
+    if (tokenizer) lane->decoder = std::make_unique<StreamDecoder>(*tokenizer, lane->request.skips_special_tokens);
     lane->stop_matcher = std::make_unique<StopMatcher>(lane->request.stop, lane->request.closing);
     lane->speculation = speculation.for_lane(lane->request.draft, options.lone_window);
     lane->constraint = make_constraint(lane->request);

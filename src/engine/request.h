@@ -43,6 +43,9 @@ struct GenerationRequest {
   std::vector<std::string> stop;  // stop strings; text from a stop string on is never sent
   std::optional<ClosingString> closing;  // ends the reply after it (kept), unlike a stop string
   bool ignore_eos = false;
+  // Special tokens (Tokenizer::is_special) add no text to the reply, as vLLM's default; they are
+  // still tokens of the reply (logprobs, token_sha).
+  bool skips_special_tokens = true;
   int32_t n_top_logprobs = -1;    // -1: no logprobs; 0..20: logprob of each token plus the n best
   bool wants_provenance = false;  // report how each token reached the reply (TokenProvenance)
   // The prefix cache: adopt the longest cached prefix of the prompt and publish this request's

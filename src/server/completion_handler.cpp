@@ -112,6 +112,7 @@ GenerationRequest to_generation_request(const CompletionRequest& request, const 
   if (parses_tool_calls(request) && !request.parallel_tool_calls && !is_forced_call)
     generation.closing = ClosingString{"</tool_call>", "<think>", "</think>",
                                        context.chat_template.opens_thinking(request.chat_options), "<tool_call>"};
+  generation.skips_special_tokens = request.skips_special_tokens;
   generation.n_top_logprobs = request.n_top_logprobs;
   generation.wants_provenance = request.return_provenance;
   apply_constraint_fields(request.constraints, &generation);
@@ -183,8 +184,8 @@ struct Choice {
   bool is_done = false;
   ReplySummary summary;  // once done
 
-  Choice(ReplyParserOptions options, const Tokenizer& tokenizer)
-      : parser(std::move(options)), logprob_release(tokenizer) {}
+  Choice(ReplyParserOptions options, const Tokenizer& tokenizer, bool skips_special_tokens)
+      : parser(std::move(options)), logprob_release(tokenizer, skips_special_tokens) {}
 
   // Counts the update's tokens; returns the parsed text it releases and its logprobs (null when
   // none were asked for).
@@ -277,7 +278,7 @@ Choices submit_choices(const std::shared_ptr<const ServingContext>& context, con
   for (int64_t index = 0; index < request.n_choices; ++index) {
     auto choice = std::make_unique<Choice>(
         parser_options(request, *context, "call_" + reply_hex + "_" + std::to_string(index) + "_"),
-        *context->tokenizer);
+        *context->tokenizer, request.skips_special_tokens);
     choice->index = index;
     choice->seed = seed_of_choice(request.sampling.seed, index);
     choice->is_parallel_tool_calls = request.parallel_tool_calls;

@@ -13,7 +13,7 @@ constexpr int64_t kReplacementCharacterBytes = 3;  // U+FFFD, which the stream d
 
 ListedLogprobs LogprobRelease::add(const GenerationUpdate& update) {
   for (const TokenLogprobs& entry : update.logprobs) {
-    const std::string bytes = tokenizer_.token_bytes(entry.token);
+    const std::string bytes = tokenizer_.text_bytes(entry.token, skips_special_tokens_);
     held_.push_back({entry, n_token_bytes_, std::nullopt});
     n_unplaced_ += 1;
     n_token_bytes_ += int64_t(bytes.size());

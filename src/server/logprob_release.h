@@ -29,9 +29,13 @@ struct ListedLogprobs {
 // that straddles a stop string's cut is listed, tokens wholly inside the stop string (and any
 // after it) never are. A reply that ends uncut lists every token, also those without text.
 // Positions are the text's as the client reads it: invalid bytes count as the U+FFFD they became.
+// A special token the reply skips has no text; as in vLLM it is still listed, under its own name,
+// where the text after it begins (so with that text, or at the end of an uncut reply).
 class LogprobRelease {
  public:
-  explicit LogprobRelease(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  // skips_special_tokens: as the reply's StreamDecoder, so the bytes counted are the text's.
+  LogprobRelease(const Tokenizer& tokenizer, bool skips_special_tokens)
+      : tokenizer_(tokenizer), skips_special_tokens_(skips_special_tokens) {}
 
   // Holds the update's logprobs and counts its text; returns the held ones now listed, in order.
   ListedLogprobs add(const GenerationUpdate& update);
@@ -54,6 +58,7 @@ class LogprobRelease {
   void read_characters(bool is_final);
 
   const Tokenizer& tokenizer_;
+  bool skips_special_tokens_;
   std::deque<HeldToken> held_;
   int64_t n_unplaced_ = 0;  // the last held tokens, whose start is not known yet
   std::string unread_;      // the tokens' bytes after the last complete character

@@ -125,6 +125,7 @@ CompletionRequest parse_common(const json& body, Endpoint endpoint,
     const FieldReader stream_options(*options, "stream_options.");
     request.include_usage = stream_options.boolean("include_usage").value_or(false);
   }
+  request.skips_special_tokens = fields.boolean("skip_special_tokens").value_or(true);
   request.use_draft = fields.boolean("draft").value_or(true);
   request.return_token_ids = fields.boolean("return_token_ids").value_or(false);
   request.return_provenance = fields.boolean("return_provenance").value_or(false);

@@ -87,6 +87,7 @@ struct CompletionRequest {
   bool is_seed_given = false;           // false: the server draws sampling.seed
   std::vector<std::string> stop;
   bool is_stream = false;
+  bool skips_special_tokens = true;     // "skip_special_tokens" (vLLM's): special tokens add no text
   bool include_usage = false;           // stream_options.include_usage
   int32_t n_top_logprobs = -1;          // -1: no logprobs
   bool use_draft = true;

@@ -35,6 +35,7 @@ describe('bad input', () => {
     ['wrong type for temperature', chat({ temperature: 'hot' }), 'temperature'],
     ['wrong type for max_tokens', chat({ max_tokens: '8' }), 'max_tokens'],
     ['wrong type for stream', chat({ stream: 'yes' }), 'stream'],
+    ['wrong type for skip_special_tokens', chat({ skip_special_tokens: 'false' }), 'skip_special_tokens'],
     ['negative max_tokens', chat({ max_tokens: -1 }), 'max_tokens'],
     ['zero max_tokens', chat({ max_tokens: 0 }), 'max_tokens'],
     ['zero max_completion_tokens', chat({ max_completion_tokens: 0 }), 'max_completion_tokens'],
@@ -74,6 +75,7 @@ describe('bad input', () => {
     ['negative token id', { model: modelId, prompt: [1, -2] }, 'prompt'],
     ['token id outside the vocabulary', { model: modelId, prompt: [1, 999999999] }, 'prompt'],
     ['logprobs above 5', { model: modelId, prompt: 'x', logprobs: 6 }, 'logprobs'],
+    ['wrong type for skip_special_tokens', { model: modelId, prompt: 'x', skip_special_tokens: 0 }, 'skip_special_tokens'],
   ];
   for (const [name, body, param] of completionCases) {
     test(`completions: ${name} -> 400`, { timeout: 10_000 }, async () => {

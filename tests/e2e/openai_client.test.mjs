@@ -240,6 +240,46 @@ test('a stop string cuts text and logprobs alike, streamed or whole, drafted or 
     await assertOneListing('chat', { ...chat, stop: [content.slice(5, 8)] });
   });
 
+// <|box_start|> and <|vision_start|> are "special": true in Qwen3's tokenizer.json; a mild bias and a
+// frequency penalty put them among ordinary tokens. Skipped (the default) they add no text, shown
+// they are text like any token; logprobs list them either way, a skipped one where the text after
+// it begins.
+test('special tokens add no text unless skip_special_tokens is false, streamed or whole, drafted or not',
+  { timeout: 180_000 }, async () => {
+    const specials = ['<|box_start|>', '<|vision_start|>'];
+    const withoutSpecials = (text) => specials.reduce((rest, special) => rest.replaceAll(special, ''), text);
+    const forcing = { model: modelId, max_tokens: 16, temperature: 0, frequency_penalty: 1,
+      logit_bias: { 151648: 2.5, 151652: 2.5 } };
+
+    const params = { ...forcing, prompt: 'The sea is', logprobs: 0 };
+    const skipped = await assertOneListing('completion', params);
+    const shown = await assertOneListing('completion', { ...params, skip_special_tokens: false });
+    const { tokens } = shown.logprobs;
+    assert.ok(tokens.some((token) => specials.includes(token)) && tokens.some((token) => !specials.includes(token)),
+      JSON.stringify(tokens));
+    assert.deepEqual(skipped.logprobs.tokens, tokens);
+    assert.ok(specials.some((special) => shown.text.includes(special)), shown.text);
+    assert.equal(skipped.text, withoutSpecials(shown.text));
+    // Each token's text begins at its offset; a skipped token's offset is where the next text begins.
+    for (const { text, logprobs } of [skipped, shown]) {
+      const characters = Array.from(text);
+      logprobs.tokens.forEach((token, i) => {
+        const offset = logprobs.text_offset[i];
+        if (text === skipped.text && specials.includes(token))
+          assert.equal(offset, logprobs.text_offset[i + 1] ?? characters.length, `${token} at ${i}`);
+        else if (!token.startsWith('bytes:'))
+          assert.ok(characters.slice(offset).join('').startsWith(token), `${token} at ${i}: ${text}`);
+      });
+    }
+
+    const chat = { ...forcing, messages: [{ role: 'user', content: 'The sea is' }], logprobs: true };
+    const chatSkipped = await assertOneListing('chat', chat);
+    const chatShown = await assertOneListing('chat', { ...chat, skip_special_tokens: false });
+    assert.ok(specials.some((special) => chatShown.text.includes(special)), chatShown.text);
+    assert.equal(chatSkipped.text, withoutSpecials(chatShown.text));
+    assert.deepEqual(chatSkipped.logprobs.map((entry) => entry.token), chatShown.logprobs.map((entry) => entry.token));
+  });
+
 test('/v1/models lists the served model', { timeout: 10_000 }, async () => {
   const models = [];
   for await (const model of client.models.list()) models.push(model.id);
