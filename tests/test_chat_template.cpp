@@ -200,6 +200,59 @@ TEST(ChatTemplate, ToolsAndReasoningMatchTransformers) {
   EXPECT_GE(n_qwen3_5, 20);
 }
 
+// Numbers as the reference writes them into a prompt: json.loads then json.dumps, Python 3.11
+// (expected texts printed by Python itself). Integers keep every digit, past 64 bits too; floats are
+// Python's shortest repr, positional for exponents in [-4, 16).
+TEST(PythonJson, NumbersRoundTripAsPythonWritesThem) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"(123456789012345678901234567890)", R"(123456789012345678901234567890)"},
+      {R"(-123456789012345678901234567890)", R"(-123456789012345678901234567890)"},
+      {R"(18446744073709551615)", R"(18446744073709551615)"},
+      {R"(18446744073709551616)", R"(18446744073709551616)"},
+      {R"(-9223372036854775808)", R"(-9223372036854775808)"},
+      {R"(-9223372036854775809)", R"(-9223372036854775809)"},
+      {R"(-0)", R"(0)"},
+      {R"(0)", R"(0)"},
+      {R"(-0.0)", R"(-0.0)"},
+      {R"(1.0)", R"(1.0)"},
+      {R"(1)", R"(1)"},
+      {R"(1e20)", R"(1e+20)"},
+      {R"(1E20)", R"(1e+20)"},
+      {R"(1e16)", R"(1e+16)"},
+      {R"(1e15)", R"(1000000000000000.0)"},
+      {R"(1.5e15)", R"(1500000000000000.0)"},
+      {R"(9999999999999998.0)", R"(9999999999999998.0)"},
+      {R"(9007199254740993)", R"(9007199254740993)"},
+      {R"(9007199254740993.0)", R"(9007199254740992.0)"},
+      {R"(0.1)", R"(0.1)"},
+      {R"(1e-4)", R"(0.0001)"},
+      {R"(1e-5)", R"(1e-05)"},
+      {R"(1.5e-7)", R"(1.5e-07)"},
+      {R"(123456789.123456789)", R"(123456789.12345679)"},
+      {R"(5e-324)", R"(5e-324)"},
+      {R"(1.7976931348623157e308)", R"(1.7976931348623157e+308)"},
+      {R"(1e-400)", R"(0.0)"},
+      {R"(1e2)", R"(100.0)"},
+      {R"(-1.5)", R"(-1.5)"},
+      {R"(2.5e-10)", R"(2.5e-10)"},
+      {R"(1e22)", R"(1e+22)"},
+      {R"(1e100)", R"(1e+100)"},
+      {R"(12345678901234567.0)", R"(1.2345678901234568e+16)"},
+      {R"(0.30000000000000004)", R"(0.30000000000000004)"},
+      {R"({"maximum": 123456789012345678901234567890, "x": [1.0, -0.0, 1e-7]})", R"({"maximum": 123456789012345678901234567890, "x": [1.0, -0.0, 1e-07]})"},
+  };
+  for (const auto& [text, python] : cases) EXPECT_EQ(tf::python_json_dumps(tf::python_json_loads(text)), python) << text;
+  // Python reads 1e400 as inf and writes Infinity, which is not JSON: refused, as the body is.
+  EXPECT_THROW(tf::python_json_loads("1e400"), nlohmann::json::exception);
+  EXPECT_TRUE(tf::python_json_loads_or_discarded("[1e400]").is_discarded());
+  EXPECT_TRUE(tf::python_json_loads_or_discarded("{\"a\": 1} x").is_discarded());
+  // Python reads an integer of up to 4300 digits; nlohmann, and so the server, none past a double's
+  // range (309 digits), as it refuses 1e400.
+  const std::string long_integer(300, '7');
+  EXPECT_EQ(tf::python_json_dumps(tf::python_json_loads("-" + long_integer)), "-" + long_integer);
+  EXPECT_THROW(tf::python_json_loads(std::string(310, '7')), nlohmann::json::exception);
+}
+
 std::string read_text(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   std::ostringstream text;

@@ -1,15 +1,42 @@
-// Python's json.dumps and str.strip, byte for byte, for rendering chat templates natively.
+// Python's json.dumps, json.loads' integers and str.strip, byte for byte, for rendering chat
+// templates natively.
 #include "tokenizer/python_json.h"
 
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "core/error.h"
 #include "tokenizer/utf8.h"
 
 namespace tf {
 namespace {
+
+// The binary subtype that marks an integer past 64 bits, its digits as written ("IN").
+constexpr std::uint64_t kIntegerDigitsSubtype = 0x494E;
+
+// nlohmann's DOM builder, except that an integer literal too large for 64 bits (the only integer it
+// hands over as a float) keeps its digits. One past a double's range never gets here: the parser
+// refuses it as it refuses 1e400.
+class IntegerKeepingBuilder : public nlohmann::detail::json_sax_dom_parser<nlohmann::ordered_json> {
+ public:
+  using json_sax_dom_parser::json_sax_dom_parser;
+
+  bool number_float(double value, const std::string& text) {
+    if (text.find_first_of(".eE") != std::string::npos) return json_sax_dom_parser::number_float(value, text);
+    binary_t digits(std::vector<std::uint8_t>(text.begin(), text.end()), kIntegerDigitsSubtype);
+    return binary(digits);
+  }
+};
+
+nlohmann::ordered_json loads(std::string_view text, bool allows_exceptions) {
+  nlohmann::ordered_json parsed;
+  IntegerKeepingBuilder builder(parsed, allows_exceptions);
+  const bool is_parsed = nlohmann::ordered_json::sax_parse(text, &builder);
+  if (!is_parsed || builder.is_errored()) return nlohmann::ordered_json::value_t::discarded;
+  return parsed;
+}
 
 void append_string(const std::string& s, std::string& out) {
   out += '"';
@@ -79,6 +106,12 @@ void append_value(const nlohmann::ordered_json& value, std::string& out) {
     case nlohmann::json::value_t::number_unsigned: out += std::to_string(value.get<uint64_t>()); return;
     case nlohmann::json::value_t::number_float: append_float(value.get<double>(), out); return;
     case nlohmann::json::value_t::string: append_string(value.get_ref<const std::string&>(), out); return;
+    case nlohmann::json::value_t::binary: {
+      const auto& binary = value.get_binary();
+      if (!binary.has_subtype() || binary.subtype() != kIntegerDigitsSubtype) break;
+      out.append(binary.begin(), binary.end());
+      return;
+    }
     case nlohmann::json::value_t::array: {
       out += '[';
       bool is_first = true;
@@ -103,8 +136,9 @@ void append_value(const nlohmann::ordered_json& value, std::string& out) {
       out += '}';
       return;
     }
-    default: fail("a JSON value of type " + std::string(value.type_name()) + " has no JSON text");
+    default: break;
   }
+  fail("a JSON value of type " + std::string(value.type_name()) + " has no JSON text");
 }
 
 }  // namespace
@@ -114,6 +148,10 @@ std::string python_json_dumps(const nlohmann::ordered_json& value) {
   append_value(value, out);
   return out;
 }
+
+nlohmann::ordered_json python_json_loads(std::string_view text) { return loads(text, true); }
+
+nlohmann::ordered_json python_json_loads_or_discarded(std::string_view text) { return loads(text, false); }
 
 bool is_python_space(char32_t c) {
   // Bidirectional classes WS, B and S plus the Zs category: White_Space and the four separators.
