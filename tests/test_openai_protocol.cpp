@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/json_nesting.h"
+#include "server/chat_request.h"
 #include "server/openai_protocol.h"
 #include "server/sse.h"
 #include "tokenizer/tokenizer.h"
@@ -604,6 +605,33 @@ TEST(OpenAiProtocol, ToolsKeepTheirKeyOrderAndToolCallsParse) {
             "tools");
   // tool_choice 'none' leaves the tools out of the prompt: any template takes them.
   EXPECT_NO_THROW(parse_chat_request(chat_body({{"tools", json::array({weather_tool()})}, {"tool_choice", "none"}}), limits));
+}
+
+// Python's json keeps an integer of any size, so the reference's prompt has its digits; nlohmann
+// alone would make it a double and write 1.2345678901234568e+29.
+TEST(OpenAiProtocol, BigIntegersInToolsAndArgumentsReachThePromptAsWritten) {
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "pick", "parameters": {"type": "object",
+      "properties": {"n": {"type": "integer", "maximum": 123456789012345678901234567890, "minimum": -1.0}}}}}])";
+  const auto body_text = [&](const std::string& arguments) {
+    return R"({"model": "qwen3-tiny-chat", )" + tools + R"(, "messages": [{"role": "user", "content": "pick"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+          "function": {"name": "pick", "arguments": )" + arguments + R"(}}]}, {"role": "tool", "content": "ok"}]})";
+  };
+  for (const ChatTemplateFamily family : {ChatTemplateFamily::qwen3, ChatTemplateFamily::qwen3_5}) {
+    for (const std::string arguments : {R"({"n": -98765432109876543210987654321})",
+                                        R"("{\"n\": -98765432109876543210987654321}")"}) {
+      ProtocolLimits limits = test_limits();
+      limits.chat_family = family;
+      const std::string text = body_text(arguments);
+      CompletionRequest request = parse_chat_request(parse_body(text), limits);
+      keep_numbers_as_written(text, request);
+      const std::string prompt = ChatTemplate(family).render(request.messages, request.chat_options).text;
+      const std::string where = std::string(ChatTemplate(family).family_name()) + " " + arguments + ":\n" + prompt;
+      EXPECT_NE(prompt.find(R"("maximum": 123456789012345678901234567890, "minimum": -1.0)"), std::string::npos) << where;
+      EXPECT_NE(prompt.find("-98765432109876543210987654321"), std::string::npos) << where;
+      EXPECT_EQ(prompt.find("e+"), std::string::npos) << where;
+    }
+  }
 }
 
 TEST(OpenAiProtocol, BadToolFieldsNameTheirParameter) {

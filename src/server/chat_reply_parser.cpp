@@ -204,7 +204,7 @@ bool ChatReplyParser::step_json_call(bool is_final, ReplyPiece& out) {
   // A reply is the model's text: JSON in it nested past the bound stays text, never a call.
   const auto call = json_nesting_depth(block) > kMaxJsonNesting
                         ? nlohmann::ordered_json(nlohmann::ordered_json::value_t::discarded)
-                        : nlohmann::ordered_json::parse(block, nullptr, /*allow_exceptions=*/false);
+                        : python_json_loads_or_discarded(block);
   const bool is_call = call.is_object() && call.contains("name") && call["name"].is_string() &&
                        call.contains("arguments") && (call["arguments"].is_object() || call["arguments"].is_string());
   if (!is_call) {
@@ -228,7 +228,7 @@ std::string ChatReplyParser::parameter_json(const std::string& key, const std::s
     if (const auto parameter = tool->second.find(key); parameter != tool->second.end()) type = parameter->second;
   std::string value_json;
   if (type != "string" && json_nesting_depth(value) <= kMaxJsonNesting) {
-    const auto parsed = nlohmann::ordered_json::parse(value, nullptr, /*allow_exceptions=*/false);
+    const auto parsed = python_json_loads_or_discarded(value);
     if (!parsed.is_discarded()) value_json = python_json_dumps(parsed);
   }
   if (value_json.empty()) value_json = python_json_dumps(value);

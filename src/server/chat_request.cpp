@@ -6,6 +6,7 @@
 
 #include "core/json_error_text.h"
 #include "core/json_nesting.h"
+#include "tokenizer/python_json.h"
 
 namespace tf::server {
 namespace {
@@ -68,8 +69,8 @@ std::vector<ChatToolCall> parse_tool_calls(const json& calls, const std::string&
         throw invalid(arguments_param, "Invalid '" + arguments_param + "': the arguments nest deeper than " +
                                            std::to_string(kMaxJsonNesting) + " levels.");
       try {
-        call.arguments = json::parse(text);
-      } catch (const json::exception& error) {  // say why (a number past a double's range, say)
+        call.arguments = python_json_loads(text);  // read as the reference reads them: big integers whole
+      } catch (const std::exception& error) {  // say why (a number past a double's range, say)
         throw invalid(arguments_param, "Invalid '" + arguments_param + "': the arguments are not valid JSON (" +
                                            json_error_text(error.what()) + ").");
       }
@@ -231,7 +232,33 @@ void parse_prompt_end(const FieldReader& fields, CompletionRequest& request) {
                                             "message without tool calls.");
 }
 
+bool holds_float(const json& value) {
+  if (value.is_number_float()) return true;
+  if (!value.is_structured()) return false;
+  for (const json& item : value)
+    if (holds_float(item)) return true;
+  return false;
+}
+
 }  // namespace
+
+void keep_numbers_as_written(std::string_view body_text, CompletionRequest& request) {
+  bool holds_floats = false;
+  for (const json& tool : request.chat_options.tools) holds_floats = holds_floats || holds_float(tool);
+  for (const ChatMessage& message : request.messages)
+    for (const ChatToolCall& call : message.tool_calls)
+      holds_floats = holds_floats || (call.arguments.is_object() && holds_float(call.arguments));
+  if (!holds_floats) return;  // no number nlohmann could have rounded: most bodies
+  const json written = python_json_loads(body_text);
+  for (size_t i = 0; i < request.chat_options.tools.size(); ++i) request.chat_options.tools[i] = written.at("tools").at(i);
+  for (size_t i = 0; i < request.messages.size(); ++i) {
+    std::vector<ChatToolCall>& calls = request.messages[i].tool_calls;
+    for (size_t j = 0; j < calls.size(); ++j) {
+      const json& arguments = written.at("messages").at(i).at("tool_calls").at(j).at("function").at("arguments");
+      if (arguments.is_object()) calls[j].arguments = arguments;  // a string was read whole already
+    }
+  }
+}
 
 void parse_chat_fields(const FieldReader& fields, const ProtocolLimits& limits, CompletionRequest& request) {
   request.messages = parse_messages(fields, limits.chat_family);

@@ -11,6 +11,7 @@
 #include "app/serving_stack.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "server/chat_request.h"
 #include "server/reply_channel.h"
 #include "server/sse.h"
 #include "speculation/proposer.h"
@@ -450,6 +451,7 @@ void handle_completion(const std::shared_ptr<const ServingContext>& context, End
   CompletionRequest parsed = endpoint == Endpoint::chat
                                  ? parse_chat_request(body, context->limits)
                                  : parse_completion_request(body, context->limits);
+  if (endpoint == Endpoint::chat) keep_numbers_as_written(request.body, parsed);
   if (!parsed.is_seed_given) parsed.sampling.seed = random_u64() & 0xFFFFFFFFu;
 
   const std::vector<int32_t> prompt = build_prompt(parsed, *context);
@@ -498,9 +500,10 @@ void handle_completion(const std::shared_ptr<const ServingContext>& context, End
   }
 }
 
-json tokenize_reply(const ServingContext& context, const json& body) {
+json tokenize_reply(const ServingContext& context, std::string_view body_text) {
   // Qwen tokenizers add no BOS/EOS, so add_special is accepted and changes nothing.
-  const TokenizeRequest parsed = parse_tokenize_request(body, context.limits);
+  TokenizeRequest parsed = parse_tokenize_request(parse_body(body_text), context.limits);
+  if (parsed.chat) keep_numbers_as_written(body_text, *parsed.chat);
   const Tokenizer& tokenizer = *context.tokenizer;
   const std::vector<int32_t> ids = parsed.chat ? build_prompt(*parsed.chat, context) : tokenizer.encode(parsed.content);
   if (!parsed.with_pieces) return {{"tokens", ids}, {"count", ids.size()}};

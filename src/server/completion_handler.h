@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -66,6 +67,6 @@ void handle_completion(const std::shared_ptr<const ServingContext>& context, End
 
 // POST /tokenize: {"tokens": [ids], "count"}, or with "with_pieces" [{"id", "piece"}] (a piece that is
 // not whole UTF-8 comes as its bytes); "messages" tokenizes the chat prompt a completion would use.
-json tokenize_reply(const ServingContext& context, const json& body);
+json tokenize_reply(const ServingContext& context, std::string_view body_text);
 
 }  // namespace tf::server

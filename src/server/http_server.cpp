@@ -429,7 +429,7 @@ struct HttpServer::Impl {
   }
 
   HttpReply tokenize(const HttpRequest& req) const {
-    return json_reply(200, tokenize_reply(*context, parse_body(req.body)));
+    return json_reply(200, tokenize_reply(*context, req.body));
   }
 
   HttpReply detokenize(const HttpRequest& req) const {

@@ -127,6 +127,23 @@ describe('Qwen3 template: JSON tool calls and <think> reasoning', () => {
       + '<|im_end|>\n<|im_start|>user\n<tool_response>\nx\n</tool_response><|im_end|>\n');
   });
 
+  test('an integer past 64 bits in a tool or a call reaches the prompt as written', { timeout: 30_000 }, async () => {
+    const big = '123456789012345678901234567890';
+    const tool = `{"type": "function", "function": {"name": "pick", "parameters": {"type": "object", "properties": `
+      + `{"n": {"type": "integer", "maximum": ${big}, "minimum": 1.0}}}}}`;
+    const body = (extra) => `{"model": "x", "tools": [${tool}], "messages": [{"role": "user", "content": "q"}, {"role": "assistant", `
+      + `"content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "pick", "arguments": {"n": -${big}}}}]}, `
+      + `{"role": "tool", "content": "ok"}]${extra}}`;
+    const { json } = await request(server, '/tokenize', { body: body('') });
+    const { json: text } = await request(server, '/detokenize', { body: { tokens: json.tokens } });
+    assert.ok(text.content.includes(`\n${tool}\n`), text.content);
+    assert.ok(text.content.includes(`{"name": "pick", "arguments": {"n": -${big}}}`), text.content);
+    // A completion renders the same prompt.
+    const reply = await request(server, '/v1/chat/completions', { body: body(', "max_tokens": 1') });
+    assert.equal(reply.status, 200, reply.text);
+    assert.equal(reply.json.usage.prompt_tokens, json.tokens.length);
+  });
+
   test('reasoning_content split from <think>, streamed and not', { timeout: 60_000 }, async () => {
     const file = '<think>\nnames become paths\n</think>\n\nimport os\n\n\ndef list_files(root):\n    names = []\n    return names\n';
     const whole = (await ask(file)).choices[0];
