@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <tuple>
 
 #include "server/chat_reply_parser.h"
 #include "tokenizer/tokenizer.h"
@@ -143,9 +144,10 @@ TEST(ChatReplyParser, Qwen3_5XmlToolCalls) {
 }
 
 TEST(ChatReplyParser, Qwen3_5CutCallsAndPlainReplies) {
-  // The budget ran out inside a parameter: the call keeps the parameters it finished.
+  // The budget ran out inside a parameter: no call, the text as written (CallsGoOutOnlyWhole).
   expect_cut_invariant(qwen3_5_options(false),
-                       "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n1", {"", "", {{"call_y_0", "get_weather", "{\"city\": \"Oslo\"}"}}});
+                       "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n1",
+                       {"", "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n1", {}});
   expect_cut_invariant(qwen3_5_options(false), "<tool_call>\nnot xml at all", {"", "<tool_call>\nnot xml at all", {}});
   // A parameter written twice keeps its first value: the arguments are an object of unique keys.
   expect_cut_invariant(qwen3_5_options(false),
@@ -153,6 +155,31 @@ TEST(ChatReplyParser, Qwen3_5CutCallsAndPlainReplies) {
                        "</parameter>\n</function>\n</tool_call>", {"", "", {{"call_y_0", "get_weather", "{\"city\": \"A\"}"}}});
   expect_cut_invariant(qwen3_5_options(true), "Just thinking, no answer yet", {"Just thinking, no answer yet", "", {}});
   expect_cut_invariant(qwen3_5_options(false), "Hello <b>world</b>!", {"", "Hello <b>world</b>!", {}});
+}
+
+// A reply its budget (or a stop string) cuts inside a call finished no call: both formats release
+// a call only whole, so the cut call is the text the model wrote, as content, after the calls it
+// did finish, and a stream never sent a piece of it (vLLM answers a cut call with its text, too).
+TEST(ChatReplyParser, CallsGoOutOnlyWhole) {
+  const std::string json_call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
+  const std::string xml_call = "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>";
+  for (const auto& [options, call, cut_call] : {
+           std::tuple{qwen3_options(true), json_call, std::string("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"ci")},
+           std::tuple{qwen3_5_options(false), xml_call, std::string("<tool_call>\n<function=get_weather>\n<parameter=city>\nOs")},
+           std::tuple{qwen3_5_options(false), xml_call, std::string("<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<param")}}) {
+    const std::string id = options.tool_call_id_prefix + "0";
+    expect_cut_invariant(options, "Ok.\n" + cut_call, {"", "Ok.\n" + cut_call, {}});
+    expect_cut_invariant(options, "Ok.\n" + call + "\n" + cut_call,
+                         {"", "Ok.\n" + cut_call, {{id, "get_weather", "{\"city\": \"Oslo\"}"}}});
+    // Byte by byte, nothing of the call is released before its end.
+    ChatReplyParser parser(options);
+    const std::string closing = options.family == ChatTemplateFamily::qwen3 ? "</tool_call>" : "</function>";
+    const size_t call_end = call.find(closing) + closing.size();
+    for (size_t i = 0; i < call.size(); ++i) {
+      const ReplyPiece piece = parser.push(call.substr(i, 1));
+      EXPECT_EQ(piece.tool_calls.size(), i + 1 == call_end ? 1u : 0u) << "byte " << i << " of " << call;
+    }
+  }
 }
 
 TEST(ChatReplyParser, TextCompletionsAreAllContent) {

@@ -178,7 +178,7 @@ bool ChatReplyParser::step_content(bool is_final, ReplyPiece& out) {
     pending_.erase(0, open + call_open.size());
     mode_ = options_.family == ChatTemplateFamily::qwen3_5 ? Mode::xml_call : Mode::json_call;
     xml_step_ = XmlStep::function_name;
-    is_xml_call_open_ = false;
+    xml_call_text_.clear();
     return true;
   }
   const size_t keep = is_final ? 0 : partial_tag_suffix(pending_, call_open);
@@ -235,15 +235,16 @@ std::string ChatReplyParser::parameter_json(const std::string& key, const std::s
   return python_json_dumps(key) + ": " + value_json;
 }
 
-// Qwen3.5-class: <function=NAME> then <parameter=KEY>\nVALUE\n</parameter> pairs. The id and name
-// go out as soon as the name is whole, each parameter once its closing tag is read.
+// Qwen3.5-class: <function=NAME> then <parameter=KEY>\nVALUE\n</parameter> pairs. Like a JSON call,
+// the call goes out whole, at </function>: a reply cut before it (budget, stop string) released
+// no part of a call, so its text is given back as content, streamed or not.
 bool ChatReplyParser::step_xml_call(bool is_final, ReplyPiece& out) {
-  const auto close_arguments = [&] {
-    out.tool_calls.push_back({n_tool_calls_ - 1, std::nullopt, std::nullopt, xml_n_parameters_ == 0 ? "{}" : "}"});
+  const auto consume = [&](size_t n) {  // the call's text, kept until the call is whole
+    xml_call_text_.append(pending_, 0, n);
+    pending_.erase(0, n);
   };
-  const auto abandon = [&] {  // the reply ended inside the call
-    if (is_xml_call_open_ && xml_step_ != XmlStep::after_function) close_arguments();
-    if (!is_xml_call_open_) emit_content(space_before_call_ + std::string(call_open) + pending_, out);
+  const auto abandon = [&] {  // the reply ended inside the call: what it wrote is text
+    emit_content(space_before_call_ + std::string(call_open) + xml_call_text_ + pending_, out);
     pending_.clear();
     mode_ = Mode::content;
   };
@@ -259,12 +260,8 @@ bool ChatReplyParser::step_xml_call(bool is_final, ReplyPiece& out) {
         return true;
       }
       xml_function_ = std::string(rest.substr(function_open.size(), end - function_open.size()));
-      pending_.erase(0, at + end + 1);
-      out.tool_calls.push_back({n_tool_calls_, options_.tool_call_id_prefix + std::to_string(n_tool_calls_),
-                                xml_function_, ""});
-      ++n_tool_calls_;
-      is_xml_call_open_ = true;
-      xml_n_parameters_ = 0;
+      consume(at + end + 1);
+      xml_arguments_.clear();
       xml_seen_parameters_.clear();
       xml_step_ = XmlStep::between_parameters;
       return true;
@@ -280,13 +277,15 @@ bool ChatReplyParser::step_xml_call(bool is_final, ReplyPiece& out) {
           return true;
         }
         xml_parameter_ = std::string(rest.substr(parameter_open.size(), end - parameter_open.size()));
-        pending_.erase(0, at + end + 1);
+        consume(at + end + 1);
         xml_step_ = XmlStep::parameter_value;
         return true;
       }
       if (rest.starts_with(function_close)) {
         pending_.erase(0, at + function_close.size());
-        close_arguments();
+        out.tool_calls.push_back({n_tool_calls_, options_.tool_call_id_prefix + std::to_string(n_tool_calls_),
+                                  xml_function_, xml_arguments_.empty() ? "{}" : xml_arguments_ + "}"});
+        ++n_tool_calls_;
         xml_step_ = XmlStep::after_function;
         return true;
       }
@@ -298,7 +297,7 @@ bool ChatReplyParser::step_xml_call(bool is_final, ReplyPiece& out) {
       }
       // Stray text between parameters carries nothing the call needs: skip to the next tag.
       const size_t next_tag = rest.find('<', 1);
-      pending_.erase(0, next_tag == std::string_view::npos ? pending_.size() : at + next_tag);
+      consume(next_tag == std::string_view::npos ? pending_.size() : at + next_tag);
       return true;
     }
     case XmlStep::parameter_value: {
@@ -312,12 +311,9 @@ bool ChatReplyParser::step_xml_call(bool is_final, ReplyPiece& out) {
       if (value.starts_with('\n')) value.remove_prefix(1);  // the template writes "\n" VALUE "\n"
       if (value.ends_with('\n')) value.remove_suffix(1);
       // A parameter written twice keeps its first value: arguments stay a JSON object of unique keys.
-      if (xml_seen_parameters_.insert(xml_parameter_).second) {
-        const std::string pair = parameter_json(xml_parameter_, std::string(value));
-        out.tool_calls.push_back({n_tool_calls_ - 1, std::nullopt, std::nullopt, (xml_n_parameters_ == 0 ? "{" : ", ") + pair});
-        ++xml_n_parameters_;
-      }
-      pending_.erase(0, close + parameter_close.size());
+      if (xml_seen_parameters_.insert(xml_parameter_).second)
+        xml_arguments_ += (xml_arguments_.empty() ? "{" : ", ") + parameter_json(xml_parameter_, std::string(value));
+      consume(close + parameter_close.size());
       xml_step_ = XmlStep::between_parameters;
       return true;
     }

@@ -2,6 +2,7 @@
 // content, and tool_calls (Qwen3's JSON in <tool_call>, or the Qwen3.5-class
 // <function=NAME><parameter=KEY> XML). Incremental: text may arrive in pieces cut anywhere, even
 // inside a tag, and what it releases does not depend on the cuts (a whole reply is one push).
+// Tool calls are released only whole, never a call the reply did not finish.
 #pragma once
 #include <map>
 #include <optional>
@@ -56,8 +57,9 @@ class ChatReplyParser {
  public:
   explicit ChatReplyParser(ReplyParserOptions options);
   ReplyPiece push(std::string_view text);
-  // The reply ended (by itself or on its budget): whatever was held back is released as what it
-  // is (a cut tag is text; a call cut after its name keeps the parameters it finished).
+  // The reply ended (by itself, a stop string or its budget): whatever was held back is released as
+  // what it is. A call goes out only whole (Qwen3's at </tool_call>, the XML one at </function>), so
+  // a call the reply did not finish is text, content, in a stream as in a whole reply.
   ReplyPiece finish();
   int n_tool_calls() const { return n_tool_calls_; }
   bool is_inside_tool_call() const { return mode_ == Mode::json_call || mode_ == Mode::xml_call; }
@@ -82,13 +84,13 @@ class ChatReplyParser {
   std::string held_space_;       // content whitespace held while tools are parsed (dropped before a call)
   std::string space_before_call_;  // that whitespace, given back if the "call" turns out to be text
   int n_tool_calls_ = 0;
-  // The XML call in progress.
+  // The XML call in progress, held until </function>.
   XmlStep xml_step_ = XmlStep::function_name;
+  std::string xml_call_text_;  // the text read after <tool_call>: content again if the call is cut
   std::string xml_function_;
   std::string xml_parameter_;
-  int xml_n_parameters_ = 0;
+  std::string xml_arguments_;  // the arguments' JSON so far, without its closing brace
   std::set<std::string> xml_seen_parameters_;  // this call's parameter names so far
-  bool is_xml_call_open_ = false;  // its id and name were released
 };
 
 // Folds a reply's pieces into its whole: (reasoning, content, tool calls).

@@ -57,6 +57,23 @@ function sameCalls(streamed, whole) {
     whole.map((c) => [c.id.replace(/_[0-9a-f]{16}_/, '_'), c.function.name, c.function.arguments]));
 }
 
+// A reply its budget cuts inside a call finished no call: finish_reason "length", no tool_calls, the
+// call's text as content, the same streamed and whole. A grammar forces the call's text.
+async function expectCutCallIsText(client, call, extra = {}) {
+  for (const budget of [8, 16]) {
+    const body = { model: 'x', messages: [{ role: 'user', content: 'go' }], tools, max_tokens: budget, temperature: 0,
+      grammar: `root ::= ${JSON.stringify(call)}`, ...extra };
+    const whole = (await client.chat.completions.create(body)).choices[0];
+    assert.equal(whole.finish_reason, 'length', JSON.stringify(whole));
+    assert.equal(whole.message.tool_calls, undefined, JSON.stringify(whole));
+    assert.ok(whole.message.content.length > 0 && call.startsWith(whole.message.content), JSON.stringify(whole));
+    const { message, finishReason } = await assembleStream(await client.chat.completions.create({ ...body, stream: true }));
+    assert.equal(finishReason, 'length');
+    assert.deepEqual(message.tool_calls, []);
+    assert.equal(message.content, whole.message.content);
+  }
+}
+
 describe('Qwen3 template: JSON tool calls and <think> reasoning', () => {
   let server;
   let client;
@@ -125,6 +142,10 @@ describe('Qwen3 template: JSON tool calls and <think> reasoning', () => {
     const { json: singleTokens } = await request(server, '/tokenize', { body: { messages: singleMessages, tools, add_generation_prompt: false } });
     assert.equal(await text(singleTokens.tokens), (await text(singlePrompt.tokens)) + (await text(single.completion_token_ids))
       + '<|im_end|>\n<|im_start|>user\n<tool_response>\nx\n</tool_response><|im_end|>\n');
+  });
+
+  test('a call cut by max_tokens is text with finish_reason length, streamed and not', { timeout: 60_000 }, async () => {
+    await expectCutCallIsText(client, oneCall);
   });
 
   test('an integer past 64 bits in a tool or a call reaches the prompt as written', { timeout: 30_000 }, async () => {
@@ -255,6 +276,10 @@ describe('Qwen3.6 template: XML tool calls', () => {
     const whole = await forced(`${file}\n`);
     assert.equal(whole.json.choices[0].finish_reason, 'tool_calls', whole.text);
     assert.deepEqual(JSON.parse(whole.json.choices[0].message.tool_calls[0].function.arguments), { city: 'Paris' });
+  });
+
+  test('a call cut by max_tokens is text with finish_reason length, streamed and not', { timeout: 60_000 }, async () => {
+    await expectCutCallIsText(client, file, { chat_template_kwargs: { enable_thinking: false } });
   });
 
   test('a parameter the model writes twice keeps its first value', { timeout: 30_000 }, async () => {
