@@ -342,6 +342,67 @@ std::pair<std::string, std::string> refusal_of(const json& schema) {
   return {"no error", ""};
 }
 
+TEST(JsonSchemaTest, PatternWithLengthBoundsMatchesBoth) {
+  const std::string name = schema_grammar(json::parse(R"({"type": "string", "pattern": "^[a-z0-9_]+$", "minLength": 2, "maxLength": 4})"));
+  EXPECT_TRUE(matches(name, R"("ab")"));    // at the minimum
+  EXPECT_TRUE(matches(name, R"("a_9z")"));  // at the maximum
+  EXPECT_FALSE(matches(name, R"("a")"));
+  EXPECT_FALSE(matches(name, R"("abcde")"));
+  EXPECT_FALSE(is_prefix(name, R"("abcde)"));  // cut at the bound, not only at the closing quote
+  EXPECT_FALSE(matches(name, R"("aB")"));      // the pattern still binds
+  // Unanchored ends: the text around the match counts too.
+  const std::string around = schema_grammar(json::parse(R"({"type": "string", "pattern": "b", "maxLength": 3})"));
+  EXPECT_TRUE(matches(around, R"("b")"));
+  EXPECT_TRUE(matches(around, R"("abc")"));
+  EXPECT_FALSE(matches(around, R"("abcd")"));
+  EXPECT_FALSE(matches(around, R"("acc")"));
+  // A character counts one however many bytes UTF-8 or JSON's escapes write it with.
+  const std::string wide = schema_grammar(json::parse(R"({"type": "string", "pattern": "^.+$", "maxLength": 2})"));
+  EXPECT_TRUE(matches(wide, "\"\xC3\xA9\xE2\x82\xAC\""));  // é€
+  EXPECT_TRUE(matches(wide, "\"\xF0\x9F\x98\x80x\""));     // an emoji and x
+  EXPECT_FALSE(matches(wide, "\"\xC3\xA9\xE2\x82\xAC" "a\""));
+  const std::string escaped = schema_grammar(json::parse(R"({"type": "string", "pattern": "^a", "minLength": 3, "maxLength": 3})"));
+  EXPECT_TRUE(matches(escaped, R"("a\n\"")"));      // a, newline, quote
+  EXPECT_TRUE(matches(escaped, R"("a\u001f\\")"));  // a, U+001F, backslash
+  EXPECT_FALSE(matches(escaped, R"("a\n\"b")"));
+  EXPECT_FALSE(matches(escaped, "\"a\n\"\""));      // a raw newline is no JSON
+  const std::string quotes = schema_grammar(json::parse(R"({"type": "string", "pattern": "^[\"\t]+$", "maxLength": 2})"));
+  EXPECT_TRUE(matches(quotes, R"("\t\"")"));
+  EXPECT_FALSE(matches(quotes, R"("\t\"\t")"));
+  // Only a minimum: lengths past it are all alike.
+  const std::string at_least = schema_grammar(json::parse(R"({"type": "string", "pattern": "^x*$", "minLength": 3})"));
+  EXPECT_TRUE(matches(at_least, R"("xxx")"));
+  EXPECT_TRUE(matches(at_least, R"("xxxxxxxxxxxx")"));
+  EXPECT_FALSE(matches(at_least, R"("xx")"));
+  // No allowed prefix is a dead end: "ca" could only go on to "cab", one past the maximum.
+  const std::string pairs = schema_grammar(json::parse(R"({"type": "string", "pattern": "^(ab|c)+$", "maxLength": 2})"));
+  EXPECT_TRUE(matches(pairs, R"("ab")"));
+  EXPECT_TRUE(matches(pairs, R"("cc")"));
+  EXPECT_FALSE(is_prefix(pairs, R"("ca)"));
+  // enum values are kept by both; a branch nothing can match is left out.
+  const std::string listed = schema_grammar(json::parse(R"({"enum": ["ab", "abcd", "b1"], "pattern": "^[a-z]+$", "maxLength": 3})"));
+  EXPECT_TRUE(matches(listed, R"("ab")"));
+  EXPECT_FALSE(matches(listed, R"("abcd")"));
+  EXPECT_FALSE(matches(listed, R"("b1")"));
+  const std::string branches = schema_grammar(json::parse(
+      R"({"type": "string", "maxLength": 3, "anyOf": [{"pattern": "^[a-z]{5}$"}, {"pattern": "^\\d+$"}]})"));
+  EXPECT_TRUE(matches(branches, R"("123")"));
+  EXPECT_FALSE(matches(branches, R"("1234")"));
+  EXPECT_EQ(refusal_of(json::parse(R"({"type": "string", "pattern": "^[a-z]{5}$", "maxLength": 3})")).first,
+            "response_format.json_schema.schema.pattern");
+}
+
+TEST(JsonSchemaTest, PatternWithLengthBoundsPastTheStateLimitIsRefused) {
+  for (const char* schema : {R"({"type": "object", "properties": {"s": {"type": "string", "pattern": "^(\\d{1,50}-)+$", "maxLength": 1000}}})",
+                             R"({"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a{1000}){1000}$", "minLength": 1}}})"}) {
+    const auto [param, message] = refusal_of(json::parse(schema));
+    EXPECT_EQ(param, "response_format.json_schema.schema.properties.s.pattern") << schema;
+    EXPECT_NE(message.find("automaton states"), std::string::npos) << message;
+  }
+  // Well below the limit: a common identifier bound.
+  EXPECT_EQ(refusal_of(json::parse(R"({"type": "string", "pattern": "^[a-z][a-z0-9_]*$", "maxLength": 1000})")).first, "no error");
+}
+
 TEST(JsonSchemaTest, PatternMatchesAreWrittenAsJsonEscapes) {
   const std::string tab = schema_grammar({{"type", "string"}, {"pattern", "^a\tb$"}});  // a real TAB in the pattern
   EXPECT_TRUE(matches(tab, R"("a\tb")"));

@@ -499,15 +499,20 @@ class SchemaConverter {
   }
 
   std::string string(const json& schema, const std::string& path) {
-    if (auto pattern = schema.find("pattern"); pattern != schema.end()) {
-      if (!pattern->is_string()) throw unsupported(path + ".pattern", "expected a string");
-      if (schema.contains("minLength") || schema.contains("maxLength"))
-        throw unsupported(path + ".pattern", "pattern together with minLength/maxLength is not supported");
-      return new_rule("\"\\\"\" " + pattern_gbnf(pattern->get<std::string>(), path + ".pattern") + " \"\\\"\"");
-    }
     const int64_t min = count(schema, "minLength", path, 0);
     const int64_t max = count(schema, "maxLength", path, -1);
     if (max >= 0 && max < min) throw Unsatisfiable(path + ".maxLength", "maxLength is below minLength");
+    if (auto pattern = schema.find("pattern"); pattern != schema.end()) {
+      if (!pattern->is_string()) throw unsupported(path + ".pattern", "expected a string");
+      if (min == 0 && max < 0)
+        return new_rule("\"\\\"\" " + pattern_gbnf(pattern->get<std::string>(), path + ".pattern") + " \"\\\"\"");
+      // The pattern's rules take the name the next rule would have, with a suffix no other rule has.
+      const std::string name = prefix_ + std::to_string(rules_.size()) + "-length";
+      const std::string rules = pattern_with_length_gbnf(pattern->get<std::string>(), min, max, name, path + ".pattern");
+      if (rules.empty()) throw Unsatisfiable(path + ".pattern", "no string within minLength/maxLength matches the pattern");
+      rules_.push_back(rules.substr(0, rules.size() - 1));  // rules() ends each entry with a newline
+      return new_rule("\"\\\"\" " + name + "-0 \"\\\"\"");
+    }
     if (min == 0 && max < 0) return "json-string";
     return new_rule("\"\\\"\" " + repeat("json-char", min, max) + " \"\\\"\"");
   }

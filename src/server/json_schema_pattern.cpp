@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -131,10 +133,15 @@ std::string json_chars_gbnf(const CodeRanges& set) {
   return alternatives.empty() ? "" : "(" + alternatives[0] + " | " + alternatives[1] + ")";
 }
 
-// A part of the pattern as GBNF, and whether it can match empty text.
-struct Piece {
-  std::string gbnf;
-  bool is_nullable = false;
+// A part of the parsed pattern: a set of characters, a sequence, alternatives, a repetition, or
+// the any-text an unanchored end allows.
+struct Node {
+  enum Kind { set, sequence, alternatives, repetition, any_text };
+  Kind kind = set;
+  CodeRanges characters = {};  // set
+  std::vector<Node> children = {};  // sequence, alternatives: the parts; repetition: the one repeated
+  int64_t min = 0, max = -1;   // repetition (max -1: unbounded)
+  bool is_nullable = false;    // whether it can match empty text
 };
 
 class PatternParser {
@@ -142,26 +149,31 @@ class PatternParser {
   PatternParser(const std::string& pattern, const std::string& path) : p_(pattern), path_(path) {}
 
   // Top-level alternatives each carry their own anchors: ^a|b$ is (^a)|(b$).
-  std::string run() {
-    const std::string any = "json-char*";
-    std::string out;
+  Node run() {
+    const Node any{.kind = Node::any_text, .is_nullable = true};
+    Node out{.kind = Node::alternatives};
     do {
       const bool is_anchored_start = consume('^');
-      const Piece body = sequence(0);
+      Node body = sequence(0);
       const bool is_anchored_end = consume('$');
-      out += (out.empty() ? "" : " | ") + (is_anchored_start ? "" : any + " ") + "(" + body.gbnf + ")" +
-             (is_anchored_end ? "" : " " + any);
+      Node anchored{.kind = Node::sequence};
+      if (!is_anchored_start) anchored.children.push_back(any);
+      anchored.is_nullable = body.is_nullable;
+      anchored.children.push_back(std::move(body));
+      if (!is_anchored_end) anchored.children.push_back(any);
+      out.is_nullable = out.is_nullable || anchored.is_nullable;
+      out.children.push_back(std::move(anchored));
     } while (consume('|'));
     if (i_ < p_.size()) error("a ')' at offset " + std::to_string(i_) + " closes no group");
-    return "(" + out + ")";
+    return out;
   }
 
- private:
   [[noreturn]] void error(const std::string& what) const {
     throw ApiError(400, "Invalid '" + path_ + "': the pattern " + nlohmann::json(p_).dump() + " " + what + ".",
                    "invalid_request_error", path_);
   }
 
+ private:
   bool consume(char c) {
     if (i_ >= p_.size() || p_[i_] != c) return false;
     ++i_;
@@ -174,41 +186,38 @@ class PatternParser {
     return out += "'";
   }
 
-  Piece alternatives(int depth) {
-    Piece out = sequence(depth);
-    while (consume('|')) {
-      const Piece next = sequence(depth);
-      out.gbnf += " | " + next.gbnf;
-      out.is_nullable = out.is_nullable || next.is_nullable;
-    }
+  Node alternatives(int depth) {
+    Node out{.kind = Node::alternatives};
+    do {
+      out.children.push_back(sequence(depth));
+      out.is_nullable = out.is_nullable || out.children.back().is_nullable;
+    } while (consume('|'));
     return out;
   }
 
-  Piece sequence(int depth) {
-    Piece out{"", true};
+  Node sequence(int depth) {
+    Node out{.kind = Node::sequence, .is_nullable = true};
     while (i_ < p_.size()) {
       const char c = p_[i_];
       if (c == '|' || c == ')') break;
       if (c == '$' && depth == 0 && (i_ + 1 == p_.size() || p_[i_ + 1] == '|')) break;
       const size_t begin = i_;
-      const Piece item = quantified(atom(depth), begin);
-      out.gbnf += (out.gbnf.empty() ? "" : " ") + item.gbnf;
-      out.is_nullable = out.is_nullable && item.is_nullable;
+      out.children.push_back(quantified(atom(depth), begin));
+      out.is_nullable = out.is_nullable && out.children.back().is_nullable;
     }
-    if (out.gbnf.empty()) out.gbnf = "\"\"";
     return out;
   }
 
-  Piece atom(int depth) {
+  Node atom(int depth) {
     const char c = p_[i_];
     if (c == '(') {
       if (depth >= kMaxGroupDepth) error("nests groups deeper than " + std::to_string(kMaxGroupDepth) + " levels");
       const size_t begin = i_++;
       if (p_.compare(i_, 2, "?:") == 0) i_ += 2;
       else if (i_ < p_.size() && p_[i_] == '?') error("has a lookaround or named group, which is not supported");
-      const Piece inner = alternatives(depth + 1);
+      Node inner = alternatives(depth + 1);
       if (!consume(')')) error("opens a group at offset " + std::to_string(begin) + " that it never closes");
-      return {"(" + inner.gbnf + ")", inner.is_nullable};
+      return inner;
     }
     if (c == '^' || c == '$') error("has an anchor '" + std::string(1, c) + "' inside; anchors are supported only at the ends");
     if (c == '*' || c == '+' || c == '?' || c == '{')
@@ -219,13 +228,12 @@ class PatternParser {
     else if (c == '\\') set = escape(false);
     else if (c == '.') ++i_, set = complement(kLineTerminator);
     else set = {{take_code_point(), 0}}, set[0].second = set[0].first;
-    const std::string gbnf = json_chars_gbnf(set);
-    if (gbnf.empty()) error("has " + quoted(begin, i_) + ", which matches no character");
-    return {gbnf, false};
+    if (json_chars_gbnf(set).empty()) error("has " + quoted(begin, i_) + ", which matches no character");
+    return {.kind = Node::set, .characters = std::move(set)};
   }
 
   // `item` with the quantifier that follows it, if any (`begin`: where the item starts, for errors).
-  Piece quantified(Piece item, size_t begin) {
+  Node quantified(Node item, size_t begin) {
     if (i_ >= p_.size()) return item;
     int64_t min = 0, max = -1;  // max -1: unbounded
     const char c = p_[i_];
@@ -243,9 +251,8 @@ class PatternParser {
     if (max < 0 && item.is_nullable)
       error("repeats " + quoted(begin, i_) + " without bound though it can match empty text; make the repeated part "
             "match at least one character");
-    const std::string counts = c != '{' ? std::string(1, c)
-                               : "{" + std::to_string(min) + (max == min ? "" : "," + (max < 0 ? "" : std::to_string(max))) + "}";
-    return {"(" + item.gbnf + ")" + counts, item.is_nullable || min == 0};
+    const bool is_nullable = item.is_nullable || min == 0;
+    return {.kind = Node::repetition, .children = {std::move(item)}, .min = min, .max = max, .is_nullable = is_nullable};
   }
 
   // {m}, {m,} or {m,n} at i_.
@@ -374,10 +381,207 @@ class PatternParser {
   size_t i_ = 0;
 };
 
+// The node as a GBNF expression (its repetitions stay counted, so the text stays small).
+std::string node_gbnf(const Node& node) {
+  switch (node.kind) {
+    case Node::set: return json_chars_gbnf(node.characters);
+    case Node::any_text: return "json-char*";
+    case Node::alternatives: {
+      std::string out;
+      for (const Node& child : node.children) out += (out.empty() ? "" : " | ") + node_gbnf(child);
+      return out;
+    }
+    case Node::sequence: {
+      std::string out;
+      for (const Node& child : node.children) {
+        const bool is_compound = child.kind == Node::sequence || child.kind == Node::alternatives;
+        out += (out.empty() ? "" : " ") + (is_compound ? "(" + node_gbnf(child) + ")" : node_gbnf(child));
+      }
+      return out.empty() ? "\"\"" : out;
+    }
+    case Node::repetition: {
+      const int64_t min = node.min, max = node.max;
+      const std::string counts = max < 0 ? (min == 0 ? "*" : min == 1 ? "+" : "{" + std::to_string(min) + ",}")
+                                 : min == 0 && max == 1 ? "?"
+                                 : "{" + std::to_string(min) + (max == min ? "" : "," + std::to_string(max)) + "}";
+      return "(" + node_gbnf(node.children[0]) + ")" + counts;
+    }
+  }
+  return "";
+}
+
+// Length bounds need the pattern unrolled: an automaton, then its product with a length counter.
+// Both are kept below this many states, so a schema cannot make the server build without end.
+constexpr size_t kMaxLengthStates = 10000;
+
+// A nondeterministic automaton for the pattern over code-point sets, with empty moves (Thompson's
+// construction): counted repetitions are unrolled, one copy per count.
+class PatternAutomaton {
+ public:
+  struct Move {
+    int set;  // into sets; -1: an empty move
+    int to;
+  };
+  std::vector<std::vector<Move>> moves;  // [state] its moves
+  std::vector<CodeRanges> sets;
+  int accept = 0;
+
+  PatternAutomaton(const Node& root, const std::function<void()>& too_large) : too_large_(too_large) {
+    accept = build(root, new_state());  // state 0 starts
+  }
+
+  // The moves on a character from `state` and the states its empty moves reach, and whether they reach accept.
+  std::vector<Move> character_moves(int state, bool* is_accepting) const {
+    std::vector<Move> out;
+    std::vector<bool> is_seen(moves.size());
+    std::vector<int> stack = {state};
+    is_seen[size_t(state)] = true;
+    *is_accepting = false;
+    while (!stack.empty()) {
+      const int at = stack.back();
+      stack.pop_back();
+      *is_accepting = *is_accepting || at == accept;
+      for (const Move& move : moves[size_t(at)]) {
+        if (move.set >= 0) out.push_back(move);
+        else if (!is_seen[size_t(move.to)]) is_seen[size_t(move.to)] = true, stack.push_back(move.to);
+      }
+    }
+    return out;
+  }
+
+ private:
+  int new_state() {
+    if (moves.size() >= kMaxLengthStates) too_large_();
+    moves.emplace_back();
+    return int(moves.size()) - 1;
+  }
+
+  int set_index(const CodeRanges& set) {
+    for (size_t i = 0; i < sets.size(); ++i)
+      if (sets[i] == set) return int(i);
+    sets.push_back(set);
+    return int(sets.size()) - 1;
+  }
+
+  // Adds the node's states after `from`; returns the state where it ends.
+  int build(const Node& node, int from) {
+    switch (node.kind) {
+      case Node::set: {
+        const int to = new_state();
+        moves[size_t(from)].push_back({set_index(node.characters), to});
+        return to;
+      }
+      case Node::any_text:  // any characters but surrogates, which JSON text never holds
+        moves[size_t(from)].push_back({set_index({{0, 0xD7FF}, {0xE000, kMaxCodePoint}}), from});
+        return from;
+      case Node::sequence:
+        for (const Node& child : node.children) from = build(child, from);
+        return from;
+      case Node::alternatives: {
+        const int end = new_state();
+        for (const Node& child : node.children) {
+          const int branch = new_state();
+          moves[size_t(from)].push_back({-1, branch});
+          moves[size_t(build(child, branch))].push_back({-1, end});
+        }
+        return end;
+      }
+      case Node::repetition: {
+        const Node& item = node.children[0];
+        for (int64_t i = 0; i < node.min; ++i) from = build(item, from);
+        if (node.max < 0) {  // the item is never empty here (the parser refuses it), so the loop always moves on
+          const int loop = new_state();
+          moves[size_t(from)].push_back({-1, loop});
+          moves[size_t(build(item, loop))].push_back({-1, loop});
+          return loop;
+        }
+        const int end = new_state();
+        for (int64_t i = node.min; i < node.max; ++i) {
+          moves[size_t(from)].push_back({-1, end});
+          from = build(item, from);
+        }
+        moves[size_t(from)].push_back({-1, end});
+        return end;
+      }
+    }
+    return from;
+  }
+
+  std::function<void()> too_large_;
+};
+
 }  // namespace
 
 std::string pattern_gbnf(const std::string& pattern, const std::string& path) {
-  return PatternParser(pattern, path).run();
+  return "(" + node_gbnf(PatternParser(pattern, path).run()) + ")";
+}
+
+std::string pattern_with_length_gbnf(const std::string& pattern, int64_t min_length, int64_t max_length,
+                                     const std::string& name, const std::string& path) {
+  PatternParser parser(pattern, path);
+  const Node root = parser.run();
+  const auto too_large = [&] {
+    parser.error("with minLength/maxLength needs more than " + std::to_string(kMaxLengthStates) +
+                 " automaton states, which is not supported; lower maxLength or simplify the pattern");
+  };
+  const PatternAutomaton automaton(root, too_large);
+
+  // Product states (automaton state, length so far); without a maximum, lengths past the minimum
+  // are all alike. Built forward from (start, 0), then kept only where an end is still reachable,
+  // so every prefix the grammar allows can be finished.
+  std::map<std::pair<int, int64_t>, int> index;
+  std::vector<std::pair<int, int64_t>> states;
+  std::vector<std::vector<PatternAutomaton::Move>> moves;  // [product state] moves into product states
+  std::vector<bool> is_end;
+  const auto state_of = [&](int state, int64_t length) {
+    auto [it, is_new] = index.insert({{state, length}, int(states.size())});
+    if (is_new) {
+      if (states.size() >= kMaxLengthStates) too_large();
+      states.push_back({state, length});
+    }
+    return it->second;
+  };
+  state_of(0, 0);
+  for (size_t at = 0; at < states.size(); ++at) {
+    const auto [state, length] = states[at];
+    bool is_accepting = false;
+    std::vector<PatternAutomaton::Move> next;
+    for (const PatternAutomaton::Move& move : automaton.character_moves(state, &is_accepting))
+      if (max_length < 0) next.push_back({move.set, state_of(move.to, std::min(length + 1, min_length))});
+      else if (length < max_length) next.push_back({move.set, state_of(move.to, length + 1)});
+    moves.push_back(std::move(next));
+    is_end.push_back(is_accepting && length >= min_length);
+  }
+  std::vector<std::vector<int>> sources(states.size());  // [product state] those with a move into it
+  for (size_t at = 0; at < states.size(); ++at)
+    for (const auto& move : moves[at]) sources[size_t(move.to)].push_back(int(at));
+  std::vector<bool> is_live = is_end;
+  std::vector<int> stack;
+  for (size_t at = 0; at < states.size(); ++at)
+    if (is_end[at]) stack.push_back(int(at));
+  while (!stack.empty()) {
+    const int at = stack.back();
+    stack.pop_back();
+    for (int source : sources[size_t(at)])
+      if (!is_live[size_t(source)]) is_live[size_t(source)] = true, stack.push_back(source);
+  }
+  if (!is_live[0]) return "";
+
+  std::string rules;
+  std::vector<bool> is_set_used(automaton.sets.size());
+  for (size_t at = 0; at < states.size(); ++at) {
+    if (!is_live[at]) continue;
+    std::string body = is_end[at] ? "\"\"" : "";
+    for (const auto& move : moves[at]) {
+      if (!is_live[size_t(move.to)]) continue;
+      is_set_used[size_t(move.set)] = true;
+      body += (body.empty() ? "" : " | ") + name + "-set-" + std::to_string(move.set) + " " + name + "-" + std::to_string(move.to);
+    }
+    rules += name + "-" + std::to_string(at) + " ::= " + body + "\n";
+  }
+  for (size_t set = 0; set < automaton.sets.size(); ++set)
+    if (is_set_used[set]) rules += name + "-set-" + std::to_string(set) + " ::= " + json_chars_gbnf(automaton.sets[set]) + "\n";
+  return rules;
 }
 
 }  // namespace tf::server

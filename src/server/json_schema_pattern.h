@@ -2,6 +2,7 @@
 // content: each character it matches is written as JSON writes it ('"', '\' and U+0000-U+001F
 // escaped, everything else raw).
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace tf::server {
@@ -11,5 +12,12 @@ namespace tf::server {
 // the schema grammar. Throws a 400 ApiError naming `path` (the pattern's place in the request)
 // that says what in the pattern is wrong or unsupported.
 std::string pattern_gbnf(const std::string& pattern, const std::string& path);
+
+// The same text with the decoded value also min_length to max_length code points long (max_length
+// -1: no maximum), as rules `name`-0 (the start) ... that need only `json-char`; "" when no string
+// matches both. Throws as pattern_gbnf does, and also when the pattern unrolled against the bounds
+// would need more states than a fixed limit.
+std::string pattern_with_length_gbnf(const std::string& pattern, int64_t min_length, int64_t max_length,
+                                     const std::string& name, const std::string& path);
 
 }  // namespace tf::server
