@@ -85,6 +85,35 @@ describe('structured output', () => {
       });
   }
 
+  // The common identifier schema: a pattern and length bounds at once, lengths in code points.
+  test('a pattern with minLength/maxLength binds the reply both ways, drafted = undrafted', { timeout: 120_000 }, async () => {
+    const boundSchema = {
+      type: 'object',
+      properties: {
+        id: { type: 'string', pattern: '^[a-z0-9_]+$', minLength: 3, maxLength: 8 },
+        label: { type: 'string', pattern: '[A-Z\u00e9]', maxLength: 4 },
+      },
+      required: ['id', 'label'],
+      additionalProperties: false,
+    };
+    for (const [temperature, seed] of [[0, 1], [1, 5], [1, 6]]) {
+      const params = { model: modelId, messages, max_tokens: 120, temperature, seed,
+        response_format: { type: 'json_schema', json_schema: { name: 'bounded', schema: boundSchema, strict: true } } };
+      const reply = await client.chat.completions.create(params);
+      const text = reply.choices[0].message.content;
+      assert.equal(reply.choices[0].finish_reason, 'stop', text);
+      const value = JSON.parse(text);
+      for (const [key, member] of Object.entries(boundSchema.properties)) {
+        const length = [...value[key]].length;
+        assert.ok(length >= (member.minLength ?? 0) && length <= member.maxLength, `${key}: ${text}`);
+        assert.match(value[key], new RegExp(member.pattern, 'u'), `${key}: ${text}`);
+      }
+      const undrafted = await client.chat.completions.create({ ...params, draft: false });
+      assert.equal(undrafted.choices[0].message.content, text);
+      assert.equal(undrafted.token_sha, reply.token_sha);
+    }
+  });
+
   test('json_object and a GBNF grammar', { timeout: 120_000 }, async () => {
     const object = await client.chat.completions.create({
       model: modelId, messages, max_tokens: 300, temperature: 0, response_format: { type: 'json_object' },
@@ -211,6 +240,8 @@ const keptKeywordSchemas = [
   { type: 'string', pattern: '^a\tb$' },
   { type: 'string', pattern: '^[\\.\\/\\+\\*]{1,4}$' },
   { type: 'string', pattern: '^[^a-z]{2}.$' },
+  { type: 'string', pattern: '^[a-z0-9_]+$', minLength: 2, maxLength: 5 },
+  { type: 'string', pattern: 'x', maxLength: 3 },
 ];
 
 describe('every keyword of a schema binds the reply', () => {
