@@ -1,5 +1,6 @@
-// Regex to GBNF: the pattern is parsed into sets of code points (literals, classes, escapes, '.'),
-// and each set is written as the JSON text of its characters, so a matched TAB is "\t", never raw.
+// Regex to GBNF: the pattern is parsed into a tree over sets of code points (literals, classes,
+// escapes, '.'), and each set is written as the JSON text of its characters, so a matched TAB is
+// "\t", never raw. With length bounds the tree is unrolled into an automaton and counted.
 #include "server/json_schema_pattern.h"
 
 #include <algorithm>
@@ -138,10 +139,10 @@ std::string json_chars_gbnf(const CodeRanges& set) {
 struct Node {
   enum Kind { set, sequence, alternatives, repetition, any_text };
   Kind kind = set;
-  CodeRanges characters = {};  // set
+  CodeRanges characters = {};       // set
   std::vector<Node> children = {};  // sequence, alternatives: the parts; repetition: the one repeated
-  int64_t min = 0, max = -1;   // repetition (max -1: unbounded)
-  bool is_nullable = false;    // whether it can match empty text
+  int64_t min = 0, max = -1;        // repetition (max -1: unbounded)
+  bool is_nullable = false;         // whether it can match empty text
 };
 
 class PatternParser {
@@ -542,11 +543,14 @@ std::string pattern_with_length_gbnf(const std::string& pattern, int64_t min_len
     return it->second;
   };
   state_of(0, 0);
+  std::map<int, std::pair<std::vector<PatternAutomaton::Move>, bool>> closures;  // automaton state -> its moves, is accepting
   for (size_t at = 0; at < states.size(); ++at) {
     const auto [state, length] = states[at];
-    bool is_accepting = false;
+    auto [closure, is_new] = closures.try_emplace(state);
+    if (is_new) closure->second.first = automaton.character_moves(state, &closure->second.second);
+    const auto& [character_moves, is_accepting] = closure->second;
     std::vector<PatternAutomaton::Move> next;
-    for (const PatternAutomaton::Move& move : automaton.character_moves(state, &is_accepting))
+    for (const PatternAutomaton::Move& move : character_moves)
       if (max_length < 0) next.push_back({move.set, state_of(move.to, std::min(length + 1, min_length))});
       else if (length < max_length) next.push_back({move.set, state_of(move.to, length + 1)});
     moves.push_back(std::move(next));
