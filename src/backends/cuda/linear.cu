@@ -742,13 +742,6 @@ constexpr int kWgmmaBlockBytes = kWgmmaCols * kStagedBlockBytes;  // a K block o
 constexpr int kWgmmaStepBytes = kWgmmaBlockBytes / 2;             // one k16 step's B
 constexpr int kWgmmaHalfBytes = kWgmmaStepBytes / 2;              // its 8-slot core matrices (K step)
 
-// How the feeding warpgroup moves a stage (a template parameter while the forms are compared):
-// kFeedInOrder loads and stores each place in turn, then the feeders meet at a named barrier before
-// thread 0 refills the raw buffer; kFeedLoadsFirst loads all of a stage's raw weights (kHeldPasses of
-// the four passes at a time), tells the raw buffer's own mbarrier it is free, then stores;
-// kFeedLoadsFirstWide also stores the outputs a pair at a time.
-constexpr int kFeedInOrder = 0, kFeedLoadsFirst = 1, kFeedLoadsFirstWide = 2;
-
 template <int kBlocksPerStage, int kStages, int kRaw, class Rows>
 struct WgmmaShape {
   static_assert(std::is_same_v<Rows, Bf16Rows> || kBlocksPerStage == 4, "linear: a quantized stage is one quad");
@@ -774,15 +767,12 @@ struct WgmmaShape {
   // multipliers (4 of 5 stages ran 1.38x slower than 2, h100-wgmma-feeders.md; 2 of 3 1.05-1.25x
   // slower than 1, while 3 of 5 ran as 2: h100-wgmma-raw-buffers.md).
   static_assert(kRawBuffers <= kStages - 1, "linear: the wgmma kernel's raw buffers must stay behind its stages");
-  // Passes whose raw loads a feeding thread holds at once under kFeedLoadsFirst: 32 registers' worth.
+  // Passes whose raw loads a feeding thread holds at once: 32 registers' worth.
   static constexpr int kHeldPasses =
       sizeof(typename StagedWeights<Rows>::template Held<kBlocksPerStage>) <= 32 ? kWgmmaCols / 32 : 2;
 };
 
-// Waits for the feeding warpgroup's 128 threads (named barrier 1; __syncthreads is barrier 0).
-__device__ __forceinline__ void feeders_sync() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
-
-template <int kBlocksPerStage, int kStages, int kRaw, int kFeed, LinearOutput kOutput, class Rows>
+template <int kBlocksPerStage, int kStages, int kRaw, LinearOutput kOutput, class Rows>
 __global__ void __launch_bounds__(3 * 128, 1)
     linear_wgmma_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
                         const __grid_constant__ CUtensorMap scale_map, Rows rows, int n_rows, int n_out, int n_in,
@@ -797,7 +787,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(raw_weights + Shape::kRawBuffers * Shape::kRawBytes);
   uint64_t* empty = full + kStages;
   uint64_t* raw_full = empty + kStages;
-  uint64_t* raw_empty = raw_full + Shape::kRawBuffers;  // kFeedLoadsFirst: every feeder has read it
+  uint64_t* raw_empty = raw_full + Shape::kRawBuffers;  // every feeder has read it
   const auto x_box = [&](int slot, int s) {
     return wgmma_shared + slot * Shape::kStageBytes + s * kWgmmaRows * kStagedBlockBytes;
   };
@@ -826,12 +816,10 @@ __global__ void __launch_bounds__(3 * 128, 1)
   let_next_kernel_start();
 
   if (warpgroup == 0) {
-    // The feeding warps need few registers: they give theirs to the multiplying ones, whose two
-    // 64 x 128 sums (a chain's and the total) would not fit the 168 each of 384 threads gets.
-    if constexpr (kFeed == kFeedInOrder)
-      registers_give<40>();
-    else
-      registers_give<56>();
+    // The feeding warps need few registers (56: 32 of them a stage's raw loads): they give theirs to
+    // the multiplying ones, whose two 64 x 128 sums (a chain's and the total) would not fit the 168
+    // each of 384 threads gets.
+    registers_give<56>();
     StageWalk<kBlocksPerStage> copies, moves;  // thread 0's next stage to copy; everyone's next to move
     int issued = 0;
     // Thread 0: stage `issued`'s activations into its slot, its weights as they lie into a raw buffer.
@@ -839,7 +827,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
       if (!copies.at_stage(n_blocks_k)) return;
       const int slot = issued % kStages, buffer = issued % Shape::kRawBuffers;
       if (issued >= kStages) barrier_wait(&empty[slot], uint32_t(issued / kStages - 1) & 1);  // its last use read
-      if (kFeed != kFeedInOrder && issued >= Shape::kRawBuffers)  // every feeder has read its last stage
+      if (issued >= Shape::kRawBuffers)  // every feeder has read the buffer's last stage
         barrier_wait(&raw_empty[buffer], uint32_t(issued / Shape::kRawBuffers - 1) & 1);
       const int count = copies.blocks(n_blocks_k);
       // A box's bytes count in full, the zeros past the matrix's edges included.
@@ -869,51 +857,32 @@ __global__ void __launch_bounds__(3 * 128, 1)
         *reinterpret_cast<uint32_t*>(place + kWgmmaStepBytes) = pairs.z;
         *reinterpret_cast<uint32_t*>(place + kWgmmaStepBytes + kWgmmaHalfBytes) = pairs.w;
       };
-      if constexpr (kFeed == kFeedInOrder) {
+      // The stores of a pass cannot start before its loads land, and ptxas keeps shared loads and
+      // stores in order: loading kHeldPasses passes first puts their latencies side by side.
+      using Held = typename Raw::template Held<kBlocksPerStage>;
 #pragma unroll
-        for (int pass = 0; pass < kWgmmaCols / 32; ++pass) {
-          const int r = first_row + 32 * pass;
-          const typename Raw::Fetched fetched = Raw::template fetch<kWgmmaCols>(raw_box(buffer), r, quad);
+      for (int first_pass = 0; first_pass < kWgmmaCols / 32; first_pass += Shape::kHeldPasses) {
+        Held held[Shape::kHeldPasses];
+#pragma unroll
+        for (int p = 0; p < Shape::kHeldPasses; ++p)
+          held[p] = Raw::template hold<kWgmmaCols, kBlocksPerStage>(raw_box(buffer), first_row + 32 * (first_pass + p),
+                                                                    quad);
+        if (first_pass + Shape::kHeldPasses == kWgmmaCols / 32) barrier_arrive(&raw_empty[buffer]);
+#pragma unroll
+        for (int p = 0; p < Shape::kHeldPasses; ++p)
 #pragma unroll
           for (int s = 0; s < kBlocksPerStage; ++s) {
             if (s >= count) break;
-            store_pairs(r, Raw::template expand<kWgmmaCols>(fetched, s), s);
+            store_pairs(first_row + 32 * (first_pass + p), Raw::template held<kWgmmaCols, kBlocksPerStage>(held[p], s),
+                        s);
           }
-        }
-      } else {
-        // The stores of a pass cannot start before its loads land, and ptxas keeps shared loads and
-        // stores in order: loading kHeldPasses passes first puts their latencies side by side.
-        using Held = typename Raw::template Held<kBlocksPerStage>;
-#pragma unroll
-        for (int first_pass = 0; first_pass < kWgmmaCols / 32; first_pass += Shape::kHeldPasses) {
-          Held held[Shape::kHeldPasses];
-#pragma unroll
-          for (int p = 0; p < Shape::kHeldPasses; ++p)
-            held[p] = Raw::template hold<kWgmmaCols, kBlocksPerStage>(raw_box(buffer), first_row + 32 * (first_pass + p),
-                                                                      quad);
-          if (first_pass + Shape::kHeldPasses == kWgmmaCols / 32) barrier_arrive(&raw_empty[buffer]);
-#pragma unroll
-          for (int p = 0; p < Shape::kHeldPasses; ++p)
-#pragma unroll
-            for (int s = 0; s < kBlocksPerStage; ++s) {
-              if (s >= count) break;
-              store_pairs(first_row + 32 * (first_pass + p), Raw::template held<kWgmmaCols, kBlocksPerStage>(held[p], s),
-                          s);
-            }
-        }
       }
       fence_async_shared();  // the moved pairs, as the async proxy wgmma reads through sees them
       barrier_arrive(&full[slot]);
-      // kFeedInOrder: every thread is done with the raw buffer before thread 0 refills it with a
-      // stage whose slot's wait on the multipliers then orders every thread's moves into that slot too.
-      if constexpr (kFeed == kFeedInOrder) feeders_sync();
       if (thread == 0) issue_next();
     }
   } else {
-    if constexpr (kFeed == kFeedInOrder)
-      registers_take<232>();
-    else
-      registers_take<224>();
+    registers_take<224>();
     const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
     const int tile_row = (warpgroup - 1) * 64 + warp * 16 + g;  // and tile_row + 8
     // Inputs 8q .. 8q + 7 of rows tile_row and tile_row + 8: step s's A registers are their pairs 2s, 2s + 1.
@@ -965,8 +934,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
       for (int h = 0; h < 2; ++h) {
         const int row = row0 + tile_row + 8 * h, col = col0 + 8 * j + 2 * q;
         if (row < n_rows && col < n_out)
-          store_pair<kOutput, kFeed == kFeedLoadsFirstWide>(y, row, col, n_out, total[4 * j + 2 * h],
-                                                             total[4 * j + 2 * h + 1]);
+          store_pair<kOutput, true>(y, row, col, n_out, total[4 * j + 2 * h], total[4 * j + 2 * h + 1]);
       }
   }
 }
@@ -1154,13 +1122,13 @@ void launch_staged(const uint16_t* x, int64_t n_rows, const LinearWeights& w, in
   });
 }
 
-template <int kBlocksPerStage, int kStages, int kRaw, int kFeed, int kFormats>
+template <int kBlocksPerStage, int kStages, int kRaw, int kFormats>
 void size_wgmma_kernels() {
   const auto for_rows = [&]<class Rows>() {
     constexpr size_t bytes = WgmmaShape<kBlocksPerStage, kStages, kRaw, Rows>::kSharedBytes;
-    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, kFeed, LinearOutput::bf16, Rows>>(bytes);
-    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, kFeed, LinearOutput::f32, Rows>>(bytes);
-    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, kFeed, LinearOutput::swiglu_bf16, Rows>>(
+    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, LinearOutput::bf16, Rows>>(bytes);
+    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, LinearOutput::f32, Rows>>(bytes);
+    allow_shared_bytes<linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, LinearOutput::swiglu_bf16, Rows>>(
         bytes);
   };
   if constexpr ((kFormats & kBf16) != 0) for_rows.template operator()<Bf16Rows>();
@@ -1170,7 +1138,7 @@ void size_wgmma_kernels() {
   }
 }
 
-template <int kBlocksPerStage, int kStages, int kRaw, int kFeed, int kFormats>
+template <int kBlocksPerStage, int kStages, int kRaw, int kFormats>
 void launch_wgmma(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int64_t n_out, int64_t n_in, void* y,
                   LinearOutput output, cudaStream_t stream) {
   with_rows(w, int(n_in), [&](const auto& rows) {
@@ -1181,10 +1149,10 @@ void launch_wgmma(const uint16_t* x, int64_t n_rows, const LinearWeights& w, int
       const auto [w_map, scale_map] = staged_weight_maps<Rows>(w, n_out, n_in, kWgmmaCols);
       const dim3 grid(unsigned((n_rows + kWgmmaRows - 1) / kWgmmaRows),
                       unsigned((n_out + kWgmmaCols - 1) / kWgmmaCols));
-      size_wgmma_kernels<kBlocksPerStage, kStages, kRaw, kFeed, kFormats>();
+      size_wgmma_kernels<kBlocksPerStage, kStages, kRaw, kFormats>();
       with_output(output, [&](auto output_constant) {
         launch_overlapped("linear_wgmma_kernel",
-                          linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, kFeed, decltype(output_constant)::value,
+                          linear_wgmma_kernel<kBlocksPerStage, kStages, kRaw, decltype(output_constant)::value,
                                               Rows>,
                           grid,
                           dim3(3 * 128), WgmmaShape<kBlocksPerStage, kStages, kRaw, Rows>::kSharedBytes, stream, x_map,
@@ -1211,11 +1179,10 @@ struct ConfigEntry {
   ConfigEntry{{name, 1, 2, 1, 4, false}, formats, &launch_streamed<stages, formats>, \
               &size_streamed_kernels<stages, formats>}
 // The wgmma kernel: 128 rows by 128 weight rows a block, `blocks` K blocks a stage (4 for quantized
-// weights: a quad's slice), `stages` stages, `raw` stages' weights landing as they lie, `feed` the
-// feeders' form (kFeed...).
-#define TF_WGMMA_CONFIG(name, blocks, stages, raw, feed, formats)                                            \
-  ConfigEntry{{name, 8, 16, 1, blocks, false}, formats, &launch_wgmma<blocks, stages, raw, feed, formats>, \
-              &size_wgmma_kernels<blocks, stages, raw, feed, formats>}
+// weights: a quad's slice), `stages` stages, `raw` stages' weights landing as they lie.
+#define TF_WGMMA_CONFIG(name, blocks, stages, raw, formats)                                            \
+  ConfigEntry{{name, 8, 16, 1, blocks, false}, formats, &launch_wgmma<blocks, stages, raw, formats>, \
+              &size_wgmma_kernels<blocks, stages, raw, formats>}
 // The staged kernel: a grid of warp_rows x (8 / warp_rows) warps, each row_tiles 16-row by
 // col_tiles 8-column mma tiles; blocks K blocks a stage (4 for quantized weights), `stages` stages.
 #define TF_STAGED_CONFIG(name, warp_rows, row_tiles, col_tiles, blocks, stages, formats)                       \
@@ -1271,12 +1238,8 @@ constexpr ConfigEntry kConfigs[] = {
     TF_STAGED_CONFIG("s128x64b4s4", 4, 2, 4, 4, 4, kAllFormats),
     TF_STAGED_CONFIG("s256x64b2s4", 4, 4, 4, 2, 4, kBf16),
     TF_STAGED_CONFIG("s64x32b4s6", 4, 1, 2, 4, 6, kAllFormats),
-    TF_WGMMA_CONFIG("g128x128b2s5r2", 2, 5, 2, kFeedInOrder, kBf16),
-    TF_WGMMA_CONFIG("g128x128b4s3r1", 4, 3, 1, kFeedInOrder, kAllFormats),
-    TF_WGMMA_CONFIG("g128x128b2s5r2l", 2, 5, 2, kFeedLoadsFirst, kBf16),
-    TF_WGMMA_CONFIG("g128x128b4s3r1l", 4, 3, 1, kFeedLoadsFirst, kAllFormats),
-    TF_WGMMA_CONFIG("g128x128b2s5r2lw", 2, 5, 2, kFeedLoadsFirstWide, kBf16),
-    TF_WGMMA_CONFIG("g128x128b4s3r1lw", 4, 3, 1, kFeedLoadsFirstWide, kAllFormats),
+    TF_WGMMA_CONFIG("g128x128b2s5r2", 2, 5, 2, kBf16),
+    TF_WGMMA_CONFIG("g128x128b4s3r1", 4, 3, 1, kAllFormats),
 };
 #undef TF_LINEAR_CONFIG
 #undef TF_SWAPPED_CONFIG
@@ -1306,14 +1269,16 @@ constexpr DispatchEntry kBf16Dispatch[] = {
     {32, config_id_of("r2c4u2")},
     {192, config_id_of("r4c4g2u1")},
     {256, config_id_of("s64x128b4s4")},
-    {INT64_MAX, config_id_of("g128x128b2s5r2")},  // 0.92x s128x128b4s3's time at 4,096 rows, the same at 512 (h100-wgmma-feeders.md)
+    // 0.92x s128x128b4s3's time at 4,096 rows (h100-wgmma-feeders.md); loads first, 0.92x again (h100-wgmma-loads-first.md)
+    {INT64_MAX, config_id_of("g128x128b2s5r2")},
 };
 constexpr DispatchEntry kQuantizedDispatch[] = {
     {8, config_id_of("t1r1u4")},
     {16, config_id_of("t2r2u4")},
     {32, config_id_of("r1c4u4")},
     {192, config_id_of("t2r8u1")},
-    // 0.75x s64x128b4s4's time at 256 rows; 0.95x two raw buffers' at 4,096, 0.80x at 512 (h100-wgmma-raw-buffers.md)
+    // 0.75x s64x128b4s4's time at 256 rows; 0.95x two raw buffers' at 4,096, 0.80x at 512 (h100-wgmma-raw-buffers.md);
+    // loads first, 0.91-0.95x again (h100-wgmma-loads-first.md)
     {INT64_MAX, config_id_of("g128x128b4s3r1")},
 };
 template <size_t N>
