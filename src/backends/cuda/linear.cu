@@ -1267,18 +1267,18 @@ constexpr DispatchEntry kBf16Dispatch[] = {
     {8, config_id_of("q16s2")},  // in a whole step; alone it is 1.02x r1c1u8-lo's time (h100-linear-streamed-decode.md)
     {16, config_id_of("r1c2u4")},
     {32, config_id_of("r2c4u2")},
-    {192, config_id_of("r4c4g2u1")},
-    {256, config_id_of("s64x128b4s4")},
-    // 0.92x s128x128b4s3's time at 4,096 rows (h100-wgmma-feeders.md); loads first, 0.92x again (h100-wgmma-loads-first.md)
+    {192, config_id_of("r4c4g2u1")},  // 0.99x the wgmma kernel's time at 192 rows, 0.90-0.93x at 129-160 (h100-wgmma-loads-first.md)
+    // 0.92x s128x128b4s3's time at 4,096 rows (h100-wgmma-feeders.md); loads first, 0.92x again, and 0.89x
+    // s64x128b4s4's at 193-256 rows (h100-wgmma-loads-first.md)
     {INT64_MAX, config_id_of("g128x128b2s5r2")},
 };
 constexpr DispatchEntry kQuantizedDispatch[] = {
     {8, config_id_of("t1r1u4")},
     {16, config_id_of("t2r2u4")},
     {32, config_id_of("r1c4u4")},
-    {192, config_id_of("t2r8u1")},
+    {112, config_id_of("t2r8u1")},  // 0.98x the wgmma kernel's time at 112 rows, 1.01x at 120 (h100-wgmma-loads-first.md)
     // 0.75x s64x128b4s4's time at 256 rows; 0.95x two raw buffers' at 4,096, 0.80x at 512 (h100-wgmma-raw-buffers.md);
-    // loads first, 0.91-0.95x again (h100-wgmma-loads-first.md)
+    // loads first, 0.91-0.95x again, and 0.81-0.93x t2r8u1's at 128-160 rows (h100-wgmma-loads-first.md)
     {INT64_MAX, config_id_of("g128x128b4s3r1")},
 };
 template <size_t N>
